@@ -1,0 +1,2 @@
+"""fpr: Finer-Personalization Rank."""
+__version__ = "0.1.0"

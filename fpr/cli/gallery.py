@@ -1,0 +1,87 @@
+"""``fpr gallery ...``: import, curate, list and show galleries."""
+from __future__ import annotations
+
+import click
+
+from fpr import api
+from fpr.cli.main import cli, format_option
+from fpr.cli.output import dumps, render_rows
+from fpr.galleries.curate import SAMPLINGS, GallerySpec
+
+
+@cli.group()
+def gallery() -> None:
+    """Identity-labelled real images: references and galleries."""
+
+
+def curation_options(f):
+    f = click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")(f)
+    f = click.option("--encoder", default=None, help="Encoder for k-means sampling.")(f)
+    f = click.option("--sampling", type=click.Choice(SAMPLINGS), default="random", show_default=True)(f)
+    f = click.option("--identities-per-group", type=int, default=None, help="N identities per group (default all).")(f)
+    f = click.option("--per-identity", "gallery_per_identity", type=int, default=None,
+                     help="M gallery images per identity (default all).")(f)
+    f = click.option("--references", "references_per_identity", type=int, default=0, show_default=True,
+                     help="Reference images per identity taken from images without a role.")(f)
+    return f
+
+
+def _spec(kw: dict) -> GallerySpec:
+    return GallerySpec(references_per_identity=kw["references_per_identity"],
+                       gallery_per_identity=kw["gallery_per_identity"],
+                       identities_per_group=kw["identities_per_group"], sampling=kw["sampling"], seed=kw["seed"])
+
+
+def _print_info(info: api.GalleryInfo, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(dumps({**info.as_row(), "report": info.report, "spec": info.spec}))
+    else:
+        click.echo(render_rows([info.as_row()], fmt))
+
+
+@gallery.command("import")
+@click.option("--name", required=True, help="Gallery name.")
+@click.option("--manifest", type=click.Path(dir_okay=False), help="CSV/Parquet: path,identity,group[,role].")
+@click.option("--folder", type=click.Path(file_okay=False), help="Folder tree group/identity/*.jpg.")
+@curation_options
+@click.option("--overwrite", is_flag=True, help="Replace a gallery of the same name.")
+@format_option()
+@click.pass_context
+def import_cmd(ctx, name, manifest, folder, overwrite, fmt, **kw) -> None:
+    """Import images from a manifest or a folder tree, de-duplicate, curate and store them."""
+    records = api.galleries_from_source(manifest, folder)
+    source = f"manifest:{manifest}" if manifest else f"folder:{folder}"
+    info = api.import_gallery(name, records, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
+                              source=source, overwrite=overwrite)
+    _print_info(info, fmt)
+
+
+@gallery.command("curate")
+@click.option("--from", "source", required=True, help="Stored gallery to sample from.")
+@click.option("--name", required=True, help="Name of the new gallery.")
+@curation_options
+@click.option("--overwrite", is_flag=True)
+@format_option()
+@click.pass_context
+def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:
+    """Derive a gallery from a stored one: N identities per group, M images per identity."""
+    info = api.curate_gallery(source, name, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
+                              overwrite=overwrite)
+    _print_info(info, fmt)
+
+
+@gallery.command("list")
+@format_option()
+@click.pass_context
+def list_cmd(ctx, fmt) -> None:
+    """List stored galleries."""
+    click.echo(render_rows(api.list_galleries(workspace=ctx.obj["workspace"]), fmt))
+
+
+@gallery.command("show")
+@click.argument("name")
+@format_option()
+@click.pass_context
+def show_cmd(ctx, name, fmt) -> None:
+    """Identities x images (reference, gallery) per group."""
+    click.echo(render_rows(api.show_gallery(name, workspace=ctx.obj["workspace"]), fmt))

@@ -1,0 +1,38 @@
+"""``fpr index ...``: build and list FAISS indices."""
+from __future__ import annotations
+
+import click
+
+from fpr import api
+from fpr.cli.main import cli, format_option
+from fpr.cli.output import dumps, render_rows
+
+
+@cli.group()
+def index() -> None:
+    """Exact inner-product FAISS indices over gallery embeddings."""
+
+
+@index.command("build")
+@click.option("--gallery", required=True)
+@click.option("--encoder", required=True, help="Encoder id ('fpr encoders list').")
+@click.option("--name", default=None, help="Index name (default <gallery>-<encoder>).")
+@click.option("--weights", default=None, help="Explicit weights file or folder.")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--workers", type=int, default=None, help="Image-decoding worker processes.")
+@click.option("--overwrite", is_flag=True)
+@format_option()
+@click.pass_context
+def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers, overwrite, fmt) -> None:
+    """Embed a gallery and write its index and card."""
+    info = api.build_index(gallery, encoder, name=name, workspace=ctx.obj["workspace"], weights=weights,
+                           device=device, batch_size=batch_size, workers=workers, overwrite=overwrite)
+    click.echo(dumps(info.as_row()) if fmt == "json" else render_rows([info.as_row()], fmt))
+
+
+@index.command("list")
+@format_option()
+@click.pass_context
+def list_cmd(ctx, fmt) -> None:
+    click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt))

@@ -1,0 +1,79 @@
+"""The ``fpr`` command. Each sub-command module registers its commands on :data:`cli`.
+
+Commands are thin: parse arguments, call the same function a notebook would
+(``fpr.api`` and friends), print results to stdout and progress to stderr. Errors
+a user can fix print as one line and exit non-zero; ``--debug`` shows tracebacks.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from fpr import progress
+from fpr.errors import FprError
+
+# Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
+COMMAND_MODULES = ("gallery", "encoders", "index", "query", "demo", "workflows")
+
+
+class FprGroup(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except FprError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"fpr: error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("fpr: interrupted; stored state is unchanged and a rerun resumes", err=True)
+            sys.exit(130)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as exc:  # a bug in fpr: say so in one line unless debugging
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            click.echo(f"fpr: internal error: {type(exc).__name__}: {msg}; rerun with --debug for the traceback",
+                       err=True)
+            sys.exit(1)
+
+
+@click.group(cls=FprGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--workspace", envvar="FPR_WORKSPACE", default="fpr-workspace", show_default=True,
+              type=click.Path(file_okay=False), help="Workspace folder (fpr.duckdb + indices/).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or log lines on stderr.")
+@click.version_option(package_name="fpr", prog_name="fpr")
+@click.pass_context
+def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
+    """fpr: Finer-Personalization Rank — does a generated image keep its subject's identity?"""
+    ctx.ensure_object(dict)
+    ctx.obj["workspace"] = workspace
+    ctx.obj["debug"] = debug or os.environ.get("FPR_DEBUG", "") not in ("", "0")
+    if quiet:
+        progress.set_enabled(False)
+
+
+def format_option(default: str = "table"):
+    return click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default=default,
+                        show_default=True, help="Output format on stdout.")
+
+
+for _name in COMMAND_MODULES:
+    try:
+        importlib.import_module(f"fpr.cli.{_name}")
+    except ModuleNotFoundError as _exc:
+        if _exc.name != f"fpr.cli.{_name}":
+            raise
+
+
+def main() -> None:  # console-script entry point
+    cli(obj={})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Rendering results for stdout: aligned table, JSON or CSV."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any, Sequence
+
+FORMATS = ("table", "json", "csv")
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.3f}"
+    return str(v)
+
+
+def table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(columns or rows[0].keys())
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    numeric = [all(_looks_numeric(row[i]) for row in cells) for i in range(len(cols))]
+
+    def fmt(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    lines = [fmt(cols), fmt(["-" * w for w in widths])]
+    lines += [fmt(row) for row in cells]
+    return "\n".join(lines)
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return s == "-"
+
+
+def to_jsonable(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        return to_jsonable(v.item())
+    if isinstance(v, dict):
+        return {k: to_jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [to_jsonable(x) for x in v]
+    return v
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(to_jsonable(obj), indent=2, sort_keys=False)
+
+
+def csv_text(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    if not rows:
+        return ""
+    cols = list(columns or rows[0].keys())
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: to_jsonable(r.get(c)) for c in cols})
+    return buf.getvalue().rstrip("\n")
+
+
+def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = None) -> str:
+    if fmt == "json":
+        return dumps(list(rows))
+    if fmt == "csv":
+        return csv_text(rows, columns)
+    return table(rows, columns)

@@ -1,0 +1,171 @@
+"""The one embedding path: files -> decoded RGB -> protocol -> batched model -> L2-normalised float32.
+
+Images are hashed first; only hashes missing from the cache are decoded (in
+DataLoader worker processes) and run through the model. Duplicated content is
+embedded once. Output rows follow the input order exactly.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from fpr import progress
+from fpr.encoders.cache import EmbeddingCache
+from fpr.encoders.registry import Encoder
+from fpr.errors import InputError
+from fpr.images import content_hash, decode_rgb, read_bytes
+
+EMBED_STATS = {"images_embedded": 0}  # process-wide counter; tests read it to prove work is not repeated
+
+
+@dataclass
+class EmbedResult:
+    vectors: np.ndarray  # (N, dim) float32; rows of failed images are NaN
+    hashes: list[str | None]
+    failed: dict[int, str] = field(default_factory=dict)  # input row -> one-line reason
+    n_from_cache: int = 0
+    n_computed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> np.ndarray:
+        mask = np.ones(len(self.hashes), dtype=bool)
+        mask[list(self.failed)] = False
+        return mask
+
+
+class _DecodeDataset(torch.utils.data.Dataset):
+    def __init__(self, paths: Sequence[str], preprocess):
+        self.paths = list(paths)
+        self.preprocess = preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        path = self.paths[i]
+        try:
+            img = decode_rgb(read_bytes(path), where=str(path))
+            return i, self.preprocess(img), ""
+        except InputError as exc:
+            size = self.preprocess.output_size
+            return i, torch.zeros(3, size, size), exc.one_line()
+
+
+def _collate(items):
+    idx = [it[0] for it in items]
+    batch = torch.stack([it[1] for it in items])
+    errs = [it[2] for it in items]
+    return idx, batch, errs
+
+
+def default_workers(n_items: int) -> int:
+    if n_items < 64:
+        return 0  # worker start-up costs more than it saves
+    return max(0, min(4, (os.cpu_count() or 1)))
+
+
+def _hash_all(paths: Sequence[str | Path]) -> tuple[list[str | None], dict[int, str]]:
+    hashes: list[str | None] = []
+    failed: dict[int, str] = {}
+    for i, p in enumerate(paths):
+        try:
+            hashes.append(content_hash(read_bytes(p)))
+        except InputError as exc:
+            hashes.append(None)
+            failed[i] = exc.one_line()
+    return hashes, failed
+
+
+def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = 32,
+                workers: int | None = None, cache: EmbeddingCache | None | bool = True,
+                on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
+    """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported)."""
+    start = time.perf_counter()
+    paths = [str(p) for p in paths]
+    if cache is True:
+        cache = cache_for(encoder)
+    hashes, failed = _hash_all(paths)
+    _raise_if(failed, on_error, len(paths))
+    out = np.full((len(paths), encoder.spec.dim), np.nan, dtype=np.float32)
+    known = [h for h in hashes if h is not None]
+    hits = cache.get_many(known) if cache else {}
+    todo: dict[str, int] = {}  # hash -> first row to decode
+    for i, h in enumerate(hashes):
+        if h is None:
+            continue
+        if h in hits:
+            out[i] = hits[h]
+        elif h not in todo:
+            todo[h] = i
+    n_from_cache = sum(1 for h in hashes if h is not None and h in hits)
+    fresh = _embed_rows(encoder, [paths[i] for i in todo.values()], list(todo), batch_size, workers, cache,
+                        desc)
+    for i, h in enumerate(hashes):
+        if h is None or h not in fresh:
+            continue
+        vec, err = fresh[h]
+        if err:
+            failed[i] = err
+        else:
+            out[i] = vec
+    _raise_if(failed, on_error, len(paths))
+    return EmbedResult(out, hashes, failed, n_from_cache, len(todo), time.perf_counter() - start)
+
+
+def _raise_if(failed: dict[int, str], on_error: str, n: int) -> None:
+    if failed and on_error == "raise":
+        first = failed[min(failed)]
+        more = f" (and {len(failed) - 1} more unreadable)" if len(failed) > 1 else ""
+        raise InputError(first + more)
+
+
+def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
+                cache: EmbeddingCache | None, desc: str) -> dict[str, tuple[np.ndarray | None, str]]:
+    results: dict[str, tuple[np.ndarray | None, str]] = {}
+    if not paths:
+        return results
+    n_workers = default_workers(len(paths)) if workers is None else workers
+    loader = torch.utils.data.DataLoader(
+        _DecodeDataset(paths, encoder.preprocessing), batch_size=batch_size, shuffle=False,
+        num_workers=n_workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
+        prefetch_factor=4 if n_workers else None, persistent_workers=False)
+    with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
+        for idx, batch, errs in loader:
+            vecs = encoder.embed_batch(batch)
+            EMBED_STATS["images_embedded"] += len(idx)
+            good_h, good_v = [], []
+            for j, i in enumerate(idx):
+                if errs[j]:
+                    results[hashes[i]] = (None, errs[j])
+                else:
+                    results[hashes[i]] = (vecs[j], "")
+                    good_h.append(hashes[i])
+                    good_v.append(vecs[j])
+            if cache and good_h:
+                cache.add(good_h, np.stack(good_v))
+            pbar.update(len(idx))
+    return results
+
+
+def cache_for(encoder: Encoder, root: str | Path | None = None) -> EmbeddingCache:
+    meta = {"encoder": encoder.id, "weights_checksum": encoder.weights.checksum,
+            "preprocessing": encoder.preprocessing.key()}
+    return EmbeddingCache(encoder.cache_key, encoder.spec.dim, root=root, meta=meta)
+
+
+def embed_pil(encoder: Encoder, images: Sequence[Image.Image], *, batch_size: int = 64) -> np.ndarray:
+    """Embed in-memory images (no cache: they have no file bytes to hash)."""
+    out = []
+    for s in range(0, len(images), batch_size):
+        batch = torch.stack([encoder.preprocessing(im.convert("RGB")) for im in images[s:s + batch_size]])
+        out.append(encoder.embed_batch(batch))
+        EMBED_STATS["images_embedded"] += len(batch)
+    return np.concatenate(out) if out else np.zeros((0, encoder.spec.dim), np.float32)

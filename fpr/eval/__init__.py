@@ -1,0 +1,1 @@
+"""Retrieval metrics, summaries, auxiliary scorers, ablations and filtering."""

@@ -1,0 +1,99 @@
+"""Summaries of per-query results: means with seeded 95% bootstrap intervals, paired comparisons.
+
+Rows are per (method, group) plus an overall row per method (group ``*``): its
+``map`` is the mean over all of the method's queries and ``map_group_mean`` the
+mean of its group means (both are reported because groups can differ in size).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+
+N_BOOT = 1000
+METRIC_COLUMNS = {"map": "ap", "cmc@1": "cmc1", "cmc@5": "cmc5", "cmc@10": "cmc10", "minp": "inp", "sim": "sim"}
+CI_METRICS = ("map", "sim")
+
+
+def _rng(seed: int, *keys: str) -> np.random.Generator:
+    digest = hashlib.sha256("|".join([str(seed), *keys]).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def bootstrap_ci(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT,
+                 level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean over queries; NaNs are ignored."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if len(v) == 0:
+        return float("nan"), float("nan")
+    if len(v) == 1:
+        return float(v[0]), float(v[0])
+    idx = _rng(seed, *key).integers(0, len(v), size=(n_boot, len(v)))
+    means = v[idx].mean(axis=1)
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def _mean(x: pd.Series) -> float:
+    v = pd.to_numeric(x, errors="coerce").to_numpy(dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if len(v) else float("nan")
+
+
+def _row(method: str, group: str, df: pd.DataFrame, seed: int, aux_cols: list[str]) -> dict:
+    row: dict = {"method": method, "group": group, "n_queries": int(len(df))}
+    for name, col in METRIC_COLUMNS.items():
+        row[name] = _mean(df[col]) if col in df else float("nan")
+        if name in CI_METRICS and col in df:
+            lo, hi = bootstrap_ci(df[col].to_numpy(dtype=np.float64), seed=seed, key=(name, method, group))
+            row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
+    for col in aux_cols:
+        row[col] = _mean(df[col])
+    return row
+
+
+def summarize(per_query: pd.DataFrame, *, seed: int = 0, aux_cols: list[str] | None = None) -> list[dict]:
+    """Summary rows for evaluated queries (status == 'ok')."""
+    df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
+    aux_cols = aux_cols or []
+    rows: list[dict] = []
+    for method in sorted(df["method"].unique()):
+        dm = df[df["method"] == method]
+        group_means = []
+        for group in sorted(dm["group"].unique()):
+            r = _row(method, group, dm[dm["group"] == group], seed, aux_cols)
+            group_means.append(r["map"])
+            rows.append(r)
+        overall = _row(method, "*", dm, seed, aux_cols)
+        overall["map_group_mean"] = float(np.nanmean(group_means)) if group_means else float("nan")
+        rows.append(overall)
+    return rows
+
+
+def paired_comparison(per_query: pd.DataFrame, method_a: str, method_b: str, *, metric: str = "ap",
+                      pair_on: tuple[str, ...] = ("group", "identity", "prompt"), seed: int = 0) -> dict:
+    """Paired difference a - b on queries that share ``pair_on`` keys (mean of duplicates per key).
+
+    Returns the mean difference, its bootstrap 95% interval, the Wilcoxon signed-rank p-value
+    and the number of pairs.
+    """
+    from scipy.stats import wilcoxon
+
+    df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
+    keys = [k for k in pair_on if k in df.columns]
+    a = df[df["method"] == method_a].groupby(keys)[metric].mean()
+    b = df[df["method"] == method_b].groupby(keys)[metric].mean()
+    joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
+    d = (joined["a"] - joined["b"]).to_numpy(dtype=np.float64)
+    out = {"method_a": method_a, "method_b": method_b, "metric": metric, "n_pairs": int(len(d)),
+           "pair_on": ",".join(keys)}
+    if len(d) == 0:
+        return {**out, "mean_diff": float("nan"), "ci_lo": float("nan"), "ci_hi": float("nan"), "p_value": float("nan")}
+    lo, hi = bootstrap_ci(d, seed=seed, key=("paired", method_a, method_b, metric))
+    p = float("nan")
+    if len(d) >= 2 and np.any(d != 0):
+        p = float(wilcoxon(d, zero_method="wilcox").pvalue)
+    return {**out, "mean_diff": float(d.mean()), "ci_lo": lo, "ci_hi": hi, "p_value": p}

@@ -1,0 +1,4 @@
+"""Gallery sources (manifests, folders, datasets, the built-in world) and curation."""
+from fpr.galleries.records import GalleryItem, ImageRecord
+
+__all__ = ["GalleryItem", "ImageRecord"]

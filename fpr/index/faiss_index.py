@@ -1,0 +1,176 @@
+"""Exact inner-product FAISS indices over L2-normalised gallery embeddings.
+
+An index folder holds ``index.faiss`` (always a CPU index), ``item_ids.npy``
+(gallery item id of each FAISS row), ``references.npy`` + ``reference_ids.npy``
+(the reference-set embeddings, for pairwise Sim) and ``card.json``. The card
+records what the vectors mean (encoder, weights checksum, preprocessing, gallery
+fingerprint, dim, library versions); loading checks it so an index is never
+searched with vectors from another encoder or against another gallery.
+Search runs on a GPU when FAISS sees one, on the CPU otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fpr.errors import ConflictError, FprError, NotFoundError
+
+CARD_VERSION = 1
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise FprError("FAISS is not installed", hint="pip install 'fpr[cpu]' (or 'fpr[gpu]' on CUDA machines)") \
+            from None
+    return faiss
+
+
+@dataclass
+class IndexCard:
+    name: str
+    gallery: str
+    gallery_fingerprint: str
+    encoder: str
+    weights_checksum: str
+    preprocessing: str
+    dim: int
+    n_items: int
+    n_references: int
+    metric: str = "inner_product"
+    faiss_type: str = "IndexFlatIP"
+    versions: dict = field(default_factory=dict)
+    built_on: str = "cpu"
+    card_version: int = CARD_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+class GalleryIndex:
+    def __init__(self, card: IndexCard, index, item_ids: np.ndarray, ref_vectors: np.ndarray,
+                 ref_ids: np.ndarray):
+        self.card = card
+        self.index = index
+        self.item_ids = np.asarray(item_ids, dtype=np.int64)
+        self.ref_vectors = np.asarray(ref_vectors, dtype=np.float32)
+        self.ref_ids = np.asarray(ref_ids, dtype=np.int64)
+        self._search_index = None
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def _searcher(self):
+        if self._search_index is None:
+            faiss = _faiss()
+            self._search_index = self.index
+            if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
+                res = faiss.StandardGpuResources()
+                self._search_index = faiss.index_cpu_to_gpu(res, 0, self.index)
+                self._gpu_resources = res  # keep alive as long as the GPU index
+        return self._search_index
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, gallery item ids) per query; ids are -1 where fewer than k exist."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.card.dim:
+            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
+        k = min(k, self.ntotal)
+        scores, rows = self._searcher().search(q, k)
+        ids = np.where(rows >= 0, self.item_ids[np.clip(rows, 0, None)], -1)
+        return scores, ids
+
+    def all_scores(self, queries: np.ndarray) -> np.ndarray:
+        """(Q, ntotal) similarities in FAISS row order (the full ranking, not a top-k)."""
+        scores, rows = self._searcher().search(np.ascontiguousarray(queries, dtype=np.float32), self.ntotal)
+        out = np.full((len(queries), self.ntotal), -np.inf, dtype=np.float32)
+        np.put_along_axis(out, np.clip(rows, 0, None), scores, axis=1)
+        return out
+
+
+def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, ref_ids: np.ndarray,
+          card: IndexCard) -> GalleryIndex:
+    faiss = _faiss()
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[1] != card.dim:
+        raise ValueError(f"vectors {vectors.shape} do not match dim {card.dim}")
+    index = faiss.IndexFlatIP(card.dim)
+    index.add(vectors)
+    card.n_items = int(index.ntotal)
+    card.n_references = int(len(ref_ids))
+    card.versions = {**library_versions(), **card.versions}
+    card.built_on = "cuda" if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0 else "cpu"
+    return GalleryIndex(card, index, item_ids, ref_vectors.reshape(-1, card.dim), ref_ids)
+
+
+def save(gi: GalleryIndex, folder: Path) -> None:
+    """Write atomically: a temp folder renamed over the old one (kept until the rename succeeds)."""
+    faiss = _faiss()
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".tmp-{folder.name}-"))
+    try:
+        faiss.write_index(gi.index, str(tmp / "index.faiss"))
+        np.save(tmp / "item_ids.npy", gi.item_ids)
+        np.save(tmp / "references.npy", gi.ref_vectors)
+        np.save(tmp / "reference_ids.npy", gi.ref_ids)
+        (tmp / "card.json").write_text(gi.card.to_json())
+        old = None
+        if folder.exists():
+            old = folder.parent / f".old-{folder.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str | None = None,
+         weights_checksum: str | None = None) -> GalleryIndex:
+    faiss = _faiss()
+    folder = Path(folder)
+    card_path = folder / "card.json"
+    if not card_path.exists():
+        raise NotFoundError("index folder has no card.json", where=str(folder),
+                            hint="rebuild it with 'fpr index build'")
+    card = IndexCard(**json.loads(card_path.read_text()))
+    if encoder is not None and encoder != card.encoder:
+        raise ConflictError(f"index '{card.name}' was built with encoder '{card.encoder}', not '{encoder}'",
+                            hint=f"query without --encoder, or build an index with 'fpr index build --encoder {encoder}'")
+    if gallery_fingerprint is not None and gallery_fingerprint != card.gallery_fingerprint:
+        raise ConflictError(f"index '{card.name}' no longer matches gallery '{card.gallery}' (it changed since)",
+                            hint=f"rebuild it: fpr index build --gallery {card.gallery} --encoder {card.encoder} "
+                                 f"--name {card.name} --overwrite")
+    if weights_checksum is not None and weights_checksum != card.weights_checksum:
+        raise ConflictError(f"encoder '{card.encoder}' weights changed since index '{card.name}' was built",
+                            hint="rebuild the index, or pass --weights with the original file")
+    index = faiss.read_index(str(folder / "index.faiss"))
+    if index.d != card.dim:
+        raise ConflictError(f"index file has dim {index.d} but its card says {card.dim}", where=str(folder))
+    return GalleryIndex(card, index, np.load(folder / "item_ids.npy"), np.load(folder / "references.npy"),
+                        np.load(folder / "reference_ids.npy"))
+
+
+def library_versions() -> dict:
+    import platform
+    import sys
+
+    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for mod in ("fpr", "numpy", "torch", "faiss", "duckdb", "timm", "open_clip", "PIL"):
+        try:
+            m = __import__(mod)
+            versions[mod] = getattr(m, "__version__", "?")
+        except ImportError:
+            continue
+    return versions

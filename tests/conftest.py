@@ -1,0 +1,49 @@
+"""Test isolation: every test gets its own cache, weights folder and workspace; no network."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+os.environ.setdefault("FPR_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("FPR_QUIET", "1")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory, monkeypatch):
+    base = tmp_path_factory.mktemp("fprhome")
+    monkeypatch.setenv("FPR_CACHE_DIR", str(base / "cache"))
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(base / "weights"))
+    monkeypatch.setenv("HF_HOME", str(base / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(base / "hf" / "hub"))
+    yield
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    return tmp_path / "ws"
+
+
+def write_image(path: Path, seed: int, size: int = 48, mode: str = "RGB") -> Path:
+    """A random-noise image with a seeded colour cast; different seeds give different images."""
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 256, size=3)
+    arr = np.clip(base + rng.normal(0, 40, size=(size, size, 3)), 0, 255).astype("uint8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(arr, "RGB").convert(mode).save(path)
+    return path
+
+
+@pytest.fixture
+def tiny_tree(tmp_path) -> Path:
+    """folder tree group/identity/img: 2 groups x 3 identities x 4 images, identity-correlated colours."""
+    root = tmp_path / "tree"
+    for g, group in enumerate(("cats", "dogs")):
+        for i in range(3):
+            for k in range(4):
+                write_image(root / group / f"{group}-{i}" / f"{k}.png", seed=1000 * g + 10 * i + k)
+    return root
