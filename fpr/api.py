@@ -348,6 +348,74 @@ def _new_run_id() -> str:
     return f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+def relevance_masks(gi: faiss_index.GalleryIndex, by_id: dict[int, GalleryItem], qdf: pd.DataFrame,
+                    scope: str) -> tuple[np.ndarray, np.ndarray]:
+    """(Q, G) boolean masks in FAISS row order: items in each query's scope, and relevant items in scope."""
+    row_items = [by_id[int(i)] for i in gi.item_ids]
+    item_groups = np.array([it.group for it in row_items], dtype=object)
+    item_keys = np.array([f"{it.group}\x1f{it.identity}" for it in row_items], dtype=object)
+    q_groups = qdf["group"].to_numpy(dtype=object)
+    q_keys = (qdf["group"] + "\x1f" + qdf["identity"]).to_numpy(dtype=object)
+    scope_mask = _scope_masks(q_groups, item_groups, scope)
+    relevant = (q_keys[:, None] == item_keys[None, :]) & scope_mask
+    return scope_mask, relevant
+
+
+@dataclass
+class QueryScores:
+    """Per-query retrieval results of queries against one index (what :func:`run_query` stores)."""
+
+    status: np.ndarray  # (Q,) "ok" or a skip status
+    per_query: pd.DataFrame  # one row per query (status, AP, ranks, CMC, mINP, Sim, ...)
+    qvecs: np.ndarray  # (Q, dim); NaN rows for queries not embedded
+    ok: np.ndarray  # row positions evaluated
+    scores: np.ndarray | None  # (len(ok), G) float64 similarities, -inf outside scope
+    reasons: dict[str, str]  # query_id -> why it was skipped as unreadable
+
+
+def score_queries(gi: faiss_index.GalleryIndex, by_id: dict[int, GalleryItem], enc: Encoder, qdf: pd.DataFrame,
+                  scope_mask: np.ndarray, relevant: np.ndarray, status: np.ndarray, *,
+                  skip_unreadable: bool = False, batch_size: int = 64, workers: int | None = None) -> QueryScores:
+    """Embed the queries whose status is "ok" and compute their retrieval metrics and pairwise Sim.
+
+    The one per-query computation shared by ``run_query`` and ``fpr filter``; ``qdf`` is a
+    :func:`read_queries` frame and the masks come from :func:`relevance_masks`.
+    """
+    status = np.array(status, dtype=object)
+    todo = np.flatnonzero(status == "ok")
+    qres = embed_paths(enc, qdf["path"].iloc[todo].tolist(), batch_size=batch_size, workers=workers,
+                       on_error="skip" if skip_unreadable else "raise", desc="embedding queries")
+    qvecs = np.full((len(qdf), enc.spec.dim), np.nan, dtype=np.float32)
+    qvecs[todo] = qres.vectors
+    hashes: list[str | None] = [None] * len(qdf)
+    for j, i in enumerate(todo):
+        hashes[i] = qres.hashes[j]
+    reasons: dict[str, str] = {}
+    for j, msg in qres.failed.items():
+        status[todo[j]] = SKIP_UNREADABLE
+        reasons[qdf["query_id"].iloc[todo[j]]] = msg
+    ok = np.flatnonzero(status == "ok")
+
+    per_query = _per_query_frame(qdf, status, hashes)
+    scores = None
+    if len(ok):
+        scores = gi.all_scores(qvecs[ok]).astype(np.float64)
+        scores = np.where(scope_mask[ok], scores, -np.inf)
+        m = retrieval_metrics(scores, relevant[ok])
+        per_query.loc[ok, "ap"] = m.ap
+        per_query.loc[ok, "first_hit_rank"] = m.first_hit_rank
+        per_query.loc[ok, "last_hit_rank"] = m.last_hit_rank
+        per_query.loc[ok, "n_relevant"] = m.n_relevant
+        per_query.loc[ok, "n_scope"] = scope_mask[ok].sum(axis=1)
+        for k in (1, 5, 10):
+            per_query.loc[ok, f"cmc{k}"] = m.cmc(k)
+        per_query.loc[ok, "inp"] = m.inp
+        sims, nrefs = _pairwise_sim(enc, qdf.iloc[ok], qvecs[ok], gi, by_id, batch_size, workers)
+        per_query.loc[ok, "sim"] = sims
+        per_query.loc[ok, "n_references"] = nrefs
+    return QueryScores(status, per_query, qvecs, ok, scores, reasons)
+
+
 def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None = None,
               workspace: str | Path | None = None, encoder: str | None = None, weights: str | None = None,
               scope: str = "group", scorers: Sequence[str] | str | None = (),
@@ -368,13 +436,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
 
     by_id = {it.item_id: it for it in items}
-    row_items = [by_id[int(i)] for i in gi.item_ids]
-    item_groups = np.array([it.group for it in row_items], dtype=object)
-    item_keys = np.array([f"{it.group}\x1f{it.identity}" for it in row_items], dtype=object)
-    q_groups = qdf["group"].to_numpy(dtype=object)
-    q_keys = (qdf["group"] + "\x1f" + qdf["identity"]).to_numpy(dtype=object)
-    scope_mask = _scope_masks(q_groups, item_groups, scope)
-    relevant = (q_keys[:, None] == item_keys[None, :]) & scope_mask
+    scope_mask, relevant = relevance_masks(gi, by_id, qdf, scope)
 
     status = np.array(["ok"] * len(qdf), dtype=object)
     no_rel = ~relevant.any(axis=1)
@@ -392,38 +454,12 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     if enc.weights.checksum != gi.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="pass --weights with the original file, or rebuild the index")
-    todo = np.flatnonzero(status == "ok")
-    qres = embed_paths(enc, qdf["path"].iloc[todo].tolist(), batch_size=batch_size, workers=workers,
-                       on_error="skip" if skip_unreadable else "raise", desc="embedding queries")
-    qvecs = np.full((len(qdf), enc.spec.dim), np.nan, dtype=np.float32)
-    qvecs[todo] = qres.vectors
-    hashes: list[str | None] = [None] * len(qdf)
-    for j, i in enumerate(todo):
-        hashes[i] = qres.hashes[j]
-    reasons: dict[str, str] = {}
-    for j, msg in qres.failed.items():
-        status[todo[j]] = SKIP_UNREADABLE
-        reasons[qdf["query_id"].iloc[todo[j]]] = msg
-    ok = np.flatnonzero(status == "ok")
-
-    per_query = _per_query_frame(qdf, status, hashes)
+    ev = score_queries(gi, by_id, enc, qdf, scope_mask, relevant, status, skip_unreadable=skip_unreadable,
+                       batch_size=batch_size, workers=workers)
+    status, per_query, qvecs, ok, reasons = ev.status, ev.per_query, ev.qvecs, ev.ok, ev.reasons
     rankings = pd.DataFrame(columns=["run_id", "query_id", "rank", "item_id", "score", "relevant"])
     if len(ok):
-        scores = gi.all_scores(qvecs[ok]).astype(np.float64)
-        scores = np.where(scope_mask[ok], scores, -np.inf)
-        m = retrieval_metrics(scores, relevant[ok])
-        per_query.loc[ok, "ap"] = m.ap
-        per_query.loc[ok, "first_hit_rank"] = m.first_hit_rank
-        per_query.loc[ok, "last_hit_rank"] = m.last_hit_rank
-        per_query.loc[ok, "n_relevant"] = m.n_relevant
-        per_query.loc[ok, "n_scope"] = m.n_scope
-        for k in (1, 5, 10):
-            per_query.loc[ok, f"cmc{k}"] = m.cmc(k)
-        per_query.loc[ok, "inp"] = m.inp
-        sims, nrefs = _pairwise_sim(enc, qdf.iloc[ok], qvecs[ok], gi, by_id, batch_size, workers)
-        per_query.loc[ok, "sim"] = sims
-        per_query.loc[ok, "n_references"] = nrefs
-        rankings = _rankings_frame(run_id, qdf["query_id"].to_numpy()[ok], scores, relevant[ok], gi.item_ids,
+        rankings = _rankings_frame(run_id, qdf["query_id"].to_numpy()[ok], ev.scores, relevant[ok], gi.item_ids,
                                    top_k_store)
 
     aux = pd.DataFrame(columns=["query_id", "scorer", "metric", "value"])
