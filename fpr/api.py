@@ -399,7 +399,7 @@ def score_queries(gi: faiss_index.GalleryIndex, by_id: dict[int, GalleryItem], e
     per_query = _per_query_frame(qdf, status, hashes)
     scores = None
     if len(ok):
-        scores = gi.all_scores(qvecs[ok]).astype(np.float64)
+        scores = gi.all_scores(qvecs[ok])
         scores = np.where(scope_mask[ok], scores, -np.inf)
         m = retrieval_metrics(scores, relevant[ok])
         per_query.loc[ok, "ap"] = m.ap

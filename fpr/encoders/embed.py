@@ -96,7 +96,9 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
     _raise_if(failed, on_error, len(paths))
     out = np.full((len(paths), encoder.spec.dim), np.nan, dtype=np.float32)
     known = [h for h in hashes if h is not None]
-    hits = cache.get_many(known) if cache else {}
+    if cache is False:
+        cache = None
+    hits = cache.get_many(known) if cache is not None else {}
     todo: dict[str, int] = {}  # hash -> first row to decode
     for i, h in enumerate(hashes):
         if h is None:
@@ -149,7 +151,7 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
                     results[hashes[i]] = (vecs[j], "")
                     good_h.append(hashes[i])
                     good_v.append(vecs[j])
-            if cache and good_h:
+            if cache is not None and good_h:
                 cache.add(good_h, np.stack(good_v))
             pbar.update(len(idx))
     return results

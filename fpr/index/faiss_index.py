@@ -89,12 +89,23 @@ class GalleryIndex:
         ids = np.where(rows >= 0, self.item_ids[np.clip(rows, 0, None)], -1)
         return scores, ids
 
+    def vectors(self) -> np.ndarray:
+        """The stored gallery vectors (FAISS row order)."""
+        if getattr(self, "_vectors", None) is None:
+            self._vectors = self.index.reconstruct_n(0, self.ntotal) if self.ntotal else \
+                np.zeros((0, self.card.dim), np.float32)
+        return self._vectors
+
     def all_scores(self, queries: np.ndarray) -> np.ndarray:
-        """(Q, ntotal) similarities in FAISS row order (the full ranking, not a top-k)."""
-        scores, rows = self._searcher().search(np.ascontiguousarray(queries, dtype=np.float32), self.ntotal)
-        out = np.full((len(queries), self.ntotal), -np.inf, dtype=np.float32)
-        np.put_along_axis(out, np.clip(rows, 0, None), scores, axis=1)
-        return out
+        """(Q, ntotal) inner products in FAISS row order: the full ranking, not a top-k.
+
+        A flat index is exactly its vectors, so one BLAS product gives the same numbers as
+        ``search(k=ntotal)`` without sorting every row (the metric engine needs no sorted input).
+        """
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.card.dim:
+            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
+        return q @ self.vectors().T
 
 
 def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, ref_ids: np.ndarray,
