@@ -8,14 +8,20 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+_API_NAMES = frozenset({
+    "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
+    "list_galleries", "show_gallery", "gallery_items", "build_index", "list_indices", "load_index", "run_query",
+    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run", "GallerySpec", "ImageRecord",
+})
+
 
 def __getattr__(name: str):
     import importlib
 
-    if name.startswith("__"):
-        raise AttributeError(name)
+    if name not in _API_NAMES:  # submodules and everything else: the normal import machinery
+        raise AttributeError(f"module 'fpr' has no attribute {name!r}")
     api = importlib.import_module("fpr.api")
-    if name in api.__all__ or name in ("GallerySpec", "ImageRecord"):
+    if name in _API_NAMES:
         if name == "GallerySpec":
             from fpr.galleries.curate import GallerySpec
 

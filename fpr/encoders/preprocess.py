@@ -55,13 +55,16 @@ class Preprocessing:
         if self.resize_mode == "squash":
             image = image.resize((self.size, self.size), resample)
         else:
+            # Same arithmetic as torchvision's Resize(int): the long side is truncated, not rounded.
             w, h = image.size
-            scale = self.size / min(w, h)
-            new = (max(self.size, round(w * scale)), max(self.size, round(h * scale)))
+            if w <= h:
+                new = (self.size, int(self.size * h / w))
+            else:
+                new = (int(self.size * w / h), self.size)
             image = image.resize(new, resample)
         if self.crop:
             w, h = image.size
-            left, top = (w - self.crop) // 2, (h - self.crop) // 2
+            left, top = int(round((w - self.crop) / 2.0)), int(round((h - self.crop) / 2.0))  # torchvision's
             image = image.crop((left, top, left + self.crop, top + self.crop))
         return image
 
@@ -73,3 +76,46 @@ class Preprocessing:
         mean = torch.tensor(self.mean, dtype=torch.float32).view(3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32).view(3, 1, 1)
         return (t - mean) / std
+
+
+def from_open_clip_cfg(name: str, preprocess_cfg: dict, image_size: int | None = None) -> Preprocessing:
+    """The protocol open_clip's eval transform applies for a ``preprocess_cfg`` (open_clip_config.json).
+
+    Missing keys take open_clip's defaults (224, OpenAI mean/std, bicubic, resize
+    the shortest side then centre-crop). ``squash`` resizes to size x size with no
+    crop. open_clip's ``longest`` (resize + pad) has no fpr protocol yet.
+    """
+    cfg = dict(preprocess_cfg or {})
+    size = cfg.get("size") or image_size or 224
+    if isinstance(size, (list, tuple)):
+        if len(set(size)) != 1:
+            raise ValueError(f"non-square preprocessing size {size} is not supported")
+        size = size[0]
+    size = int(size)
+    mode = cfg.get("resize_mode") or "shortest"
+    if mode not in ("shortest", "squash"):
+        raise ValueError(f"open_clip resize_mode '{mode}' is not supported (shortest or squash)")
+    return Preprocessing(
+        name=name, size=size, resize_mode=mode, crop=size if mode == "shortest" else None,
+        interpolation=cfg.get("interpolation") or "bicubic",
+        mean=tuple(float(v) for v in cfg.get("mean") or OPENAI_MEAN),
+        std=tuple(float(v) for v in cfg.get("std") or OPENAI_STD),
+    )
+
+
+def differences(a: Preprocessing, b: Preprocessing) -> list[str]:
+    """Fields (other than the name) in which two protocols differ, as ``field: a != b``."""
+    from dataclasses import fields
+
+    out = []
+    for f in fields(Preprocessing):
+        if f.name == "name":
+            continue
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(va, tuple):
+            same = len(va) == len(vb) and all(abs(x - y) < 1e-6 for x, y in zip(va, vb))
+        else:
+            same = va == vb
+        if not same:
+            out.append(f"{f.name}: {va} != {vb}")
+    return out

@@ -21,7 +21,7 @@ from fpr.errors import NotFoundError, choices_hint
 
 # Modules whose import registers encoders. Each must import cheaply (heavy
 # libraries such as open_clip are imported inside the build functions).
-BUILTIN_MODULES = ("baselines", "world", "clip", "dinov2", "bioclip", "miewid", "effnetv2")
+BUILTIN_MODULES = ("baselines", "world", "trained", "clip", "dinov2", "bioclip", "miewid")
 
 ModelBuilder = Callable[[ResolvedWeights], torch.nn.Module]
 

@@ -1,21 +1,34 @@
-"""Finding encoder weights without touching the network.
+"""Finding, fetching and importing encoder weights without surprises.
 
-Resolution order (first hit wins): an explicit path given by the user, the
-project's weights folder (``FPR_WEIGHTS_DIR``, default ``~/.cache/fpr/weights``),
-then the Hugging Face cache. Weights shipped inside the package count as found.
-Nothing here downloads; :func:`fetch_weights` is the only function that may, and
-it refuses when ``FPR_OFFLINE``/``HF_HUB_OFFLINE`` is set or no network answers.
+Resolution order (first hit wins): an explicit path given by the user (a file, a
+folder, a Hugging Face snapshot folder or a ``models--org--name`` cache folder),
+the project's weights folder (``FPR_WEIGHTS_DIR``, default ``~/.cache/fpr/weights``,
+one sub-folder per encoder id), then the Hugging Face cache (``HF_HUB_CACHE`` /
+``HF_HOME``). Weights shipped inside the package count as found.
+
+Nothing here downloads except :func:`fetch_weights`, which refuses with one line
+when ``FPR_OFFLINE``/``HF_HUB_OFFLINE`` is set or no network answers.
+:func:`import_weights` copies a downloaded file or snapshot into the weights
+folder atomically (temp folder + rename) after the caller has proven it loads.
+
+A weights *checksum* is the SHA-256 of the weights file; when a source declares
+config files that shape the network (``extra_files``/``optional_files``, e.g. an
+``open_clip_config.json``), the ones present beside the weights are hashed in
+too, because they change the embeddings as much as the tensors do.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fpr.errors import NotFoundError
+from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 
 _CHECKSUMS: dict[tuple[str, int, int], str] = {}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
 
 
 @dataclass(frozen=True)
@@ -25,7 +38,9 @@ class WeightsSource:
     ``kind``: ``none`` (no weights: a fixed function), ``package`` (a file shipped
     in fpr), ``hf`` (a Hugging Face repo, files looked up in the local cache),
     ``local`` (a file or folder the user supplies, e.g. a trained checkpoint).
-    ``files`` lists the candidate file names in the repo or folder, preferred first.
+    ``files`` lists the candidate weights file names in the repo or folder, preferred first.
+    ``extra_files`` must sit beside the weights (a location without them does not count);
+    ``optional_files`` are used when present (and fetched/imported along).
     """
 
     kind: str
@@ -34,17 +49,33 @@ class WeightsSource:
     package_path: str | None = None
     folder_name: str | None = None  # sub-folder of FPR_WEIGHTS_DIR; defaults to the encoder id
     extra_files: tuple[str, ...] = field(default_factory=tuple)  # e.g. configs that must sit beside weights
+    optional_files: tuple[str, ...] = field(default_factory=tuple)  # configs used when present
 
 
 @dataclass(frozen=True)
 class ResolvedWeights:
     path: Path | None
-    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache"
-    checksum: str  # "sha256:<hex>" of the weights bytes, or "none"
+    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache" | "missing"
+    checksum: str  # "sha256:<hex>" of the weights bytes (+ configs beside them), or "none"
 
     @property
     def found(self) -> bool:
         return self.where == "none" or self.path is not None
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder holding the weights (and their configs)."""
+        if self.path is None:
+            return None
+        return self.path if self.path.is_dir() else self.path.parent
+
+    def sibling(self, name: str) -> Path | None:
+        """A file beside the weights (e.g. ``config.json``), or None."""
+        folder = self.folder
+        if folder is None:
+            return None
+        p = folder / name
+        return p if p.is_file() else None
 
 
 def weights_dir() -> Path:
@@ -55,27 +86,51 @@ def is_offline() -> bool:
     return any(os.environ.get(v, "") not in ("", "0", "false", "False") for v in ("FPR_OFFLINE", "HF_HUB_OFFLINE"))
 
 
-def file_checksum(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's weight files (names and bytes, sorted); memoised by size+mtime."""
+def _file_digest(f: Path) -> str:
+    st = f.stat()
+    memo_key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
+    digest = _CHECKSUMS.get(memo_key)
+    if digest is None:
+        fh = hashlib.sha256()
+        with open(f, "rb") as fp:
+            for chunk in iter(lambda: fp.read(1 << 20), b""):
+                fh.update(chunk)
+        digest = fh.hexdigest()
+        _CHECKSUMS[memo_key] = digest
+    return digest
+
+
+def file_checksum(path: Path, extras: list[Path] | tuple[Path, ...] = ()) -> str:
+    """SHA-256 of a file, or of a folder's weight files (names and bytes, sorted); memoised by size+mtime.
+
+    ``extras`` (config files beside the weights) are hashed in by name and content;
+    without extras the value is exactly the file's (or folder's) historical checksum.
+    """
     path = Path(path)
     files = [path] if path.is_file() else sorted(
-        p for p in path.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".pt", ".pth", ".ckpt"))
+        p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     h = hashlib.sha256()
     for f in files:
-        st = f.stat()
-        memo_key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
-        digest = _CHECKSUMS.get(memo_key)
-        if digest is None:
-            fh = hashlib.sha256()
-            with open(f, "rb") as fp:
-                for chunk in iter(lambda: fp.read(1 << 20), b""):
-                    fh.update(chunk)
-            digest = fh.hexdigest()
-            _CHECKSUMS[memo_key] = digest
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())
-        h.update(digest.encode())
+        h.update(_file_digest(f).encode())
+    for extra in sorted(extras, key=lambda p: p.name):
+        h.update(f"|{extra.name}|".encode())
+        h.update(_file_digest(extra).encode())
     return "sha256:" + h.hexdigest()
+
+
+def _extras_beside(weights: Path, source: WeightsSource) -> list[Path]:
+    folder = weights if weights.is_dir() else weights.parent
+    return [folder / n for n in (*source.extra_files, *source.optional_files) if (folder / n).is_file()]
+
+
+def _missing_required(folder: Path, source: WeightsSource) -> list[str]:
+    return [n for n in source.extra_files if not (folder / n).is_file()]
+
+
+def _checksum(weights: Path, source: WeightsSource) -> str:
+    return file_checksum(weights, _extras_beside(weights, source))
 
 
 def _first_existing(folder: Path, names: tuple[str, ...]) -> Path | None:
@@ -87,15 +142,46 @@ def _first_existing(folder: Path, names: tuple[str, ...]) -> Path | None:
     return None
 
 
-def _hf_cache_lookup(repo: str, names: tuple[str, ...]) -> Path | None:
+def snapshot_folder(p: Path) -> Path:
+    """A Hugging Face repo cache folder (``models--org--name``) -> its current snapshot; else ``p``."""
+    snaps = p / "snapshots"
+    if snaps.is_dir() and (p / "refs").is_dir():
+        ref = p / "refs" / "main"
+        if ref.is_file():
+            rev = ref.read_text().strip()
+            if (snaps / rev).is_dir():
+                return snaps / rev
+        candidates = sorted((d for d in snaps.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+        if candidates:
+            return candidates[-1]
+    return p
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once at import)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def _hf_cache_lookup(repo: str, names: tuple[str, ...], source: WeightsSource) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - huggingface_hub ships with timm
         return None
     for name in names:
-        hit = try_to_load_from_cache(repo_id=repo, filename=name)
+        try:
+            hit = try_to_load_from_cache(repo_id=repo, filename=name, cache_dir=str(hf_cache_dir()))
+        except Exception:  # a malformed cache must not break 'encoders list'
+            hit = None
         if isinstance(hit, str) and Path(hit).is_file():
-            return Path(hit)
+            hit_path = Path(hit)
+            if not _missing_required(hit_path.parent, source):
+                return hit_path
     return None
 
 
@@ -108,8 +194,15 @@ def candidate_locations(encoder_id: str, source: WeightsSource) -> list[str]:
     else:
         places.append(str(folder))
     if source.repo:
-        places.append(f"Hugging Face cache for {source.repo}")
+        places.append(f"Hugging Face cache for {source.repo} ({hf_cache_dir()})")
     return places
+
+
+def _missing_hint(encoder_id: str, source: WeightsSource) -> str:
+    if source.repo:
+        return (f"run 'fpr encoders fetch {encoder_id}' on a machine with a network, or "
+                f"'fpr encoders import {encoder_id} PATH' with a downloaded copy")
+    return f"'fpr encoders import {encoder_id} PATH' with a copy of the weights, or pass --weights PATH"
 
 
 def resolve_weights(encoder_id: str, source: WeightsSource, explicit: str | Path | None = None,
@@ -118,16 +211,7 @@ def resolve_weights(encoder_id: str, source: WeightsSource, explicit: str | Path
     if source.kind == "none":
         return ResolvedWeights(None, "none", "none")
     if explicit is not None:
-        p = Path(explicit).expanduser()
-        if p.is_dir():
-            hit = _first_existing(p, source.files) if source.files else p
-            if hit is None:
-                raise NotFoundError(f"no weights file for encoder '{encoder_id}' in folder", where=str(p),
-                                    hint=f"expected one of: {', '.join(source.files)}")
-            p = hit
-        if not p.exists():
-            raise NotFoundError(f"weights for encoder '{encoder_id}' not found", where=str(p))
-        return ResolvedWeights(p, "explicit", file_checksum(p))
+        return _resolve_explicit(encoder_id, source, Path(explicit).expanduser())
     if source.kind == "package":
         from importlib import resources
 
@@ -136,19 +220,224 @@ def resolve_weights(encoder_id: str, source: WeightsSource, explicit: str | Path
         if p.is_file():
             return ResolvedWeights(p, "package", file_checksum(p))
     folder = weights_dir() / (source.folder_name or encoder_id)
+    incomplete: list[str] = []
     if folder.exists():
         hit = _first_existing(folder, source.files)
         if hit is not None:
-            return ResolvedWeights(hit, "weights-dir", file_checksum(hit))
+            missing = _missing_required(folder, source)
+            if not missing:
+                return ResolvedWeights(hit, "weights-dir", _checksum(hit, source))
+            incomplete = [str(folder / m) for m in missing]
     if source.repo:
-        hit = _hf_cache_lookup(source.repo, source.files)
+        hit = _hf_cache_lookup(source.repo, source.files, source)
         if hit is not None:
-            return ResolvedWeights(hit, "hf-cache", file_checksum(hit))
+            return ResolvedWeights(hit, "hf-cache", _checksum(hit, source))
     if not required:
         return ResolvedWeights(None, "missing", "missing")
+    if incomplete:
+        raise NotFoundError(f"weights for encoder '{encoder_id}' are incomplete: missing {', '.join(incomplete)}",
+                            hint=_missing_hint(encoder_id, source))
     raise NotFoundError(
         f"weights for encoder '{encoder_id}' are missing",
         where="looked in " + "; ".join(candidate_locations(encoder_id, source)),
-        hint=(f"run 'fpr encoders fetch {encoder_id}' on a machine with a network, or "
-              f"'fpr encoders import {encoder_id} PATH' with a downloaded copy"),
+        hint=_missing_hint(encoder_id, source),
     )
+
+
+def _resolve_explicit(encoder_id: str, source: WeightsSource, p: Path) -> ResolvedWeights:
+    if not p.exists():
+        raise NotFoundError(f"weights for encoder '{encoder_id}' not found", where=str(p))
+    if p.is_dir():
+        p = snapshot_folder(p)
+        if source.files:
+            hit = _first_existing(p, source.files)
+            if hit is None:
+                # a folder with exactly one weights file of another name is still unambiguous
+                others = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+                if len(others) != 1:
+                    raise NotFoundError(f"no weights file for encoder '{encoder_id}' in folder", where=str(p),
+                                        hint=f"expected one of: {', '.join(source.files)}")
+                hit = others[0]
+            p = hit
+    missing = _missing_required(p if p.is_dir() else p.parent, source)
+    if missing:
+        raise NotFoundError(f"encoder '{encoder_id}' needs {', '.join(missing)} beside its weights",
+                            where=str(p if p.is_dir() else p.parent),
+                            hint="give the whole downloaded folder (weights and config), not just the weights file")
+    return ResolvedWeights(p, "explicit", _checksum(p, source))
+
+
+# --------------------------------------------------------------------------- fetch / import
+
+def fetch_weights(encoder_id: str, source: WeightsSource, *, overwrite: bool = False) -> Path:
+    """Download the needed files of ``source.repo`` into ``FPR_WEIGHTS_DIR/<id>/`` (atomic). Needs a network."""
+    alt = (f"on a machine with a network run 'fpr encoders fetch {encoder_id}' and copy "
+           f"{weights_dir() / (source.folder_name or encoder_id)} here, or 'fpr encoders import {encoder_id} PATH'")
+    if not source.repo:
+        raise InputError(f"encoder '{encoder_id}' has no download source",
+                         hint=f"'fpr encoders import {encoder_id} PATH' with a copy of its weights")
+    if is_offline():
+        raise FprError(f"cannot fetch weights for encoder '{encoder_id}' from {source.repo}: network use is disabled "
+                       "(FPR_OFFLINE or HF_HUB_OFFLINE is set)", hint=alt)
+    dest = weights_dir() / (source.folder_name or encoder_id)
+    if dest.exists() and not overwrite and _first_existing(dest, source.files):
+        raise ConflictError(f"weights for encoder '{encoder_id}' are already in the weights folder", where=str(dest),
+                            hint="pass --overwrite to download them again")
+    try:
+        _probe_hub()
+        from huggingface_hub import HfApi, snapshot_download
+
+        present = set(HfApi().list_repo_files(source.repo))
+        chosen = next((f for f in source.files if f in present), None)
+        if chosen is None:
+            raise FprError(f"repository {source.repo} has none of the expected files {', '.join(source.files)}")
+        missing = [f for f in source.extra_files if f not in present]
+        if missing:
+            raise FprError(f"repository {source.repo} lacks {', '.join(missing)}")
+        patterns = [chosen, *source.extra_files, *(f for f in source.optional_files if f in present)]
+        tmp = _tmp_dir(dest)
+        try:
+            snapshot_download(source.repo, allow_patterns=patterns, local_dir=str(tmp))
+            shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's local-dir metadata
+            _swap_in(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except FprError as exc:
+        raise FprError(f"cannot fetch weights for encoder '{encoder_id}': {exc.what}", hint=alt) from None
+    except Exception as exc:  # connection refused, DNS, proxy, HTTP errors: one line, not a traceback
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise FprError(f"cannot fetch weights for encoder '{encoder_id}' from {source.repo} "
+                       f"({type(exc).__name__}: {first})", hint=alt) from None
+    return dest
+
+
+def _probe_hub(timeout: float = 5.0) -> None:
+    """Fail fast (one connection attempt) when the Hub's host is unreachable, instead of minutes of retries.
+
+    Skipped behind a proxy, where only the proxy knows whether the Hub is reachable.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"cannot reach {host}:{port}: {exc}") from None
+
+
+def import_files(encoder_id: str, source: WeightsSource, resolved: ResolvedWeights, *,
+                 overwrite: bool = False) -> Path:
+    """Copy resolved weights (+ configs beside them) into ``FPR_WEIGHTS_DIR/<id>/`` atomically.
+
+    The caller proves the weights load before calling this. The weights file is
+    stored under the source's preferred name for its format, so the weights
+    folder resolves it the next time.
+    """
+    assert resolved.path is not None
+    dest = weights_dir() / (source.folder_name or encoder_id)
+    if dest.exists() and any(dest.iterdir()) and not overwrite:
+        raise ConflictError(f"weights for encoder '{encoder_id}' are already in the weights folder", where=str(dest),
+                            hint="pass --overwrite to replace them")
+    src = resolved.path
+    tmp = _tmp_dir(dest)
+    try:
+        if src.is_dir():  # a source without file names (a whole folder is the weights)
+            shutil.copytree(src, tmp / "x", symlinks=False)
+            for child in (tmp / "x").iterdir():
+                child.rename(tmp / child.name)
+            (tmp / "x").rmdir()
+        else:
+            shutil.copy2(src, tmp / _stored_name(src, source))  # follows HF-cache symlinks
+            for extra in _extras_beside(src, source):
+                shutil.copy2(extra, tmp / extra.name)
+        _swap_in(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _stored_name(src: Path, source: WeightsSource) -> str:
+    if src.name in source.files or not source.files:
+        return src.name
+    same_format = [f for f in source.files if Path(f).suffix == src.suffix]
+    return same_format[0] if same_format else source.files[0]
+
+
+def _tmp_dir(dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Replace ``dest`` by ``tmp`` with renames only: a crash leaves either the old or the new folder."""
+    old = None
+    if dest.exists():
+        old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+        dest.rename(old)
+    try:
+        tmp.rename(dest)
+    except BaseException:
+        if old is not None:
+            old.rename(dest)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- state dicts
+
+def read_state_dict(path: Path, *, encoder_id: str = "?") -> dict:
+    """Tensors of a checkpoint: safetensors, or a pickle loaded with ``weights_only=True`` (never arbitrary code)."""
+    import torch
+
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path), device="cpu")
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        raise InputError(f"cannot read weights for encoder '{encoder_id}' ({type(exc).__name__}: {first})",
+                         where=str(path), hint="re-download the file; pickles that need code to load are refused")
+    for wrapper in ("state_dict", "model", "module"):
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+    if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+        raise InputError(f"weights file for encoder '{encoder_id}' is not a state dict", where=str(path))
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return state
+
+
+def _names(keys: list[str], limit: int = 6) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f", ... (+{len(keys) - limit})" if len(keys) > limit else "")
+
+
+def load_strict(module, state: dict, *, encoder_id: str, where: str | Path) -> None:
+    """``module.load_state_dict`` that fails as one line naming missing, unexpected and mis-shaped keys."""
+    own = module.state_dict()
+    missing = sorted(k for k in own if k not in state)
+    unexpected = sorted(k for k in state if k not in own)
+    shapes = sorted(f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own
+                    if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape))
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing key(s): {_names(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected key(s): {_names(unexpected)}")
+        if shapes:
+            parts.append(f"{len(shapes)} shape mismatch(es): {_names(shapes, 3)}")
+        raise ConflictError(f"weights do not match encoder '{encoder_id}': " + "; ".join(parts), where=str(where),
+                            hint="check that the file belongs to this encoder (and its config to the weights)")
+    module.load_state_dict(state, strict=True)
