@@ -350,14 +350,23 @@ def _new_run_id() -> str:
 
 def relevance_masks(gi: faiss_index.GalleryIndex, by_id: dict[int, GalleryItem], qdf: pd.DataFrame,
                     scope: str) -> tuple[np.ndarray, np.ndarray]:
-    """(Q, G) boolean masks in FAISS row order: items in each query's scope, and relevant items in scope."""
+    """(Q, G) boolean masks in FAISS row order: items in each query's scope, and relevant items in scope.
+
+    Relevant = same (group, identity). Labels are compared as integer codes: string comparison over a
+    (Q, G) grid costs more than the retrieval itself.
+    """
     row_items = [by_id[int(i)] for i in gi.item_ids]
-    item_groups = np.array([it.group for it in row_items], dtype=object)
-    item_keys = np.array([f"{it.group}\x1f{it.identity}" for it in row_items], dtype=object)
-    q_groups = qdf["group"].to_numpy(dtype=object)
-    q_keys = (qdf["group"] + "\x1f" + qdf["identity"]).to_numpy(dtype=object)
-    scope_mask = _scope_masks(q_groups, item_groups, scope)
-    relevant = (q_keys[:, None] == item_keys[None, :]) & scope_mask
+    item_groups = [it.group for it in row_items]
+    item_keys = [f"{it.group}\x1f{it.identity}" for it in row_items]
+    q_groups = qdf["group"].tolist()
+    q_keys = (qdf["group"] + "\x1f" + qdf["identity"]).tolist()
+    group_codes = pd.factorize(pd.Series(item_groups + q_groups, dtype=object))[0]
+    key_codes = pd.factorize(pd.Series(item_keys + q_keys, dtype=object))[0]
+    n = len(row_items)
+    ig, qg = group_codes[:n], group_codes[n:]
+    ik, qk = key_codes[:n], key_codes[n:]
+    scope_mask = _scope_masks(qg, ig, scope)
+    relevant = (qk[:, None] == ik[None, :]) & scope_mask
     return scope_mask, relevant
 
 
