@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 _API_NAMES = frozenset({
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "build_index", "list_indices", "load_index", "run_query",
-    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run", "GallerySpec", "ImageRecord",
+    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run", "ablate", "filter_queries",
+    "GallerySpec", "ImageRecord",
 })
 
 

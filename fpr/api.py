@@ -40,7 +40,7 @@ from fpr.tables import read_table, resolve_path, write_table
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "build_index", "list_indices", "load_index", "run_query",
-    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run",
+    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run", "ablate", "filter_queries",
 ]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -747,7 +747,21 @@ def sql(query: str, *, workspace: str | Path | None = None) -> pd.DataFrame:
         except duckdb.Error as exc:
             raise InputError(f"SQL error: {str(exc).splitlines()[0]}",
                              hint="tables: galleries, gallery_items, indices, runs, query_results, aux_scores, "
-                                  "rankings (the workspace is opened read-only)") from None
+                                  "rankings, ablations (the workspace is opened read-only)") from None
+
+
+def ablate(*args, **kwargs):
+    """Gallery ablation sweep; see :func:`fpr.eval.ablate.ablate` (imported lazily: it imports this module)."""
+    from fpr.eval.ablate import ablate as _ablate
+
+    return _ablate(*args, **kwargs)
+
+
+def filter_queries(*args, **kwargs):
+    """Synthetic-data filtering; see :func:`fpr.eval.filter.filter_queries`."""
+    from fpr.eval.filter import filter_queries as _filter
+
+    return _filter(*args, **kwargs)
 
 
 def galleries_from_source(manifest: str | Path | None = None, folder: str | Path | None = None

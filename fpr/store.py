@@ -51,6 +51,13 @@ SCHEMA = [
         PRIMARY KEY (run_id, query_id, scorer, metric))""",
     """CREATE TABLE IF NOT EXISTS rankings (
         run_id VARCHAR, query_id VARCHAR, rank INTEGER, item_id INTEGER, score DOUBLE, relevant BOOLEAN)""",
+    # One row per (ablation, variant, repeat, method): written by fpr.eval.ablate.
+    """CREATE TABLE IF NOT EXISTS ablations (
+    ablation VARCHAR, variant VARCHAR, gallery VARCHAR, encoder VARCHAR, per_identity INTEGER,
+    identities INTEGER, sampling VARCHAR, "repeat" INTEGER, seed INTEGER, method VARCHAR,
+    oracle_map DOUBLE, oracle_sim DOUBLE, oracle_n INTEGER, generated_map DOUBLE, generated_sim DOUBLE,
+    generated_n INTEGER, gallery_images INTEGER, params JSON, created_at TIMESTAMP DEFAULT current_timestamp,
+    PRIMARY KEY (ablation, variant, "repeat", method))""",
 ]
 
 

@@ -13,7 +13,7 @@ import sys
 import click
 
 from fpr import progress
-from fpr.errors import FprError
+from fpr.errors import FprError, InputError
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows")
@@ -61,6 +61,24 @@ def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
 def format_option(default: str = "table"):
     return click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default=default,
                         show_default=True, help="Output format on stdout.")
+
+
+def scorer_option():
+    return click.option("--scorer-option", "scorer_options", multiple=True, metavar="KEY=VALUE",
+                        help="Scorer option, repeatable, e.g. copy-paste.encoder=clip-vit-b-32.")
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--scorer-option clip-t.encoder=clip-vit-b-32`` (repeatable) -> dict."""
+    out: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            raise InputError(f"--scorer-option must be KEY=VALUE, got '{p}'",
+                             hint="e.g. --scorer-option copy-paste.encoder=clip-vit-b-32")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
 
 
 for _name in COMMAND_MODULES:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import cli, format_option
+from fpr.cli.main import cli, format_option, parse_options, scorer_option
 from fpr.cli.output import dumps, render_rows
 
 SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "minp", "sim",
@@ -35,6 +35,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--weights", default=None)
 @click.option("--scope", type=click.Choice(api.SCOPES), default="group", show_default=True)
 @click.option("--scorers", default="", help="Comma-separated auxiliary scorers, e.g. clip-t,copy-paste.")
+@scorer_option()
 @click.option("--skip-missing-identities", is_flag=True, help="Skip (and report) queries with no relevant item.")
 @click.option("--skip-unreadable", is_flag=True, help="Skip (and report) unreadable query images.")
 @click.option("--top-k", type=int, default=10, show_default=True, help="Ranking entries stored per query.")
@@ -45,13 +46,14 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @format_option()
 @click.pass_context
-def query_cmd(ctx, index_name, queries, run, encoder, weights, scope, scorers, skip_missing_identities,
+def query_cmd(ctx, index_name, queries, run, encoder, weights, scope, scorers, scorer_options, skip_missing_identities,
               skip_unreadable, top_k, seed, device, batch_size, workers, overwrite, fmt) -> None:
     """Rank generated images against an index; store per-query results; print the summary."""
     res = api.run_query(index_name, queries, run=run, workspace=ctx.obj["workspace"], encoder=encoder,
                         weights=weights, scope=scope, scorers=scorers, skip_missing_identities=skip_missing_identities,
                         skip_unreadable=skip_unreadable, top_k_store=top_k, seed=seed, device=device,
-                        batch_size=batch_size, workers=workers, overwrite=overwrite)
+                        batch_size=batch_size, workers=workers, overwrite=overwrite,
+                        scorer_options=parse_options(scorer_options))
     print_run(res, fmt)
 
 
@@ -85,13 +87,15 @@ def export_cmd(ctx, run, out) -> None:
 @cli.command("score")
 @click.option("--run", required=True)
 @click.option("--scorers", required=True, help="Comma-separated scorer names.")
+@scorer_option()
 @click.option("--device", default="auto", show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace scores a scorer already stored for this run.")
 @format_option()
 @click.pass_context
-def score_cmd(ctx, run, scorers, device, overwrite, fmt) -> None:
+def score_cmd(ctx, run, scorers, scorer_options, device, overwrite, fmt) -> None:
     """Add auxiliary scores to a stored run, then reprint its summary."""
-    api.score_run(run, scorers, workspace=ctx.obj["workspace"], device=device, overwrite=overwrite)
+    api.score_run(run, scorers, workspace=ctx.obj["workspace"], device=device, overwrite=overwrite,
+                  scorer_options=parse_options(scorer_options))
     print_run(api.report(run, workspace=ctx.obj["workspace"]), fmt)
 
 
@@ -131,6 +135,6 @@ def embed_cmd(encoder, images, out, weights, device, batch_size, workers) -> Non
 @click.pass_context
 def sql_cmd(ctx, query, fmt) -> None:
     """Run a read-only SQL query on the workspace (tables: galleries, gallery_items, indices, runs,
-    query_results, aux_scores, rankings)."""
+    query_results, aux_scores, rankings, ablations)."""
     df = api.sql(query, workspace=ctx.obj["workspace"])
     click.echo(render_rows(df.to_dict("records"), fmt, list(df.columns)))

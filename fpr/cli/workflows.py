@@ -5,21 +5,9 @@ import math
 
 import click
 
-from fpr.cli.main import cli, format_option
+from fpr.cli.main import cli, format_option, parse_options, scorer_option
 from fpr.cli.output import dumps, render_rows
 from fpr.errors import InputError
-
-
-def parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``--scorer-option clip-t.encoder=clip-vit-b-32`` (repeatable) -> dict."""
-    out: dict[str, str] = {}
-    for p in pairs:
-        if "=" not in p:
-            raise InputError(f"--scorer-option must be KEY=VALUE, got '{p}'",
-                             hint="e.g. --scorer-option copy-paste.encoder=clip-vit-b-32")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 # --------------------------------------------------------------------------- scorers
@@ -120,8 +108,7 @@ def _isna(v) -> bool:
 @click.option("--copy-to", default=None, type=click.Path(file_okay=False),
               help="Copy kept images to DIR/<group>/<identity>/ (a tree 'fpr gallery import --folder' reads).")
 @click.option("--scorers", default="", help="Extra scorers to run (those the rule names run anyway).")
-@click.option("--scorer-option", "scorer_option", multiple=True,
-              help="KEY=VALUE, e.g. clip-t.encoder=clip-vit-b-32 (repeatable).")
+@scorer_option()
 @click.option("--chunk-size", type=int, default=1000, show_default=True, help="Rows per chunk (unit of resume).")
 @click.option("--scope", type=click.Choice(["group", "all"]), default="group", show_default=True)
 @click.option("--skip-missing-identities", is_flag=True, help="Reject (instead of refusing) queries whose "
@@ -133,7 +120,7 @@ def _isna(v) -> bool:
 @click.option("--workers", type=int, default=None)
 @format_option()
 @click.pass_context
-def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_option, chunk_size, scope,
+def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,
                skip_missing_identities, restart, list_names, device, batch_size, workers, fmt) -> None:
     """Keep generated images that preserved identity (paper 5.4); streams, resumes after a kill."""
     from fpr.eval.filter import describe_variables, filter_queries
@@ -149,7 +136,7 @@ def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, 
     res = filter_queries(index_name, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
                          chunk_size=chunk_size, workspace=ctx.obj["workspace"], scope=scope,
                          skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
-                         workers=workers, scorer_options=parse_options(scorer_option), restart=restart)
+                         workers=workers, scorer_options=parse_options(scorer_options), restart=restart)
     if fmt == "json":
         click.echo(dumps({**res.as_row(), "scorers": res.scorers, "reasons": res.reasons}))
         return

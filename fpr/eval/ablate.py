@@ -65,12 +65,8 @@ DESIGNS = ("one-at-a-time", "grid")
 BASELINE = {"per_identity": 10, "identities": 10, "sampling": "random"}
 FACTORS = ("per_identity", "identities", "sampling")
 
-TABLE_SQL = """CREATE TABLE IF NOT EXISTS ablations (
-    ablation VARCHAR, variant VARCHAR, gallery VARCHAR, encoder VARCHAR, per_identity INTEGER,
-    identities INTEGER, sampling VARCHAR, "repeat" INTEGER, seed INTEGER, method VARCHAR,
-    oracle_map DOUBLE, oracle_sim DOUBLE, oracle_n INTEGER, generated_map DOUBLE, generated_sim DOUBLE,
-    generated_n INTEGER, gallery_images INTEGER, params JSON, created_at TIMESTAMP DEFAULT current_timestamp,
-    PRIMARY KEY (ablation, variant, "repeat", method))"""
+# The ablations table is part of the workspace schema (fpr/store.py).
+
 
 COLUMNS = ["ablation", "variant", "gallery", "encoder", "per_identity", "identities", "sampling", "repeat", "seed",
            "method", "oracle_map", "oracle_sim", "oracle_n", "generated_map", "generated_sim", "generated_n",
@@ -198,7 +194,6 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     ws = Workspace.open(workspace)
     if store and not overwrite and ws.exists:
         with ws.write() as con:
-            con.execute(TABLE_SQL)
             if con.execute("SELECT 1 FROM ablations WHERE ablation = ?", [name]).fetchone():
                 raise ConflictError(f"ablation '{name}' already exists", hint="choose another --run-prefix or pass "
                                                                                 "--overwrite")
@@ -270,7 +265,6 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
                              if not isinstance(queries, pd.DataFrame) else "dataframe",
                              "baseline": base.id, "weights_checksum": enc.weights.checksum})
         with ws.write() as con:
-            con.execute(TABLE_SQL)
             if con.execute("SELECT 1 FROM ablations WHERE ablation = ?", [name]).fetchone():
                 if not overwrite:
                     raise ConflictError(f"ablation '{name}' already exists", hint="pass --overwrite")

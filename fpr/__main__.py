@@ -1,0 +1,4 @@
+"""``python -m fpr`` is the ``fpr`` command."""
+from fpr.cli.main import main
+
+main()
