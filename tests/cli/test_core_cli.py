@@ -226,3 +226,20 @@ def test_debug_shows_traceback(flow):
     ws, _ = flow
     res = CliRunner().invoke(cli, ["--workspace", str(ws), "--debug", "report", "--run", "nope"], obj={})
     assert res.exit_code != 0 and res.exception is not None
+
+
+def test_scorer_option_must_be_key_value(flow):
+    ws, queries = flow
+    assert_one_line_error(run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--scorers",
+                              "copy-paste", "--scorer-option", "nonsense", ok=False), "KEY=VALUE")
+
+
+def test_unknown_scorer_lists_valid_ones(flow):
+    ws, queries = flow
+    assert_one_line_error(run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--scorers",
+                              "nope", ok=False), "unknown scorer 'nope'", "copy-paste")
+
+
+def test_python_dash_m_runs_the_cli():
+    out = subprocess.run([sys.executable, "-m", "fpr", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "query" in out.stdout
