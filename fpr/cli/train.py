@@ -1,0 +1,89 @@
+"""``fpr encoders train``: train a specialized encoder on identity-labelled images."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fpr.cli.encoders import encoders
+from fpr.cli.main import format_option
+from fpr.cli.output import dumps, render_rows
+from fpr.errors import InputError
+
+
+@encoders.command("train")
+@click.option("--source", "source", default="world", show_default=True,
+              help="'world' (the built-in world, rendered afresh every epoch) or a gallery manifest "
+                   "(CSV/Parquet: path,identity,group).")
+@click.option("--gallery", default=None, help="Train on a gallery stored in the workspace instead of --source.")
+@click.option("--id", "encoder_id", required=True, help="Encoder id to create (e.g. effnetv2-cars).")
+@click.option("--arch", default="fpr-cnn-grid", show_default=True,
+              help="fpr-cnn-grid, fpr-cnn-s, fpr-cnn, or any timm model name (e.g. efficientnetv2_rw_m).")
+@click.option("--size", type=int, default=64, show_default=True, help="Network input side in pixels.")
+@click.option("--dim", type=int, default=128, show_default=True, help="Embedding dimension.")
+@click.option("--epochs", type=int, default=20, show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--lr", type=float, default=3e-3, show_default=True)
+@click.option("--margin", type=float, default=0.1, show_default=True,
+              help="Additive cosine margin (0 = plain normalised softmax).")
+@click.option("--scale", type=float, default=24.0, show_default=True, help="Cosine-classifier scale.")
+@click.option("--pretrained", is_flag=True, help="Start a timm model from its ImageNet weights (may download).")
+@click.option("--identities", type=int, default=400, show_default=True,
+              help="World only: training identities per species.")
+@click.option("--per-identity", type=int, default=4, show_default=True,
+              help="World only: images rendered per identity and epoch.")
+@click.option("--render-size", type=int, default=96, show_default=True, help="World only: rendered image side.")
+@click.option("--val-fraction", type=float, default=0.2, show_default=True,
+              help="Manifest/gallery only: share of identities held out for validation.")
+@click.option("--steps-per-epoch", type=int, default=None, help="Cap on batches per epoch (smoke tests).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
+@click.option("--workers", type=int, default=None, help="Data loader processes (default: 1 when 2+ CPUs).")
+@click.option("--threads", type=int, default=None,
+              help="PyTorch CPU threads (default: one per CPU not used by a loader worker).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Output folder (default: the weights folder's <id>/, where the registry discovers it).")
+@click.option("--flat", is_flag=True, help="Write <out>/<id>.safetensors + <out>/<id>.json (the shipped layout).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing encoder with the same id.")
+@format_option()
+@click.pass_context
+def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_size, lr, margin, scale, pretrained,
+              identities, per_identity, render_size, val_fraction, steps_per_epoch, seed, device, workers, threads,
+              out, flat, overwrite, fmt) -> None:
+    """Train an encoder; validate by oracle mAP on held-out identities each epoch; register it by id."""
+    from fpr.encoders import train as tr
+
+    config = tr.TrainConfig(arch=arch, size=size, dim=dim, epochs=epochs, batch_size=batch_size, lr=lr,
+                            margin=margin, scale=scale, seed=seed, device=device, workers=workers,
+                            threads=threads, steps_per_epoch=steps_per_epoch, pretrained=pretrained)
+    config.check()  # bad arch etc. fail before any data is read
+    src = make_source(source, gallery, ctx.obj["workspace"], identities=identities, per_identity=per_identity,
+                      render_size=render_size, seed=seed, val_fraction=val_fraction)
+    res = tr.train(src, config, encoder_id=encoder_id, out=out, flat=flat, overwrite=overwrite,
+                   command=tr.command_line())
+    row = res.as_row()
+    click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))
+
+
+def make_source(source: str, gallery: str | None, workspace, *, identities: int, per_identity: int, render_size: int,
+                seed: int, val_fraction: float):
+    from fpr.encoders import train as tr
+
+    if gallery:
+        from fpr import api
+        from fpr.galleries.records import ImageRecord
+
+        items = api.gallery_items(gallery, workspace=workspace)
+        records = [ImageRecord(it.path, it.identity, it.group, it.role, it.content_hash) for it in items]
+        return tr.RecordsSource(records, name=f"gallery:{gallery}", seed=seed, val_fraction=val_fraction)
+    if source == "world":
+        if identities < 2 or per_identity < 1:
+            raise InputError("--identities must be >= 2 and --per-identity >= 1")
+        return tr.WorldSource(identities=identities, per_identity=per_identity, render_size=render_size, seed=seed)
+    from fpr.galleries.manifest import read_manifest
+
+    path = Path(source)
+    if not path.exists():
+        raise InputError("training source not found", where=str(path),
+                         hint="pass --source world or a manifest file (path,identity,group)")
+    return tr.RecordsSource(read_manifest(path), name=f"manifest:{path.name}", seed=seed, val_fraction=val_fraction)

@@ -1,0 +1,208 @@
+"""Rendering one image of an identity: pose, elastic warp, background, lighting, occlusion, blur, noise.
+
+All randomness comes from the ``rng`` passed in, so an image is a pure function
+of (markings, seed). :func:`sample_view` draws the nuisance parameters and
+:func:`render_view` applies them; ``paste`` re-renders a reference view's
+animal with the same pose on a new background.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+from fpr.galleries.world.patterns import CANVAS, Markings, seeded_rng, texture_rgba
+
+# Background families. "Gallery" families are the look of real photographs (gallery,
+# references, training); "novel" families are only used for generated queries, so a
+# faithful generation shows the subject in a context no real image had.
+GALLERY_FAMILIES = ("grass", "savanna", "bush", "rock", "dusk")
+NOVEL_FAMILIES = ("snow", "beach", "studio", "water")
+FAMILIES = GALLERY_FAMILIES + NOVEL_FAMILIES
+
+# family -> (colour A, colour B, blob scale in px, fine-noise strength, horizon?)
+_FAMILY_LOOK = {
+    "grass": ((0.30, 0.45, 0.18), (0.50, 0.60, 0.25), 12, 0.10, False),
+    "savanna": ((0.70, 0.60, 0.38), (0.55, 0.48, 0.28), 20, 0.06, True),
+    "bush": ((0.16, 0.26, 0.12), (0.40, 0.42, 0.22), 8, 0.12, False),
+    "rock": ((0.45, 0.43, 0.40), (0.62, 0.60, 0.56), 16, 0.08, False),
+    "dusk": ((0.55, 0.38, 0.30), (0.25, 0.20, 0.26), 24, 0.04, True),
+    "snow": ((0.92, 0.94, 0.97), (0.78, 0.82, 0.90), 20, 0.03, True),
+    "beach": ((0.86, 0.78, 0.58), (0.40, 0.62, 0.80), 30, 0.04, True),
+    "studio": ((0.60, 0.62, 0.70), (0.85, 0.85, 0.88), 48, 0.01, False),
+    "water": ((0.15, 0.35, 0.55), (0.30, 0.55, 0.70), 10, 0.05, False),
+}
+_BANK = 6  # tiles per family
+_TILE = 2  # tile side = _TILE * output size
+
+
+@lru_cache(maxsize=64)
+def _background_bank(family: str, size: int) -> tuple[np.ndarray, ...]:
+    a, b, scale, fine, horizon = _FAMILY_LOOK[family]
+    a, b = np.array(a, np.float32), np.array(b, np.float32)
+    side = size * _TILE
+    tiles = []
+    for k in range(_BANK):
+        rng = seeded_rng("background", family, size, k)
+        low = max(2, side // scale)
+        blob = Image.fromarray((rng.random((low, low)) * 255).astype(np.uint8), "L").resize((side, side),
+                                                                                             Image.BICUBIC)
+        t = np.asarray(blob, np.float32)[..., None] / 255.0
+        if horizon:
+            y = np.linspace(0, 1, side, dtype=np.float32)[:, None, None]
+            cut = rng.uniform(0.25, 0.55)
+            t = np.clip(0.45 * t + 0.55 * (y > cut), 0, 1)
+        img = a * (1 - t) + b * t
+        img = img + rng.normal(0, fine, (side, side, 1)).astype(np.float32)
+        tiles.append(np.clip(img, 0, 1).astype(np.float32))
+    return tuple(tiles)
+
+
+def background(family: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    bank = _background_bank(family, size)
+    tile = bank[int(rng.integers(len(bank)))]
+    side = tile.shape[0]
+    y, x = rng.integers(0, side - size, 2)
+    crop = tile[y:y + size, x:x + size]
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    tint = rng.uniform(0.9, 1.1, 3).astype(np.float32)
+    return crop * tint
+
+
+@dataclass(frozen=True)
+class View:
+    """The nuisance parameters of one image (everything except the markings)."""
+
+    size: int
+    angle: float  # degrees
+    scale: float  # animal canvas side / image side
+    shift: tuple[float, float]  # fraction of the image side
+    persp: tuple[float, float]
+    mesh: tuple  # elastic offsets of the inner mesh vertices, canvas pixels
+    family: str
+    bg_seed: int
+    light: tuple  # (brightness, gradient, direction, r, g, b)
+    occlusion: tuple | None  # (cx, cy, rx, ry, angle, r, g, b) in image fractions / colour
+    blur: float
+    noise: float
+    noise_seed: int
+
+
+_OCCLUDER_COLOURS = np.array([[0.25, 0.38, 0.15], [0.40, 0.30, 0.18], [0.35, 0.33, 0.30], [0.18, 0.25, 0.10]])
+MESH = 4  # the elastic warp is piecewise projective over MESH x MESH cells
+
+
+def sample_view(rng: np.random.Generator, size: int, families=GALLERY_FAMILIES, *, occlusion_p: float = 0.4,
+                strength: float = 1.0) -> View:
+    """Draw nuisance parameters; ``strength`` scales pose/warp ranges (1 = the default world)."""
+    s = strength
+    mesh = tuple(float(v) for v in rng.normal(0, 2.2 * s, (MESH + 1) * (MESH + 1) * 2))
+    occ = None
+    if rng.random() < occlusion_p:
+        occ = (float(rng.uniform(0.2, 0.8)), float(rng.uniform(0.3, 0.9)), float(rng.uniform(0.06, 0.16)),
+               float(rng.uniform(0.12, 0.35)), float(rng.uniform(-30, 30)),
+               *(float(c) for c in _OCCLUDER_COLOURS[int(rng.integers(len(_OCCLUDER_COLOURS)))]
+                                * rng.uniform(0.8, 1.2)))
+    return View(
+        size=size,
+        angle=float(rng.uniform(-18, 18) * s),
+        scale=float(rng.uniform(0.78, 1.05)),
+        shift=(float(rng.uniform(-0.08, 0.08) * s), float(rng.uniform(-0.08, 0.08) * s)),
+        persp=(float(rng.uniform(-0.25, 0.25) * s), float(rng.uniform(-0.15, 0.15) * s)),
+        mesh=mesh,
+        family=str(families[int(rng.integers(len(families)))]),
+        bg_seed=int(rng.integers(2 ** 31)),
+        light=(float(rng.uniform(0.75, 1.2)), float(rng.uniform(0, 0.35)), float(rng.uniform(0, 2 * np.pi)),
+               *(float(c) for c in rng.uniform(0.92, 1.08, 3))),
+        occlusion=occ,
+        blur=float(rng.uniform(0.0, 0.9)),
+        noise=float(rng.uniform(0.0, 0.035)),
+        noise_seed=int(rng.integers(2 ** 31)),
+    )
+
+
+def _homography(v: View) -> np.ndarray:
+    """3x3 map from output pixel coordinates to canvas coordinates."""
+    size = v.size
+    # canvas -> output: centre, scale, rotate, mild perspective, shift.
+    k = size / CANVAS / v.scale
+    th = np.deg2rad(v.angle)
+    c, s = np.cos(th), np.sin(th)
+    C = np.array([[1, 0, -CANVAS / 2], [0, 1, -CANVAS / 2], [0, 0, 1]], np.float64)
+    R = np.array([[k * c, -k * s, 0], [k * s, k * c, 0], [0, 0, 1]], np.float64)
+    Pm = np.array([[1, 0, 0], [0, 1, 0], [v.persp[0] / size, v.persp[1] / size, 1]], np.float64)
+    T = np.array([[1, 0, size / 2 + v.shift[0] * size], [0, 1, size / 2 + v.shift[1] * size], [0, 0, 1]],
+                 np.float64)
+    fwd = T @ Pm @ R @ C
+    return np.linalg.inv(fwd)
+
+
+def _mesh_data(v: View) -> list:
+    size = v.size
+    H = _homography(v)
+    g = np.linspace(0, size, MESH + 1)
+    gx, gy = np.meshgrid(g, g)
+    pts = np.stack([gx.ravel(), gy.ravel(), np.ones(gx.size)])
+    src = H @ pts
+    src = (src[:2] / src[2]).T.reshape(MESH + 1, MESH + 1, 2)
+    src = src + np.asarray(v.mesh, np.float64).reshape(MESH + 1, MESH + 1, 2)
+    data = []
+    for i in range(MESH):
+        for j in range(MESH):
+            box = (int(round(g[j])), int(round(g[i])), int(round(g[j + 1])), int(round(g[i + 1])))
+            ul, ll, lr, ur = src[i, j], src[i + 1, j], src[i + 1, j + 1], src[i, j + 1]
+            data.append((box, (*ul, *ll, *lr, *ur)))
+    return data
+
+
+def animal_layer(markings: Markings, v: View) -> np.ndarray:
+    """The posed animal as float32 RGBA (size, size, 4) in [0, 1]."""
+    tex = texture_rgba(markings)
+    out = tex.transform((v.size, v.size), Image.MESH, _mesh_data(v), resample=Image.BILINEAR)
+    return np.asarray(out, np.float32) / 255.0
+
+
+def compose(layer: np.ndarray, v: View) -> Image.Image:
+    size = v.size
+    rng = np.random.default_rng(v.bg_seed)
+    bg = background(v.family, size, rng)
+    alpha = layer[..., 3:4]
+    img = bg * (1 - alpha) + layer[..., :3] * alpha
+    if v.occlusion is not None:
+        cx, cy, rx, ry, ang, r, g, b = v.occlusion
+        m = Image.new("L", (size, size), 0)
+        d = ImageDraw.Draw(m)
+        d.ellipse([(cx - rx) * size, (cy - ry) * size, (cx + rx) * size, (cy + ry) * size], fill=255)
+        m = np.asarray(m.rotate(ang, center=(cx * size, cy * size)), np.float32)[..., None] / 255.0
+        img = img * (1 - m) + np.array([r, g, b], np.float32) * m
+    bright, grad, direction, lr, lg, lb = v.light
+    lin = np.linspace(-0.5, 0.5, size, dtype=np.float32)
+    ramp = np.cos(direction) * lin[None, :] + np.sin(direction) * lin[:, None]
+    img = img * (bright * (1 + grad * ramp))[..., None] * np.array([lr, lg, lb], np.float32)
+    if v.noise > 0:
+        nrng = np.random.default_rng(v.noise_seed)
+        img = img + nrng.standard_normal((size, size, 1), dtype=np.float32) * v.noise
+    out = Image.fromarray((np.clip(img, 0, 1) * 255 + 0.5).astype(np.uint8), "RGB")
+    if v.blur > 0.15:
+        out = out.filter(ImageFilter.GaussianBlur(v.blur))
+    return out
+
+
+def render_view(markings: Markings, v: View) -> Image.Image:
+    return compose(animal_layer(markings, v), v)
+
+
+def paste_view(ref_view: View, rng: np.random.Generator, families=NOVEL_FAMILIES) -> View:
+    """A reference view's animal, cut out (no occluder) and pasted on a new background with little change."""
+    return replace(
+        ref_view,
+        shift=(ref_view.shift[0] + float(rng.uniform(-0.03, 0.03)), ref_view.shift[1] + float(rng.uniform(-0.03, 0.03))),
+        scale=ref_view.scale * float(rng.uniform(0.97, 1.03)),
+        family=str(families[int(rng.integers(len(families)))]),
+        bg_seed=int(rng.integers(2 ** 31)),
+        occlusion=None,
+        noise_seed=int(rng.integers(2 ** 31)),
+    )

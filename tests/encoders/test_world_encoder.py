@@ -1,0 +1,46 @@
+"""The shipped encoder fpr-world-v1: registered, loads from the package, embeds (dim, unit norm), documented."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fpr.encoders import registry
+from fpr.encoders.world import WORLD_ENCODER_ID, shipped_card
+
+
+def test_shipped_encoder_is_registered_and_available():
+    spec = registry.get_spec(WORLD_ENCODER_ID)
+    assert spec.family == "builtin-cnn" and spec.weights.kind == "package"
+    row = registry.describe(spec)
+    assert row["status"] == "available" and row["found_in"] == "package"
+
+
+def test_shipped_card_documents_its_reproduction():
+    card = shipped_card()
+    assert card is not None and card["id"] == WORLD_ENCODER_ID
+    assert card["command"].startswith("fpr encoders train") and "--id fpr-world-v1" in card["command"]
+    assert card["seed"] == 0 and card["training_data"]["name"] == "world"
+    assert card["metrics"]["val_map"] is not None
+
+
+def test_shipped_encoder_embeds_unit_vectors():
+    from fpr.galleries.world import render_identity
+
+    enc = registry.load_encoder(WORLD_ENCODER_ID, device="cpu")
+    imgs = [render_identity(sp, 7, k, size=96) for sp in ("zebra", "leopard", "giraffe") for k in range(2)]
+    x = torch.stack([enc.preprocessing(im) for im in imgs])
+    v = enc.embed_batch(x)
+    assert v.shape == (6, enc.spec.dim) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    # deterministic: same input, same output
+    np.testing.assert_array_equal(v, enc.embed_batch(x))
+
+
+def test_shipped_encoder_oracle_map_on_unseen_identities():
+    from fpr.encoders.train import WorldSource, validate
+
+    enc = registry.load_encoder(WORLD_ENCODER_ID, device="cpu")
+    src = WorldSource(identities=2, val_identities=10, val_images=8)
+    res = validate(enc.model, src.validation(), enc.preprocessing, torch.device("cpu"))
+    assert res["*"] >= 0.8, res

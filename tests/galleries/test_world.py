@@ -1,0 +1,127 @@
+"""The built-in world: determinism, disjoint identities, calibrated drift, methods, siblings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fpr.errors import FprError, InputError
+from fpr.galleries import world as W
+from fpr.galleries.world import patterns as P
+
+
+def _arr(img):
+    return np.asarray(img, dtype=np.int16)
+
+
+def test_render_is_deterministic_per_seed():
+    for sp in W.SPECIES:
+        a = W.render_identity(sp, 1_000_123, "x", size=64)
+        b = W.render_identity(sp, 1_000_123, "x", size=64)
+        c = W.render_identity(sp, 1_000_123, "y", size=64)
+        assert a.size == (64, 64) and a.mode == "RGB"
+        assert np.array_equal(_arr(a), _arr(b))
+        assert not np.array_equal(_arr(a), _arr(c))
+
+
+def test_identities_differ_by_markings_only_not_by_palette():
+    a = P.base_labels("zebra", 1)
+    b = P.base_labels("zebra", 2)
+    assert not np.array_equal(a, b)
+    assert set(np.unique(a)) <= set(range(len(P.PALETTES["zebra"])))
+
+
+def test_world_is_deterministic_and_identities_disjoint():
+    cfg = W.WorldConfig(seed=3, identities=6)
+    w1, w2 = W.World(cfg), W.World(cfg)
+    assert w1.ids == w2.ids
+    assert W.World(W.WorldConfig(seed=4, identities=6)).ids != w1.ids
+    train = {i for sp in W.SPECIES for i in W.train_identities(sp, 200)}
+    val = {i for sp in W.SPECIES for i in W.val_identities(sp, 10)}
+    gallery = {i for v in w1.ids.values() for i in v}
+    generic = {i for v in w1.generic_ids.values() for i in v}
+    assert not (train & gallery) and not (train & generic) and not (val & gallery) and not (val & train)
+    assert not (gallery & generic)  # "generic" individuals are never in the gallery
+    assert all(i in W.TRAIN_RANGE for i in train) and all(i in W.EVAL_RANGE for i in gallery | generic)
+
+
+def test_check_disjoint_refuses_leaks():
+    with pytest.raises(InputError, match="leak"):
+        W.check_disjoint([1_000_005], [1_000_005])
+    with pytest.raises(InputError):
+        W.check_disjoint([5], [])  # an evaluation-range identity used for training
+    W.check_disjoint([1_000_005], [5])
+
+
+@pytest.mark.parametrize("species", W.SPECIES)
+@pytest.mark.parametrize("frac", [0.1, 0.25, 0.5])
+def test_drift_is_calibrated_by_changed_area(species, frac):
+    ref = W.Markings(species, 17)
+    seed = 20_000_001
+    drifted = ref.with_layer(seed, frac, f"t-{frac}").labels()
+    full = P.base_labels(species, seed)
+    measured = P.drift_fraction(species, ref.labels(), drifted, full)
+    assert abs(measured - frac) < 0.01, (species, frac, measured)
+    # the changed area is a few blobs, not scattered pixels
+    region = P.calibrated_region(species, ref.labels(), full, frac, P.region_field(species, f"t-{frac}"))
+    assert region.sum() > 0 and (region & ~P.body_mask(species)).sum() == 0
+
+
+def test_siblings_share_markings():
+    def changed(a, b, sp="leopard"):
+        return P.changed_pixels(sp, a.labels(), b.labels()).mean()
+
+    unrelated = changed(W.identity_markings("leopard", 1), W.identity_markings("leopard", 2))
+    sib = changed(W.identity_markings("leopard", 1, siblings=0.6, family=7),
+                  W.identity_markings("leopard", 2, siblings=0.6, family=7))
+    assert sib < 0.7 * unrelated
+
+
+def test_methods_have_ground_truth_drift_and_paste_copies_a_reference():
+    w = W.World(W.WorldConfig(seed=0, identities=2, references=2, queries=2, size=64))
+    sp, ident = "giraffe", w.ids["giraffe"][0]
+    for m in W.METHODS:
+        img, drift, ref_k = w.query_image(m, sp, ident, 1)
+        assert img.size == (64, 64)
+        assert drift == W.METHOD_DRIFT[m]
+    # paste keeps the reference animal's pixels: much closer to its reference than a faithful query is
+    ref = _arr(w.real_image(sp, ident, "reference", 1)).astype(float)
+    paste = _arr(w.query_image("paste", sp, ident, 1)[0]).astype(float)
+    faithful = _arr(w.query_image("faithful", sp, ident, 1)[0]).astype(float)
+    assert np.abs(paste - ref).mean() < np.abs(faithful - ref).mean()
+
+
+def test_world_write(tmp_path):
+    cfg = W.WorldConfig(seed=1, identities=2, gallery=2, references=1, queries=1, size=64,
+                        methods=("faithful", "paste"))
+    build = W.World(cfg).write(tmp_path / "w")
+    assert build.gallery_csv.exists() and build.queries_csv.exists()
+    roles = [r.role for r in build.records]
+    assert roles.count("reference") == 3 * 2 * 1 and roles.count("gallery") == 3 * 2 * 2
+    assert len(build.queries) == 3 * 2 * 2
+    q = build.queries[0]
+    assert {"path", "identity", "group", "method", "reference_paths", "query_id", "drift"} <= set(q)
+    for r in build.records:
+        assert r.identity.startswith(r.group + "-")
+    assert all((tmp_path / "w").rglob("*.png"))
+    # the same config renders the same bytes
+    again = W.World(cfg).write(tmp_path / "w2")
+    a = sorted(p.read_bytes() for p in (tmp_path / "w").rglob("*.png"))
+    b = sorted(p.read_bytes() for p in (tmp_path / "w2").rglob("*.png"))
+    assert a == b and len(again.records) == len(build.records)
+
+
+@pytest.mark.parametrize("kwargs", [dict(species=("unicorn",)), dict(methods=("perfect",)), dict(size=20),
+                                    dict(siblings=1.5), dict(identities=1)])
+def test_bad_world_config_is_one_line_error(kwargs):
+    with pytest.raises(FprError) as exc:
+        W.WorldConfig(**kwargs)
+    assert "\n" not in exc.value.one_line()
+
+
+def test_build_world_is_an_import_source(tmp_path):
+    from fpr import api
+
+    build = W.build_world(tmp_path / "w", identities=2, gallery=2, references=1, queries=1, species=["zebra"],
+                          methods=["faithful"])
+    info = api.import_gallery("w", build.records, workspace=tmp_path / "ws", source="world")
+    assert info.n_gallery == 4 and info.n_reference == 2 and info.n_groups == 1

@@ -1,0 +1,62 @@
+"""``fpr demo --quick`` end to end on the shipped encoder: ordering by drift, paste reported, run stored."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from fpr.cli.main import cli
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("demo") / "ws"
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick", "--format", "json"], obj={})
+    assert r.exit_code == 0, r.output
+    return ws, json.loads(r.output)
+
+
+def test_quick_demo_orders_methods_by_drift(quick_demo):
+    _, out = quick_demo
+    overall = {row["method"]: row["map"] for row in out["summary"] if row["group"] == "*"}
+    order = ["faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"]
+    assert [overall[m] for m in order] == sorted((overall[m] for m in order), reverse=True), overall
+    v = out["validity"]
+    assert v["ordering_holds"]
+    assert v["spearman_map_drift_methods"] <= -0.9
+    assert v["spearman_ap_drift_queries"] < -0.3
+
+
+def test_quick_demo_reports_paste_and_sim(quick_demo):
+    _, out = quick_demo
+    v = out["validity"]
+    assert "paste_map" in v and "paste_sim" in v
+    rows = [r for r in out["summary"] if r["method"] == "paste"]
+    assert rows and all(r["sim"] is not None for r in rows)
+    groups = {r["group"] for r in out["summary"]}
+    assert groups == {"zebra", "leopard", "giraffe", "*"}
+    assert all(r["map_lo"] <= r["map"] <= r["map_hi"] for r in out["summary"])
+
+
+def test_demo_run_is_stored_like_any_run(quick_demo):
+    ws, out = quick_demo
+    runner = CliRunner()
+    r = runner.invoke(cli, ["--workspace", str(ws), "report", "--run", out["run"], "--format", "json"], obj={})
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.output)
+    assert {row["method"] for row in again["summary"]} == {row["method"] for row in out["summary"]}
+    r = runner.invoke(cli, ["--workspace", str(ws), "sql",
+                            "SELECT count(*) AS n FROM query_results WHERE run_id = '" + out["run"] + "'",
+                            "--format", "json"], obj={})
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)[0]["n"] == sum(row["n_queries"] for row in out["summary"] if row["group"] == "*")
+
+
+def test_demo_table_output(tmp_path):
+    r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "demo", "--quick", "--seed", "1",
+                                 "--out", str(tmp_path / "imgs")], obj={})
+    assert r.exit_code == 0, r.output
+    assert "mAP [95% CI]" in r.output and "Sim [95% CI]" in r.output
+    assert "Spearman" in r.output and "paste" in r.output
+    assert (tmp_path / "imgs" / "queries.csv").exists()
