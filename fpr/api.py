@@ -307,10 +307,11 @@ def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
         missing = [c for c in QUERY_COLUMNS if c not in df.columns]
         if missing:
             raise InputError(f"queries lack required column(s) {', '.join(missing)}")
-        df = df.astype(object).where(df.notna(), "")
-        for c in df.columns:
-            if c != "reference_paths" or not df[c].map(lambda v: isinstance(v, (list, tuple))).any():
-                df[c] = df[c].map(str)
+        # Label and path columns become text; extra columns (e.g. a numeric ground truth) keep their type.
+        for c in [c for c in (*QUERY_COLUMNS, "query_id", "prompt", "reference_paths") if c in df.columns]:
+            if c == "reference_paths" and df[c].map(lambda v: isinstance(v, (list, tuple))).any():
+                continue
+            df[c] = df[c].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v))
     else:
         p = Path(queries)
         df = read_table(p, required=QUERY_COLUMNS, what="queries file")

@@ -243,3 +243,14 @@ def test_unknown_scorer_lists_valid_ones(flow):
 def test_python_dash_m_runs_the_cli():
     out = subprocess.run([sys.executable, "-m", "fpr", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "query" in out.stdout
+
+
+def test_dataframe_queries_keep_extra_column_types(flow):
+    from fpr import api
+
+    ws, queries = flow
+    df = pd.read_csv(queries)
+    df["drift"] = np.linspace(0, 1, len(df))
+    res = api.run_query("g-pixels-16", df, run="df", workspace=ws)
+    assert res.per_query["drift"].dtype.kind == "f"
+    np.testing.assert_allclose(res.per_query["drift"].to_numpy(), df["drift"].to_numpy())
