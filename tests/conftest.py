@@ -38,12 +38,16 @@ def write_image(path: Path, seed: int, size: int = 48, mode: str = "RGB") -> Pat
     return path
 
 
-@pytest.fixture
-def tiny_tree(tmp_path) -> Path:
-    """folder tree group/identity/img: 2 groups x 3 identities x 4 images, identity-correlated colours."""
-    root = tmp_path / "tree"
-    for g, group in enumerate(("cats", "dogs")):
-        for i in range(3):
-            for k in range(4):
+def make_tree(root: Path, identities: int, images: int, groups: tuple[str, ...] = ("cats", "dogs")) -> Path:
+    """A folder tree group/identity/k.png of seeded noise images (seed = 1000*group + 10*identity + k)."""
+    for g, group in enumerate(groups):
+        for i in range(identities):
+            for k in range(images):
                 write_image(root / group / f"{group}-{i}" / f"{k}.png", seed=1000 * g + 10 * i + k)
     return root
+
+
+@pytest.fixture
+def tiny_tree(tmp_path) -> Path:
+    """folder tree group/identity/img: 2 groups x 3 identities x 4 images."""
+    return make_tree(tmp_path / "tree", identities=3, images=4)

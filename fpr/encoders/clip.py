@@ -112,7 +112,7 @@ def _load_checkpoint(model: torch.nn.Module, path: Path, encoder_id: str) -> Non
     """open_clip's checkpoint loader (format conversions included), strict, reported as one line."""
     import open_clip
 
-    from fpr.encoders.weights import _names
+    from fpr.encoders.weights import key_mismatch_error
 
     if Path(path).suffix not in (".safetensors", ".bin", ".pt", ".pth"):
         raise InputError(f"unsupported weights file type for encoder '{encoder_id}'", where=str(path),
@@ -130,13 +130,8 @@ def _load_checkpoint(model: torch.nn.Module, path: Path, encoder_id: str) -> Non
     missing = sorted(getattr(incompatible, "missing_keys", []) or [])
     unexpected = sorted(getattr(incompatible, "unexpected_keys", []) or [])
     if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing key(s): {_names(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected key(s): {_names(unexpected)}")
-        raise ConflictError(f"weights do not match encoder '{encoder_id}': " + "; ".join(parts), where=str(path),
-                            hint="check that the weights and open_clip_config.json belong together")
+        raise key_mismatch_error(encoder_id, path, missing, unexpected,
+                                 hint="check that the weights and open_clip_config.json belong together")
 
 
 def _unreadable(path: Path, encoder_id: str, exc: Exception) -> InputError:

@@ -423,6 +423,20 @@ def _names(keys: list[str], limit: int = 6) -> str:
     return shown + (f", ... (+{len(keys) - limit})" if len(keys) > limit else "")
 
 
+def key_mismatch_error(encoder_id: str, where, missing: list[str], unexpected: list[str],
+                       shapes: list[str] = (), *, hint: str) -> ConflictError:
+    """One line naming the keys a checkpoint lacks, has in excess, or has with the wrong shape."""
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s): {_names(missing)}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected key(s): {_names(unexpected)}")
+    if shapes:
+        parts.append(f"{len(shapes)} shape mismatch(es): {_names(list(shapes), 3)}")
+    return ConflictError(f"weights do not match encoder '{encoder_id}': " + "; ".join(parts), where=str(where),
+                         hint=hint)
+
+
 def load_strict(module, state: dict, *, encoder_id: str, where: str | Path) -> None:
     """``module.load_state_dict`` that fails as one line naming missing, unexpected and mis-shaped keys."""
     own = module.state_dict()
@@ -431,13 +445,6 @@ def load_strict(module, state: dict, *, encoder_id: str, where: str | Path) -> N
     shapes = sorted(f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}" for k in own
                     if k in state and hasattr(state[k], "shape") and tuple(state[k].shape) != tuple(own[k].shape))
     if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing key(s): {_names(missing)}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected key(s): {_names(unexpected)}")
-        if shapes:
-            parts.append(f"{len(shapes)} shape mismatch(es): {_names(shapes, 3)}")
-        raise ConflictError(f"weights do not match encoder '{encoder_id}': " + "; ".join(parts), where=str(where),
-                            hint="check that the file belongs to this encoder (and its config to the weights)")
+        raise key_mismatch_error(encoder_id, where, missing, unexpected, shapes,
+                                 hint="check that the file belongs to this encoder (and its config to the weights)")
     module.load_state_dict(state, strict=True)

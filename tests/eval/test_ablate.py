@@ -14,17 +14,13 @@ from fpr.encoders.embed import EMBED_STATS
 from fpr.errors import ConflictError, InputError
 from fpr.eval.ablate import Variant, ablate, plan_variants
 from fpr.galleries.curate import GallerySpec
-from tests.conftest import write_image
+from tests.conftest import make_tree, write_image
 
 
 @pytest.fixture
 def setup(tmp_path, workspace):
     """2 groups x 4 identities x (2 references + 8 pool images); 24 generated images."""
-    tree = tmp_path / "tree"
-    for g, group in enumerate(("cats", "dogs")):
-        for i in range(4):
-            for k in range(10):
-                write_image(tree / group / f"{group}-{i}" / f"{k}.png", seed=1000 * g + 10 * i + k)
+    tree = make_tree(tmp_path / "tree", identities=4, images=10)
     api.import_gallery("pets", api.read_folder(tree), GallerySpec(references_per_identity=2), workspace=workspace)
     rows = []
     for j in range(24):

@@ -20,7 +20,7 @@ from fpr.encoders.embed import EMBED_STATS
 from fpr.errors import InputError
 from fpr.eval.filter import filter_queries
 from fpr.galleries.curate import GallerySpec
-from tests.conftest import write_image
+from tests.conftest import make_tree, write_image
 
 INDEX = "pets-pixels-16"
 
@@ -28,11 +28,7 @@ INDEX = "pets-pixels-16"
 @pytest.fixture
 def setup(tmp_path, workspace):
     """A 2-group x 3-identity gallery (2 references + 4 gallery images each) and 30 generated images."""
-    tree = tmp_path / "tree"
-    for g, group in enumerate(("cats", "dogs")):
-        for i in range(3):
-            for k in range(6):
-                write_image(tree / group / f"{group}-{i}" / f"{k}.png", seed=1000 * g + 10 * i + k)
+    tree = make_tree(tmp_path / "tree", identities=3, images=6)
     api.import_gallery("pets", api.read_folder(tree), GallerySpec(references_per_identity=2), workspace=workspace)
     api.build_index("pets", "pixels-16", workspace=workspace)
     rows = []
