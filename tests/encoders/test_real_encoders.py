@@ -71,14 +71,20 @@ def test_clip_and_bioclip_load_local_dir_snapshot_with_text_tower(open_clip_snap
         _assert_unit_rows(enc.embed_text(["a photo of a sparrow", "a tern"]), 32)
 
 
-def test_clip_loads_a_bare_weights_file_and_bin_layout(open_clip_snapshot, tmp_path):
-    # open_clip_pytorch_model.bin (the .bin layout) in a folder of its own, with its config
+def _as_bin_layout(snapshot, folder, config: str, safetensors_name: str, bin_name: str):
+    """The same weights re-saved as a pickled .bin beside a copy of the config (the older published layout)."""
     from safetensors.torch import load_file
 
-    folder = tmp_path / "bin"
     folder.mkdir()
-    (folder / "open_clip_config.json").write_text((open_clip_snapshot / "open_clip_config.json").read_text())
-    torch.save(load_file(str(open_clip_snapshot / "open_clip_model.safetensors")), folder / "open_clip_pytorch_model.bin")
+    (folder / config).write_text((snapshot / config).read_text())
+    torch.save(load_file(str(snapshot / safetensors_name)), folder / bin_name)
+    return folder
+
+
+def test_clip_loads_a_bare_weights_file_and_bin_layout(open_clip_snapshot, tmp_path):
+    # open_clip_pytorch_model.bin (the .bin layout) in a folder of its own, with its config
+    folder = _as_bin_layout(open_clip_snapshot, tmp_path / "bin", "open_clip_config.json",
+                            "open_clip_model.safetensors", "open_clip_pytorch_model.bin")
     enc = _encoder("clip-vit-b-32", folder, 32)
     assert enc.weights.path.name == "open_clip_pytorch_model.bin"
     _assert_unit_rows(enc.embed_batch(_images(enc.spec)), 32)
@@ -215,12 +221,7 @@ def test_miewid_hf_snapshot_loads_strict_and_embeds(miewid_snapshot):
 
 
 def test_miewid_pytorch_model_bin_layout(miewid_snapshot, tmp_path):
-    from safetensors.torch import load_file
-
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    (folder / "config.json").write_text((miewid_snapshot / "config.json").read_text())
-    torch.save(load_file(str(miewid_snapshot / "model.safetensors")), folder / "pytorch_model.bin")
+    folder = _as_bin_layout(miewid_snapshot, tmp_path / "bin", "config.json", "model.safetensors", "pytorch_model.bin")
     enc = _encoder("miewid-msv2", folder, 1024)
     assert enc.weights.path.name == "pytorch_model.bin"
 
