@@ -11,9 +11,29 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from fpr.store.schema import per_query_metrics
+
 N_BOOT = 1000
-METRIC_COLUMNS = {"map": "ap", "cmc@1": "cmc1", "cmc@5": "cmc5", "cmc@10": "cmc10", "minp": "inp", "sim": "sim"}
-CI_METRICS = ("map", "sim")
+# summary name -> per-query column, and which carry an interval: from the store's declaration
+METRIC_COLUMNS = {c.metric.summary: c.name for c in per_query_metrics() if c.metric.summary}
+CI_METRICS = tuple(c.metric.summary for c in per_query_metrics() if c.metric.summary and c.metric.interval)
+
+
+def aux_columns(aux: pd.DataFrame | None) -> list[str]:
+    """``scorer.metric`` names of a long auxiliary-scores table."""
+    if aux is None or aux.empty:
+        return []
+    return sorted({f"{s}.{m}" for s, m in zip(aux["scorer"], aux["metric"])})
+
+
+def with_aux(per_query: pd.DataFrame, aux: pd.DataFrame | None) -> pd.DataFrame:
+    """Per-query rows with one column per ``scorer.metric`` (joined on the query id)."""
+    if aux is None or aux.empty:
+        return per_query
+    wide = aux.assign(col=aux["scorer"] + "." + aux["metric"]).pivot_table(
+        index="query_id", columns="col", values="value", aggfunc="first", dropna=False)
+    wide.columns = [str(c) for c in wide.columns]
+    return per_query.merge(wide, left_on="query_id", right_index=True, how="left")
 
 
 def _rng(seed: int, *keys: str) -> np.random.Generator:
