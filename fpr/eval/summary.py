@@ -14,9 +14,16 @@ import pandas as pd
 from fpr.store.schema import per_query_metrics
 
 N_BOOT = 1000
-# summary name -> per-query column, and which carry an interval: from the store's declaration
-METRIC_COLUMNS = {c.metric.summary: c.name for c in per_query_metrics() if c.metric.summary}
-CI_METRICS = tuple(c.metric.summary for c in per_query_metrics() if c.metric.summary and c.metric.interval)
+
+
+def metric_columns() -> dict[str, str]:
+    """Summary name -> per-query column, from the store's declaration of ``query_results``."""
+    return {c.metric.summary: c.name for c in per_query_metrics() if c.metric.summary}
+
+
+def interval_metrics() -> tuple[str, ...]:
+    """Summary names that carry a bootstrap 95% interval."""
+    return tuple(c.metric.summary for c in per_query_metrics() if c.metric.summary and c.metric.interval)
 
 
 def aux_columns(aux: pd.DataFrame | None) -> list[str]:
@@ -65,9 +72,10 @@ def _mean(x: pd.Series) -> float:
 
 def _row(method: str, group: str, df: pd.DataFrame, seed: int, aux_cols: list[str]) -> dict:
     row: dict = {"method": method, "group": group, "n_queries": int(len(df))}
-    for name, col in METRIC_COLUMNS.items():
+    with_interval = interval_metrics()
+    for name, col in metric_columns().items():
         row[name] = _mean(df[col]) if col in df else float("nan")
-        if name in CI_METRICS and col in df:
+        if name in with_interval and col in df:
             lo, hi = bootstrap_ci(df[col].to_numpy(dtype=np.float64), seed=seed, key=(name, method, group))
             row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
     for col in aux_cols:
