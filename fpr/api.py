@@ -51,6 +51,7 @@ __all__ = [
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "read_queries", "report", "load_run", "list_runs", "export_run", "delete_run",
     "embed", "sql", "compare", "score_run", "ablate", "filter_queries", "galleries_from_source",
+    "build_preset_gallery",
     "training_source", "train_encoder",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
 ]
@@ -168,6 +169,19 @@ def delete_gallery(name: str, *, workspace: str | Path | None = None, force: boo
                             hint="delete those first, or pass --force (they stay, but can no longer be rebuilt)")
     db.delete_gallery(ws, name)
     return {"deleted": name, **deps}
+
+
+def build_preset_gallery(preset: str, root: str | Path, *, name: str | None = None, seed: int = 0,
+                         sampling: str = "random", encoder: str | None = None, workspace: str | Path | None = None,
+                         overwrite: bool = False) -> GalleryInfo:
+    """A dataset preset (e.g. ``cub-paper``) read from its official folder layout, curated and stored."""
+    from fpr.galleries.datasets.presets import build_preset
+
+    result = build_preset(preset, root, seed=seed, sampling=sampling)
+    for note in result.notes:
+        progress.log(f"{preset}: {note}")
+    return import_gallery(name or result.default_gallery, result.records, result.spec, workspace=workspace,
+                          encoder=encoder, source=f"preset:{preset}:{root}", overwrite=overwrite)
 
 
 def galleries_from_source(manifest: str | Path | None = None, folder: str | Path | None = None
