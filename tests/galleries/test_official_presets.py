@@ -142,6 +142,7 @@ def test_cars_official_on_the_hugging_face_copy(tmp_path):
     for lab in LABELS:
         assert by[lab] == {"gallery": list(range(10)), "reference": list(range(10, 20))}
     assert len(res.records) == 300
+    assert not any("differently" in n for n in res.notes)
     # image bytes are written unchanged, once
     first = next(r for r in res.records if r.extra["label"] == 1 and r.role == "gallery")
     assert Path(first.path).read_bytes() == _png_bytes(1)

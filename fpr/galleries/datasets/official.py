@@ -178,6 +178,10 @@ def _cars_from_hf(root: Path, labels: dict[int, str]) -> tuple[list[ImageRecord]
         frames = [pd.read_parquet(f, columns=["label"]) for f in files]
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"unreadable parquet split ({type(exc).__name__}: {exc})", where=str(files[0])) from None
+    differ = [f"{lab}: {names[lab]} (documented: {labels[lab]})" for lab in labels if lab in names
+              and names[lab] != labels[lab]]
+    if differ:
+        notes.append("this copy's class list names label(s) differently: " + "; ".join(differ))
     out_dir = root / "fpr-images" / CARS_SPLIT
     records: list[ImageRecord] = []
     for f, frame in zip(files, frames):
