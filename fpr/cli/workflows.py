@@ -84,6 +84,15 @@ def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, samplin
     from fpr.eval.ablate import ablate
 
     if protocol == "official":
+        from click.core import ParameterSource
+
+        unused = [f"--{p.replace('_', '-')}" for p in ("per_identity", "identities", "sampling", "repeats", "design",
+                                                       "plot", "raw")
+                  if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
+        if unused:
+            raise InputError(f"{', '.join(unused)} not used by --protocol official",
+                             hint="the official protocol runs the released grid: choose it with --settings NxM,... "
+                                  "and --selection kmeans,random")
         _ablate_official(ctx, gallery, encoder, queries, settings, selection, cluster_encoder, cluster_weights,
                          seed, name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt)
         return

@@ -158,3 +158,6 @@ def test_official_cli(setup):
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "ablate", "--protocol", "official", "--gallery", "zebras",
                                  "--encoder", "pixels-16", "--settings", "0x5"])
     assert r.exit_code == 2 and "Traceback" not in r.output
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "ablate", "--protocol", "official", "--gallery", "zebras",
+                                 "--encoder", "pixels-16", "--per-identity", "1,5"])
+    assert r.exit_code == 2 and "--per-identity not used by --protocol official" in r.output
