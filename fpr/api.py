@@ -29,6 +29,7 @@ from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
 from fpr.eval.ablate import ablate
+from fpr.eval.ablate_official import ablate_official
 from fpr.eval.filter import filter_queries
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
@@ -50,7 +51,7 @@ __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "read_queries", "report", "load_run", "list_runs", "export_run", "delete_run",
-    "embed", "sql", "compare", "score_run", "ablate", "filter_queries", "galleries_from_source",
+    "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
     "build_preset_gallery",
     "training_source", "train_encoder",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
