@@ -317,10 +317,19 @@ class RunResult:
     n_skipped: int = 0
     skipped_reasons: dict = field(default_factory=dict)
 
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+        if "sim_source" not in self.per_query:
+            return {}
+        counts = self.per_query["sim_source"].dropna().value_counts()
+        return {str(k): int(v) for k, v in counts.sort_index().items()}
+
     def as_json(self) -> dict:
         return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
                 "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
-                "skipped": self.skipped_reasons, "provenance": self.provenance}
+                "skipped": self.skipped_reasons, "sim_definition": self.sim_definition,
+                "provenance": self.provenance}
 
 
 def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:

@@ -38,3 +38,25 @@ def test_dreambooth_and_single_reference_sim(tmp_path, workspace):
     assert sim["dreambooth"] == pytest.approx(float((rv @ qv[0]).mean()), abs=1e-6)
     assert sim["ip_adapter"] == pytest.approx(float(rv[1] @ qv[1]), abs=1e-6)
     assert sim["dreambooth"] != pytest.approx(float(rv[1] @ qv[0]), abs=1e-3)  # the two conventions differ
+
+
+def test_report_names_the_sim_definition(tmp_path, tiny_tree):
+    from click.testing import CliRunner
+
+    from fpr import api
+    from fpr.cli.main import cli
+
+    ws = tmp_path / "ws"
+    api.import_gallery("g", api.read_folder(tiny_tree), api.GallerySpec(references_per_identity=1), workspace=ws)
+    api.build_index("g", "pixels-16", workspace=ws)
+    one = sorted(tiny_tree.glob("cats/cats-0/*.png"))
+    q = tmp_path / "q.csv"
+    q.write_text("path,identity,group,method,sim_reference,reference_paths\n"
+                 f"{one[3]},cats-0,cats,a,{one[2]},\n{one[3]},cats-0,cats,b,,{one[1]};{one[2]}\n"
+                 f"{one[3]},cats-0,cats,c,,\n")
+    res = api.run_query("g-pixels-16", q, run="r", workspace=ws)
+    assert res.per_query["sim_source"].tolist() == ["sim_reference", "reference_paths", "identity"]
+    assert res.sim_definition == {"identity": 1, "reference_paths": 1, "sim_reference": 1}
+    out = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "r"]).stdout
+    assert "Sim: mean cosine to every reference image of the query's identity" in out
+    assert "the query's own sim_reference image" in out

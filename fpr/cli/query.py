@@ -22,6 +22,10 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         return
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
     click.echo(render_rows(res.summary, "table", cols))
+    if res.sim_definition:
+        from fpr.eval.pipeline import SIM_SOURCES
+
+        click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
     if res.n_skipped:
         click.echo(f"({res.n_skipped} queries skipped; 'fpr export --run {res.run_id}' lists them with status)")
 
