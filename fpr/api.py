@@ -776,3 +776,41 @@ def ensure_ok(result: RunResult) -> RunResult:  # pragma: no cover - convenience
     if result.n_skipped:
         raise FprError(f"{result.n_skipped} queries were skipped")
     return result
+
+
+def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, truth: str | None = None, *,
+         workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
+         lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
+         truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
+         n_boot: int = 1000):
+    """Agreement of a run's per-query values with human judgments (files) or a truth column; see fpr.eval.meta."""
+    from fpr.eval import meta as _meta
+
+    if (human is None or human == [] or human == ()) == (truth is None):
+        raise InputError("give exactly one of --human FILE or --truth COLUMN",
+                         hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
+    res = load_run(run_id, workspace=workspace)
+    df = _with_aux(res.per_query, res.aux)
+    df = df[df["status"] == "ok"].reset_index(drop=True)
+    available = _meta.metric_columns(df, _aux_cols(res.aux))
+    if metrics:
+        unknown = [m for m in metrics if m not in available]
+        if unknown:
+            raise InputError(f"run '{run_id}' has no per-query value(s) {', '.join(unknown)}",
+                             hint=f"values: {', '.join(available)}")
+        available = list(metrics)
+    if truth is not None:
+        judg = _meta.truth_judgments(df, truth, lower_better=truth_lower_better, within=tuple(pair_within))
+        where = f"run {run_id} column {truth}"
+    else:
+        paths = [human] if isinstance(human, (str, Path)) else list(human)
+        judg = _meta.read_judgments(paths)
+        where = ", ".join(map(str, paths))
+        if judg.pairs.empty and not judg.ratings.empty:
+            mean = judg.ratings.groupby("query_id")["rating"].mean()
+            score = df["query_id"].astype(str).map(mean).astype(float)
+            judg.pairs = _meta.pairs_from_scores(df, score, tuple(pair_within))
+    out = _meta.agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
+                          n_boot=n_boot, where=where)
+    out.info["run"] = run_id
+    return out
