@@ -220,8 +220,11 @@ class IndexInfo:
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = 64,
-                workers: int | None = None, overwrite: bool = False) -> IndexInfo:
-    """Embed a gallery's images (cached) and write an exact inner-product FAISS index + card."""
+                workers: int | None = None, overwrite: bool = False, background: str = "keep") -> IndexInfo:
+    """Embed a gallery's images (cached) and write an exact inner-product FAISS index + card.
+
+    ``background`` (``keep`` | ``remove`` | ``remove:<segmenter>``) is part of the protocol: it is
+    recorded in the card and queries against the index get the same step."""
     start = time.perf_counter()
     name = _check_name(name or f"{gallery}-{encoder}", "index")
     ws = Workspace.open(workspace)
@@ -231,6 +234,10 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
             raise ConflictError(f"index '{name}' already exists", hint="choose another --name or pass --overwrite")
     items = gallery_items(gallery, workspace=ws.root)
     enc = load_encoder(encoder, weights=weights, device=device)
+    if background != "keep":
+        from fpr.encoders.background import with_background
+
+        enc = with_background(enc, background)
     gal = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
     res = embed_paths(enc, [it.path for it in gal + refs], batch_size=batch_size, workers=workers,
@@ -464,6 +471,9 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     if enc.weights.checksum != gi.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="pass --weights with the original file, or rebuild the index")
+    from fpr.encoders.background import background_of_key, with_background
+
+    enc = with_background(enc, background_of_key(gi.card.preprocessing))  # queries get the index's protocol
     ev = score_queries(gi, by_id, enc, qdf, scope_mask, relevant, status, skip_unreadable=skip_unreadable,
                        batch_size=batch_size, workers=workers)
     status, per_query, qvecs, ok, reasons = ev.status, ev.per_query, ev.qvecs, ev.ok, ev.reasons
