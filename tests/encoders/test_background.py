@@ -99,3 +99,16 @@ def test_index_and_queries_record_and_apply_the_step(tmp_path, workspace):
     res = api.run_query("g-rm", q, run="r", workspace=workspace)
     assert json.loads(res.provenance["preprocessing"])["background"] == "remove:grabcut"
     assert np.allclose(res.per_query["ap"], 1.0)  # a gallery image finds itself under the same protocol
+    # fpr ablate --background keep,remove: one sweep per step, labelled (Table 14)
+    qfile = tmp_path / "q.csv"
+    q.to_csv(qfile, index=False)
+    r = CliRunner().invoke(cli, ["--workspace", str(workspace), "ablate", "--gallery", "g", "--encoder", "pixels-16",
+                                 "--queries", str(qfile), "--per-identity", "all", "--identities", "all",
+                                 "--sampling", "random", "--repeats", "1", "--background", "keep,remove",
+                                 "--name", "t14", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["ablations"] == ["t14-bg-keep", "t14-bg-remove-grabcut"]
+    by_bg = {row["background"]: row for row in out["rows"] if row["method"] == "*"}  # one method: "*" only
+    assert set(by_bg) == {"keep", "remove:grabcut"}
+    assert by_bg["remove:grabcut"]["generated_map"] == pytest.approx(1.0)
