@@ -19,7 +19,7 @@ import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
 
-SCORER_MODULES = ("clip_t", "copy_paste")
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli")
 
 
 @dataclass
