@@ -18,8 +18,8 @@ from PIL import Image
 
 from fpr import progress
 from fpr.encoders.cache import EmbeddingCache
-from fpr.encoders.registry import Encoder
-from fpr.errors import InputError
+from fpr.encoders.registry import Encoder, check_batch_size, check_workers
+from fpr.errors import InputError, choices_hint
 from fpr.images import content_hash, decode_rgb, read_bytes
 
 EMBED_STATS = {"images_embedded": 0}  # process-wide counter; tests read it to prove work is not repeated
@@ -87,7 +87,15 @@ def _hash_all(paths: Sequence[str | Path]) -> tuple[list[str | None], dict[int, 
 def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = 32,
                 workers: int | None = None, cache: EmbeddingCache | None | bool = True,
                 on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
-    """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported)."""
+    """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported).
+
+    ``batch_size`` >= 1 and ``workers`` >= 0 (None: chosen by the number of images); other values are
+    one InputError, the same one the CLI prints.
+    """
+    check_batch_size(batch_size)
+    check_workers(workers)
+    if on_error not in ("raise", "skip"):
+        raise InputError(f"on_error must be 'raise' or 'skip', not {on_error!r}", hint=choices_hint(["raise", "skip"]))
     start = time.perf_counter()
     paths = [str(p) for p in paths]
     if cache is True:
@@ -158,8 +166,7 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
 
 
 def cache_for(encoder: Encoder, root: str | Path | None = None) -> EmbeddingCache:
-    meta = {"encoder": encoder.id, "weights_checksum": encoder.weights.checksum,
-            "preprocessing": encoder.preprocessing.key()}
+    meta = {k: v for k, v in encoder.provenance.items() if k != "embedding_key"}
     return EmbeddingCache(encoder.cache_key, encoder.spec.dim, root=root, meta=meta)
 
 

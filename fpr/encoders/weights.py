@@ -55,7 +55,7 @@ class WeightsSource:
 @dataclass(frozen=True)
 class ResolvedWeights:
     path: Path | None
-    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache" | "missing"
+    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache" | "missing" | "incomplete"
     checksum: str  # "sha256:<hex>" of the weights bytes (+ configs beside them), or "none"
 
     @property
@@ -233,7 +233,7 @@ def resolve_weights(encoder_id: str, source: WeightsSource, explicit: str | Path
         if hit is not None:
             return ResolvedWeights(hit, "hf-cache", _checksum(hit, source))
     if not required:
-        return ResolvedWeights(None, "missing", "missing")
+        return ResolvedWeights(None, "incomplete" if incomplete else "missing", "missing")
     if incomplete:
         raise NotFoundError(f"weights for encoder '{encoder_id}' are incomplete: missing {', '.join(incomplete)}",
                             hint=_missing_hint(encoder_id, source))

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from fpr.errors import ConflictError
+from fpr.errors import ConflictError, InputError
 from fpr.index import faiss_index as F
 
 
@@ -66,7 +66,7 @@ def test_failed_save_keeps_the_previous_index(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(F.np, "save", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InputError, match="disk full"):  # one line naming the folder, not a traceback
         F.save(gi2, tmp_path / "ix")
     monkeypatch.undo()
     back = F.load(tmp_path / "ix")
