@@ -227,8 +227,11 @@ def _read_arrays(faiss, folder: Path, card: IndexCard) -> GalleryIndex:
     try:
         index = faiss.read_index(str(path))
     except RuntimeError as exc:  # FAISS reports every read failure (truncated, not an index) as RuntimeError
-        msg = next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("Error")), "")
-        raise _Damaged("index.faiss", f"FAISS cannot read it{' (' + msg + ')' if msg else ''}") from None
+        # "Error in <C++ signature> at <file>:<line>: <reason>": keep the reason
+        first = (str(exc).splitlines() or [""])[0]
+        reason = first.split(": ", 1)[1] if first.startswith("Error in") and ": " in first else first
+        raise _Damaged("index.faiss", f"FAISS cannot read it ({reason.strip()[:160] or 'truncated or corrupt'})"
+                       ) from None
     if index.d != card.dim:
         raise _Damaged("index.faiss", f"vectors of dim {index.d} but the card says {card.dim}")
     if index.ntotal != card.n_items:
