@@ -142,6 +142,8 @@ def test_pickle_stored_under_a_safetensors_name_can_no_longer_happen(tmp_path):
     import torch
 
     torch.save({"not": torch.zeros(1)}, tmp_path / "weights.pth")
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "vit_base_patch14_dinov2",  # a tiny ViT
+                                                      "model_args": {"embed_dim": 48, "depth": 1, "num_heads": 2}}))
     one_line_error(run(tmp_path / "ws", "encoders", "import", "dinov2-vitb14", str(tmp_path / "weights.pth"),
                        ok=False), "dinov2-vitb14")
     assert not (weights_dir() / "dinov2-vitb14").exists()

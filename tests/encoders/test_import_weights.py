@@ -18,8 +18,24 @@ from safetensors.torch import load_file, save_file
 from fpr.cli.main import cli
 from fpr.encoders import weights as W
 from fpr.encoders.weights import weights_dir
-from tests.encoders.test_real_encoders import (_encoder, _images, _published_state,  # noqa: F401 (fixtures)
-                                               miewid_snapshot, open_clip_snapshot)
+from tests.encoders.test_real_encoders import _encoder, _images, _published_state, open_clip_snapshot  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def miewid_snapshot(tmp_path_factory) -> Path:
+    """The published MiewID snapshot layout (config.json + published key names) on timm's tiny test EfficientNet."""
+    from fpr.encoders.miewid import MiewIdNative
+
+    folder = tmp_path_factory.mktemp("miew") / "miewid-msv2"
+    folder.mkdir()
+    torch.manual_seed(0)
+    native = MiewIdNative("test_efficientnet").eval()
+    config = {"architectures": ["MiewIdNet"], "model_name": "test_efficientnet", "use_fc": False,
+              "loss_module": "softmax", "n_classes": 10, "model_type": "miewid"}
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: v.contiguous() for k, v in _published_state(native.state_dict()).items()},
+              str(folder / "model.safetensors"))
+    return folder
 
 
 def _cli(*args):
@@ -52,7 +68,7 @@ CASES = {  # encoder id -> (fixture, safetensors name in the snapshot, config na
     "bioclip-2": ("open_clip_snapshot", "open_clip_model.safetensors", "open_clip_config.json", 32,
                   "bioclip.pt", "state_dict"),
     "dinov2-vitb14": ("dinov2", "model.safetensors", "config.json", 48, "weights.pth", "model"),
-    "miewid-msv2": ("miewid_snapshot", "model.safetensors", "config.json", 1024, "miewid.bin", "module"),
+    "miewid-msv2": ("miewid_snapshot", "model.safetensors", "config.json", 256, "miewid.bin", "module"),
 }
 
 
@@ -78,7 +94,7 @@ def test_pth_import_converts_proves_and_embeds_like_the_original(encoder_id, req
     original = _encoder(encoder_id, snap, dim)
     x = _images(original.spec)
     if encoder_id == "miewid-msv2":
-        x = torch.nn.functional.interpolate(x, size=96)  # keep the test fast, as test_real_encoders does
+        x = torch.nn.functional.interpolate(x, size=64)  # keep the test fast (the real protocol is 440 px)
     a, b = imported.embed_batch(x), original.embed_batch(x)
     assert a.tobytes() == b.tobytes() and np.isfinite(a).all()
 
