@@ -11,8 +11,10 @@ give them: ``0o666 & ~umask`` for files and ``0o777 & ~umask`` for folders
 
 API (all take the destination path and return it):
 
-- :func:`atomic_write` ``(path, write_fn)``: ``write_fn(tmp_path)`` writes the content
+- :func:`atomic_write_path` ``(path, write_fn)``: ``write_fn(tmp_path)`` writes the content
   to ``tmp_path`` (e.g. ``df.to_parquet``); the result replaces ``path``.
+- :func:`atomic_write` ``(path, write_fn)``: the same, ``write_fn(fp)`` writing to an
+  open binary file (e.g. ``np.save(fp, arr)``).
 - :func:`atomic_write_bytes` / :func:`atomic_write_text`: the same for bytes / text.
 - :func:`atomic_write_dir` ``(folder, fill_fn)``: ``fill_fn(tmp_dir)`` fills a fresh
   folder which then replaces ``folder`` (the old one is renamed aside and removed
@@ -34,7 +36,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 from fpr.errors import InputError
 
@@ -87,7 +89,7 @@ def ensure_dir(folder: str | Path, *, hint: str | None = None) -> Path:
     return folder
 
 
-def atomic_write(path: str | Path, write_fn: Callable[[Path], object], *, hint: str | None = None) -> Path:
+def atomic_write_path(path: str | Path, write_fn: Callable[[Path], object], *, hint: str | None = None) -> Path:
     """Write ``path`` by calling ``write_fn(tmp_path)`` then renaming the temp file over ``path``."""
     path = Path(path)
     folder = ensure_dir(path.parent, hint=hint)
@@ -108,12 +110,21 @@ def atomic_write(path: str | Path, write_fn: Callable[[Path], object], *, hint: 
     return path
 
 
+def atomic_write(path: str | Path, write_fn: Callable[[IO[bytes]], object], *, hint: str | None = None) -> Path:
+    """Write ``path`` through ``write_fn(binary file)``, atomically."""
+    def to_path(tmp: Path) -> None:
+        with open(tmp, "wb") as fp:
+            write_fn(fp)
+
+    return atomic_write_path(path, to_path, hint=hint)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, *, hint: str | None = None) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_bytes(data), hint=hint)
+    return atomic_write_path(path, lambda tmp: tmp.write_bytes(data), hint=hint)
 
 
 def atomic_write_text(path: str | Path, text: str, *, hint: str | None = None) -> Path:
-    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), hint=hint)
+    return atomic_write_path(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), hint=hint)
 
 
 def new_temp_dir(dest: str | Path, *, hint: str | None = None) -> Path:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.files import atomic_write
+from fpr.files import atomic_write_path
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".tsv")
 
@@ -66,4 +66,4 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
         else:
             df.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
 
-    return atomic_write(p, write, hint="choose an output path in a writable folder")
+    return atomic_write_path(p, write, hint="choose an output path in a writable folder")

@@ -34,6 +34,8 @@ def test_files_and_folders_respect_the_umask(tmp_path, umask, mask, fmode, dmode
     assert F.current_umask() == mask
     assert mode(F.atomic_write_bytes(tmp_path / "a.bin", b"x")) == fmode
     assert mode(F.atomic_write_text(tmp_path / "b.txt", "y")) == fmode
+    assert mode(F.atomic_write(tmp_path / "c.npy", lambda fp: np.save(fp, np.arange(3)))) == fmode
+    assert np.load(tmp_path / "c.npy").tolist() == [0, 1, 2]
     from fpr.tables import write_table
 
     assert mode(write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")) == fmode
@@ -68,7 +70,7 @@ def test_replace_is_atomic_and_a_failed_write_keeps_the_old_file(tmp_path):
         raise OSError(28, "No space left on device")
 
     with pytest.raises(InputError) as err:
-        F.atomic_write(target, half)
+        F.atomic_write_path(target, half)
     msg = err.value.one_line()
     assert "No space left on device" in msg and str(tmp_path) in msg and "\n" not in msg
     assert target.read_bytes() == b"old"
@@ -80,7 +82,7 @@ def test_a_bug_in_the_writer_is_not_disguised(tmp_path):
         raise ZeroDivisionError
 
     with pytest.raises(ZeroDivisionError):
-        F.atomic_write(tmp_path / "f", bug)
+        F.atomic_write_path(tmp_path / "f", bug)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -229,19 +229,22 @@ class Encoder:
                 "preprocessing": self.preprocessing.key(), "device": self.device_class,
                 "precision": self.precision, "embedding_key": self.cache_key}
 
-    def embed_batch(self, batch: torch.Tensor) -> np.ndarray:
-        """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim).
+    def embed_batch(self, batch: torch.Tensor, *, normalize: bool = True,
+                    amp_dtype: torch.dtype | None = None) -> np.ndarray:
+        """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim); ``normalize=False``: the raw features.
 
-        On a CPU the network runs one image at a time: CPU kernels choose their blocking by
-        batch size, which changes the last bits of an image's features with its batch-mates;
-        one image per forward pass makes every embedding independent of its batch, bit for
-        bit (see docs/architecture.md, "Embedding determinism"). On CUDA the batch runs as one.
+        ``amp_dtype`` picks the CUDA autocast type (default :attr:`precision`: bfloat16 where
+        supported, else float16). On a CPU the network runs one image at a time: CPU kernels
+        choose their blocking by batch size, which changes the last bits of an image's features
+        with its batch-mates; one image per forward pass makes every embedding independent of
+        its batch, bit for bit (docs/architecture.md, "Embedding determinism"). On CUDA the
+        batch runs as one.
         """
         with torch.inference_mode():
             x = batch.to(self.device, non_blocking=True)
             if self.device.type == "cuda":
                 x = x.contiguous(memory_format=torch.channels_last)
-                dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+                dtype = amp_dtype or (torch.bfloat16 if self.precision == "bf16" else torch.float16)
                 with torch.autocast("cuda", dtype=dtype):
                     feats = self.model(x)
             elif self.device.type == "cpu" and len(x) > 1:
@@ -252,7 +255,8 @@ class Encoder:
             if feats.ndim != 2 or feats.shape[1] != self.spec.dim:
                 raise RuntimeError(f"encoder {self.id} produced shape {tuple(feats.shape)}, "
                                    f"expected (B, {self.spec.dim})")
-            feats = torch.nn.functional.normalize(feats, dim=1)
+            if normalize:
+                feats = torch.nn.functional.normalize(feats, dim=1)
         return feats.cpu().numpy().astype(np.float32, copy=False)
 
     def embed_text(self, texts: list[str]) -> np.ndarray:
