@@ -11,6 +11,7 @@ Search runs on a GPU when FAISS sees one, on the CPU otherwise.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -156,9 +157,22 @@ def _damaged(folder: Path, name: str, card: dict | None, file: str, reason: str)
                          hint=f"rebuild it with 'fpr index build {' '.join(parts)} --name {name} --overwrite'")
 
 
-def read_card(folder: Path) -> IndexCard:
-    """The card of an index folder; a damaged one is one ConflictError naming the file."""
+# A version folder (fpr/index/versions.py: indices/<name>/v<UTC time>-<hex>/) is named by its index's folder.
+_VERSION_FOLDER = re.compile(r"^v\d{8}T\d{6}-[0-9a-f]{8}$")
+
+
+def _index_name(folder: Path) -> str:
+    return folder.parent.name if _VERSION_FOLDER.match(folder.name) else folder.name
+
+
+def read_card(folder: Path, *, name: str | None = None) -> IndexCard:
+    """The card of an index folder; a damaged one is one ConflictError naming the file.
+
+    ``name``: the index's name for messages when the card cannot say it (default: the folder's
+    name, or its parent's for a version folder).
+    """
     folder = Path(folder)
+    name = name or _index_name(folder)
     card_path = folder / "card.json"
     if not card_path.exists():
         raise NotFoundError("index folder has no card.json", where=str(folder),
@@ -168,9 +182,9 @@ def read_card(folder: Path) -> IndexCard:
         raw = json.loads(card_path.read_text(encoding="utf-8"))
         return _card_from_dict(raw)
     except _Damaged as exc:
-        raise _damaged(folder, folder.name, raw if isinstance(raw, dict) else None, "card.json", exc.reason) from None
+        raise _damaged(folder, name, raw if isinstance(raw, dict) else None, "card.json", exc.reason) from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise _damaged(folder, folder.name, None, "card.json", f"not valid JSON ({exc})") from None
+        raise _damaged(folder, name, None, "card.json", f"not valid JSON ({exc})") from None
 
 
 def _card_from_dict(raw) -> IndexCard:
@@ -194,7 +208,7 @@ def _card_from_dict(raw) -> IndexCard:
 
 
 def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str | None = None,
-         weights_checksum: str | None = None) -> GalleryIndex:
+         weights_checksum: str | None = None, name: str | None = None) -> GalleryIndex:
     """Load and check an index folder.
 
     A missing, corrupt or truncated file, a card that is not what fpr writes, or arrays whose
@@ -203,7 +217,7 @@ def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str |
     """
     faiss = _faiss()
     folder = Path(folder)
-    card = read_card(folder)
+    card = read_card(folder, name=name)
     if encoder is not None and encoder != card.encoder:
         raise ConflictError(f"index '{card.name}' was built with encoder '{card.encoder}', not '{encoder}'",
                             hint=f"query without --encoder, or build an index with 'fpr index build --encoder {encoder}'")

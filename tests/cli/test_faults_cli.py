@@ -96,7 +96,8 @@ def test_skip_unreadable_skips_a_decompression_bomb_query(flow, tmp_path):
                                           ("item_ids.npy", b"\x93NUMPY")])
 def test_damaged_index_is_one_line_naming_the_file_and_the_rebuild(flow, file, damage):
     ws, queries = flow
-    (ws / "indices" / "g-pixels-16" / file).write_bytes(damage)
+    [folder] = [p.parent for p in (ws / "indices" / "g-pixels-16").rglob("card.json")]  # the current version
+    (folder / file).write_bytes(damage)
     one_line_error(run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), ok=False),
                    "index 'g-pixels-16' is damaged", file, "--overwrite")
 

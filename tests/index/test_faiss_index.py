@@ -161,3 +161,14 @@ def test_new_cards_carry_device_precision_and_embedding_key(tmp_path):
     F.save(gi, tmp_path / "ix")
     card = json.loads((tmp_path / "ix" / "card.json").read_text())
     assert (card["device"], card["precision"], card["embedding_key"]) == ("cpu", "fp32", "abc")
+
+
+def test_a_damaged_card_in_a_version_folder_is_named_by_its_index(tmp_path):
+    gi, _ = make(name="pets")
+    folder = tmp_path / "pets" / "v20261123T025713-5cdad1ff"
+    F.save(gi, folder)
+    (folder / "card.json").write_text("{")
+    with pytest.raises(ConflictError, match=r"^index 'pets' is damaged .*--name pets --overwrite'$"):
+        F.load(folder)
+    with pytest.raises(ConflictError, match="index 'given' is damaged"):
+        F.load(folder, name="given")
