@@ -73,12 +73,8 @@ def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
-    for name in SCORER_MODULES:
-        try:
-            importlib.import_module(f"fpr.eval.scorers.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"fpr.eval.scorers.{name}":
-                raise
+    for name in SCORER_MODULES:  # a listed module that is missing is a packaging bug: let it raise
+        importlib.import_module(f"fpr.eval.scorers.{name}")
     _loaded = True
 
 
