@@ -148,3 +148,14 @@ def test_pickle_stored_under_a_safetensors_name_can_no_longer_happen(tmp_path):
     one_line_error(run(tmp_path / "ws", "encoders", "import", "dinov2-vitb14", str(tmp_path / "weights.pth"),
                        ok=False), "dinov2-vitb14")
     assert not (weights_dir() / "dinov2-vitb14").exists()
+
+
+def test_usage_errors_are_one_line_through_the_console_script():
+    import subprocess
+    import sys
+
+    for args, needle in ((["index", "build", "--gallery", "g", "--encoder", "e", "--batch-size", "0"],
+                          "Invalid value for '--batch-size'"), (["nosuch"], "No such command 'nosuch'")):
+        out = subprocess.run([sys.executable, "-m", "fpr", *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and out.stdout == ""
+        assert out.stderr.startswith("fpr: error: ") and needle in out.stderr and out.stderr.count("\n") == 1
