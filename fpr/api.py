@@ -474,7 +474,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
 
     aux = pd.DataFrame(columns=["query_id", "scorer", "metric", "value"])
     if scorer_names and len(ok):
-        batch = _query_batch(qdf.iloc[ok], qvecs[ok], gi, by_id, enc.id, device, scorer_options)
+        batch = _query_batch(qdf.iloc[ok], qvecs[ok], gi, by_id, enc.id, device, scorer_options, ws.root)
         aux = run_scorers(scorer_names, batch)
 
     provenance = _provenance(enc, gi, seed, device)
@@ -551,16 +551,19 @@ def _rankings_frame(run_id: str, query_ids: np.ndarray, scores: np.ndarray, rele
 
 def _query_batch(qdf: pd.DataFrame, qvecs: np.ndarray, gi: faiss_index.GalleryIndex,
                  by_id: dict[int, GalleryItem], encoder_id: str, device: str,
-                 options: dict | None) -> QueryBatch:
+                 options: dict | None, workspace: Path | None = None) -> QueryBatch:
     refs_by_key: dict[str, list[str]] = {}
     for i in gi.ref_ids:
         it = by_id[int(i)]
         refs_by_key.setdefault(f"{it.group}\x1f{it.identity}", []).append(it.path)
     refs = [list(r) if r else refs_by_key.get(f"{g}\x1f{i}", [])
             for r, g, i in zip(qdf["reference_list"], qdf["group"], qdf["identity"])]
+    gallery = [by_id[int(i)] for i in gi.item_ids]
     return QueryBatch(qdf["query_id"].tolist(), qdf["path"].tolist(), qdf["identity"].tolist(),
                       qdf["group"].tolist(), [p or None for p in qdf["prompt"]], refs, qvecs, encoder_id, device,
-                      dict(options or {}))
+                      dict(options or {}), workspace=workspace, gallery_paths=[it.path for it in gallery],
+                      gallery_identities=[it.identity for it in gallery], gallery_groups=[it.group for it in gallery],
+                      gallery_vectors=gi.vectors())
 
 
 def _provenance(enc: Encoder, gi: faiss_index.GalleryIndex, seed: int, device: str) -> dict:
@@ -678,7 +681,7 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
     ok["reference_list"] = [[p for p in str(r or "").split(";") if p] for r in ok["reference_paths"]]
     ok["prompt"] = ok["prompt"].fillna("")
-    batch = _query_batch(ok, None, gi, by_id, res.encoder, device, scorer_options)
+    batch = _query_batch(ok, None, gi, by_id, res.encoder, device, scorer_options, ws.root)
     aux = run_scorers(names, batch)
     with ws.write() as con:
         existing = con.execute("SELECT DISTINCT scorer FROM aux_scores WHERE run_id = ?", [run_id]).fetchall()

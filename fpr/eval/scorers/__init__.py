@@ -3,20 +3,23 @@
 A scorer is one module in this package defining a :class:`Scorer` subclass and
 calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES``. It
 declares what it needs (``image``, ``references``, ``prompt``, an encoder) and
-returns a long table ``query_id, metric, value``; fpr stores it in the
-``aux_scores`` table keyed by (run_id, query_id, scorer, metric).
+returns a long table ``query_id, metric, value`` and optionally ``note`` (text:
+e.g. a JSON trajectory, or the reason a value is missing; a missing value is NaN
+with its reason, never a guessed number); fpr stores it in the ``aux_scores``
+table keyed by (run_id, query_id, scorer, metric).
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
 
-SCORER_MODULES = ("clip_t", "copy_paste")
+SCORER_MODULES = ("clip_t", "copy_paste", "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
 
 
 @dataclass
@@ -33,6 +36,13 @@ class QueryBatch:
     encoder_id: str | None = None
     device: str = "auto"
     options: dict = field(default_factory=dict)  # scorer options, e.g. {"copy-paste.encoder": "pixels-16"}
+    workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. judge-cache/)
+    # The gallery the run retrieves from (rows aligned; vectors under the run's encoder), for
+    # gallery-aware scorers such as ``dreambench-concept.mode=choice``; None when not wired.
+    gallery_paths: list[str] | None = None
+    gallery_identities: list[str] | None = None
+    gallery_groups: list[str] | None = None
+    gallery_vectors: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -44,7 +54,7 @@ class Scorer:
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
     metrics: tuple[str, ...] = ()
 
-    def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value
+    def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value[, note]
         raise NotImplementedError
 
     def check(self, batch: QueryBatch) -> None:
@@ -107,11 +117,14 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
         df = scorer.score(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
-        df = df[["query_id", "metric", "value"]].copy()
+        df = df[["query_id", "metric", "value"] + (["note"] if "note" in df.columns else [])].copy()
         df.insert(1, "scorer", name)
         frames.append(df)
     if not frames:
-        return pd.DataFrame(columns=["query_id", "scorer", "metric", "value"])
+        return pd.DataFrame(columns=["query_id", "scorer", "metric", "value", "note"])
     out = pd.concat(frames, ignore_index=True)
     out["value"] = pd.to_numeric(out["value"], errors="coerce").astype(float)
+    if "note" not in out.columns:
+        out["note"] = None
+    out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
     return out
