@@ -53,7 +53,9 @@ def json_object(reply: Reply) -> dict:
     if fenced:
         text = fenced.group(1).strip()
     start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
+    if start >= 0 and end <= start:
+        raise JudgeFailure("unparsable reply: the JSON object is cut off (no closing '}')")
+    if start < 0:
         raise JudgeFailure(f"unparsable reply: no JSON object (begins: '{_short(text, 60)}')")
     try:
         obj = json.loads(text[start:end + 1])

@@ -31,6 +31,7 @@ DETECTOR_ID = "owlv2-base-patch16-ensemble"
 DETECTOR_SOURCE = WeightsSource(kind="hf", repo="google/owlv2-base-patch16-ensemble",
                                 files=("model.safetensors", "pytorch_model.bin"), folder_name=DETECTOR_ID,
                                 extra_files=("config.json",))
+MIN_SIDE = 1e-3  # boxes narrower or lower than this fraction of the image are dropped
 
 
 def _box_pixels(box, width: int, height: int) -> tuple[int, int, int, int]:
@@ -138,8 +139,8 @@ class Detector:
         for j in torch.argsort(scores, descending=True).tolist():
             if scores[j] < threshold or len(keep) >= top:
                 break
-            if boxes[j, 2] <= boxes[j, 0] or boxes[j, 3] <= boxes[j, 1]:
-                continue
+            if boxes[j, 2] - boxes[j, 0] < MIN_SIDE or boxes[j, 3] - boxes[j, 1] < MIN_SIDE:
+                continue  # clipped to (almost) nothing
             if keep and float(box_iou(boxes[j:j + 1], boxes[keep]).max()) > 0.5:
                 continue
             keep.append(j)
