@@ -478,6 +478,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         aux = run_scorers(scorer_names, batch)
 
     provenance = _provenance(enc, gi, seed, device)
+    if aux.attrs.get("provenance"):
+        provenance["scorers"] = aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
               "skip_missing_identities": skip_missing_identities, "skip_unreadable": skip_unreadable,
               "skipped": reasons}

@@ -79,9 +79,10 @@ class JudgeConfig:
     max_retries: int = 3
     max_tokens: int | None = None
 
-    def provenance(self) -> dict:
+    def provenance(self, *templates: Template) -> dict:
         return {"model": self.model, "base_url": self.base_url, "seed": self.seed, "temperature": 0,
-                "image_size": self.image_size}
+                "image_size": self.image_size, "max_tokens": self.max_tokens,
+                "templates": {t.tag: t.digest for t in templates}}
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -354,7 +355,7 @@ class JudgeClient:
         except openai.APIError as exc:
             raise JudgeFailure(f"malformed reply: {_short(str(exc))}") from None
         except json.JSONDecodeError as exc:  # a 200 whose JSON body is cut off
-            raise JudgeFailure(f"malformed reply: the body is not complete JSON ({exc.msg} at char {exc.pos})") from None
+            raise JudgeFailure(f"malformed reply: the body is not complete JSON ({exc.msg}, char {exc.pos})") from None
         return _reply(resp)
 
 
@@ -379,7 +380,8 @@ def _reply(resp) -> Reply:
                      tool_calls=calls, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                      completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
     except (AttributeError, IndexError, TypeError, KeyError) as exc:
-        raise JudgeFailure(f"malformed reply: not a chat completion ({_short(repr(resp) if not isinstance(resp, str) else resp, 80)})") from exc
+        shown = resp if isinstance(resp, str) else repr(resp)
+        raise JudgeFailure(f"malformed reply: not a chat completion ({_short(shown, 80)})") from exc
 
 
 def for_each(items: list, fn: Callable, *, concurrency: int, desc: str) -> list:

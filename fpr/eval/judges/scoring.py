@@ -12,6 +12,7 @@ one-line account goes to stderr.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from typing import Callable
 
@@ -56,7 +57,7 @@ def _log(scorer: str, df: pd.DataFrame, score_metrics: tuple[str, ...], n: int) 
         return
     total = df.groupby("metric")["value"].sum()
     miss = df[df["metric"].isin(score_metrics) & df["value"].isna()]
-    reasons = Counter(str(r).split(":")[0] for r in miss["note"])
+    reasons = Counter(re.split(r"[:(;]", str(r))[0].strip() for r in miss["note"])
     why = f" ({', '.join(f'{k} {v}' for k, v in reasons.most_common())})" if reasons else ""
     progress.log(f"{scorer}: {n} queries, {len(miss)} missing value{'s' if len(miss) != 1 else ''}{why}; "
                  f"answers: {int(total.get('cached', 0))} from the cache, {int(total.get('calls', 0))} requested; "

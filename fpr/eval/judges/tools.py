@@ -62,7 +62,7 @@ def highlight(image: np.ndarray, box) -> np.ndarray:
 
 def difference(a: np.ndarray, b: np.ndarray, *, threshold: int = 32, min_area: float = 0.001,
                max_boxes: int = 10) -> list[dict]:
-    """Boxes around the regions where ``b`` (resized to ``a``) differs from ``a``: ``{"box", "area"}``, largest first."""
+    """Boxes of the regions where ``b`` (resized to ``a``) differs from ``a``: ``{"box", "area"}``, largest first."""
     from scipy import ndimage
 
     h, w = a.shape[:2]

@@ -57,6 +57,10 @@ class Scorer:
     def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value[, note]
         raise NotImplementedError
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
+        return {}
+
     def check(self, batch: QueryBatch) -> None:
         if "prompt" in self.needs and not any(p for p in batch.prompts):
             raise InputError(f"scorer '{self.name}' needs prompts but the queries have no 'prompt' column values",
@@ -111,10 +115,12 @@ def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[st
 
 def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     frames = []
+    provenance = {}
     for name in names:
         scorer = get_scorer(name)
         scorer.check(batch)
         df = scorer.score(batch)
+        provenance[name] = scorer.provenance(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
         df = df[["query_id", "metric", "value"] + (["note"] if "note" in df.columns else [])].copy()
@@ -127,4 +133,5 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     if "note" not in out.columns:
         out["note"] = None
     out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
+    out.attrs["provenance"] = {k: v for k, v in provenance.items() if v}  # per scorer, for the run's provenance
     return out

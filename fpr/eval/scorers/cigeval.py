@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 
 import numpy as np
 import pandas as pd
@@ -36,7 +35,7 @@ from fpr.eval.judges.client import (CLIENT_OPTIONS, ImageRef, JudgeClient, Judge
                                     judge_config, text_part)
 from fpr.eval.judges.prompts import load_template
 from fpr.eval.judges.scoring import COST_METRICS, score_with_judge
-from fpr.eval.judges.tools import Detector, difference, highlight
+from fpr.eval.judges.tools import DETECTOR_ID, Detector, difference, highlight
 from fpr.eval.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
 
@@ -176,6 +175,16 @@ class CIGEval(Scorer):
                f"{NAME}.detector": "folder with the OWLv2 detector (config, weights, processor, tokenizer)",
                f"{NAME}.detector_threshold": "grounding confidence threshold (default 0.1)",
                **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        prov = judge_config(NAME, batch.options).provenance(load_template("cigeval"))
+        tools = str(batch.options.get(f"{NAME}.tools", ",".join(TOOLS)))
+        prov["tools"] = tools
+        if "grounding" in tools:
+            det = Detector(batch.options.get(f"{NAME}.detector"))
+            prov["detector"] = {"id": DETECTOR_ID, "checksum": det.checksum,
+                                "threshold": float(batch.options.get(f"{NAME}.detector_threshold", 0.1))}
+        return prov
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = batch.options

@@ -42,7 +42,7 @@ CHOICE_METRICS = ("choice_correct", "choice_in_options", "retrieval_correct")
 
 
 def choice_options(batch: QueryBatch, i: int, k: int, scope: str) -> list[tuple[str, str, float]]:
-    """The ``k`` identities nearest to query ``i``: (identity, its gallery path most similar to the query, similarity)."""
+    """The ``k`` identities nearest to query ``i``: (identity, its gallery path nearest the query, similarity)."""
     sims = batch.gallery_vectors.astype(np.float64) @ batch.query_vectors[i].astype(np.float64)
     best: dict[str, tuple[float, str]] = {}
     for j, (path, ident, group) in enumerate(zip(batch.gallery_paths, batch.gallery_identities,
@@ -72,6 +72,10 @@ class DreamBenchConcept(Scorer):
                f"{NAME}.k": "choice: number of nearest gallery identities offered (default 4)",
                f"{NAME}.choice_scope": "choice: group (default) or all",
                **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        return judge_config(NAME, batch.options).provenance(load_template("dreambench_concept"),
+                                                            load_template("dreambench_choice"))
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = batch.options

@@ -30,6 +30,9 @@ class DreamBenchPrompt(Scorer):
     primary_metric = "score"
     options = {f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        return judge_config(NAME, batch.options).provenance(load_template("dreambench_prompt"))
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         rows = [i for i, p in enumerate(batch.prompts) if p]
         if not rows:

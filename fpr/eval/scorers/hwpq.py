@@ -157,6 +157,10 @@ class HWPQ(Scorer):
                f"{NAME}.max_attempts": "questionnaire replies asked per prompt before giving up (default 3)",
                **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        return judge_config(NAME, batch.options).provenance(load_template("hwpq_questionnaire"),
+                                                            load_template("hwpq_answer"))
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         rows = [i for i, p in enumerate(batch.prompts) if p]
         if not rows:

@@ -50,6 +50,9 @@ class VIEScore(Scorer):
     primary_metric = "overall"
     options = {f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        return judge_config(NAME, batch.options).provenance(load_template("viescore_sc"), load_template("viescore_pq"))
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         cfg = judge_config(NAME, batch.options)
         client = JudgeClient(cfg, batch.workspace)

@@ -173,14 +173,14 @@ class JudgeServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, '{"error": {"message": "unknown path"}}')
                 if body.get("model") not in MODELS:
-                    return self._send(404, json.dumps({"error": {"message": f"The model '{body.get('model')}' "
-                                                                           "does not exist", "code": "model_not_found"}}))
+                    msg = f"The model '{body.get('model')}' does not exist"
+                    return self._send(404, json.dumps({"error": {"message": msg, "code": "model_not_found"}}))
                 fault = server._fault_for(json.dumps(body))
                 if fault and fault.delay:
                     time.sleep(fault.delay)
                 if fault and fault.status != 200:
-                    return self._send(fault.status, fault.body or json.dumps({"error": {"message": f"scripted {fault.status}"}}),
-                                      fault.content_type, {"retry-after-ms": "5"})
+                    err = json.dumps({"error": {"message": f"scripted {fault.status}"}})
+                    return self._send(fault.status, fault.body or err, fault.content_type, {"retry-after-ms": "5"})
                 if fault and fault.body is not None:
                     return self._send(200, fault.body, fault.content_type)
                 reply = server.reply(body)

@@ -48,6 +48,9 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
 
     r = _cli(ws, "report", "--run", "judged")
     assert r.exit_code == 0 and "dreambench-concept.score" in r.output and "map" in r.output
+    prov = api.load_run("judged", workspace=ws).provenance["scorers"]["dreambench-concept"]
+    assert prov["model"] == "judge-test" and prov["base_url"] == judge_env.base_url and prov["seed"] == 0
+    assert set(prov["templates"]) == {"dreambench-concept@v1", "dreambench-choice@v1"}
 
     judge_env.reset()  # warm: the same answers from the workspace cache, no request
     r = _cli(ws, "score", "--run", "judged", "--scorers", "dreambench-concept", "--overwrite", "--format", "json")
