@@ -407,15 +407,18 @@ def for_each(items: list, fn: Callable, *, concurrency: int, desc: str) -> list:
                                                                                     unit="query") as bar:
         futures = {pool.submit(guarded, x): i for i, x in enumerate(items)}
         pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for f in done:
-                exc = f.exception()
-                if exc is not None:
-                    stop.set()
-                    for p in pending:
-                        p.cancel()
-                    raise exc
-                results[futures[f]] = f.result()
-                bar.update(1)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    exc = f.exception()
+                    if exc is not None:
+                        raise exc
+                    results[futures[f]] = f.result()
+                    bar.update(1)
+        except BaseException:  # a fault or Ctrl-C: start nothing more; answers so far are cached
+            stop.set()
+            for p in pending:
+                p.cancel()
+            raise
     return results

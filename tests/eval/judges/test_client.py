@@ -209,3 +209,13 @@ def test_refusal_detection():
     assert refusal_reason(Reply(content="x", finish_reason="content_filter")).startswith("refusal: the endpoint's")
     assert refusal_reason(Reply(content="I cannot rate people.")) == "refusal: I cannot rate people."
     assert refusal_reason(Reply(content="I can see a dog.\nScore: 3")) is None
+
+
+def test_importing_the_cli_and_scorers_loads_neither_openai_nor_transformers():
+    import subprocess
+    import sys
+
+    code = ("import sys, fpr.cli.main, fpr.eval.scorers as s; s.all_scorers(); "
+            "print([m for m in ('openai', 'transformers', 'jsonschema') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
