@@ -41,19 +41,38 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 CHOICE_METRICS = ("choice_correct", "choice_in_options", "retrieval_correct")
 
 
-def choice_options(batch: QueryBatch, i: int, k: int, scope: str) -> list[tuple[str, str, float]]:
-    """The ``k`` identities nearest to query ``i``: (identity, its gallery path nearest the query, similarity)."""
-    sims = batch.gallery_vectors.astype(np.float64) @ batch.query_vectors[i].astype(np.float64)
-    best: dict[str, tuple[float, str]] = {}
-    for j, (path, ident, group) in enumerate(zip(batch.gallery_paths, batch.gallery_identities,
-                                                 batch.gallery_groups)):
-        if scope == "group" and group != batch.groups[i]:
-            continue
-        key = ident if scope == "group" else f"{group}/{ident}"
-        if key not in best or sims[j] > best[key][0]:
-            best[key] = (float(sims[j]), path)
-    ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:k]
-    return [(ident, path, s) for ident, (s, path) in ranked]
+class GalleryIdentities:
+    """The run's gallery grouped by identity, to find the identities nearest to a query (vectorised)."""
+
+    def __init__(self, batch: QueryBatch, scope: str):
+        ids = np.asarray(batch.gallery_identities, dtype=object)
+        groups = np.asarray(batch.gallery_groups, dtype=object)
+        keys = ids if scope == "group" else np.asarray([f"{g}/{i}" for g, i in zip(groups, ids)], dtype=object)
+        order = np.argsort(keys.astype(str), kind="stable")
+        sk = keys[order]
+        self.scope = scope
+        self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, dtype=np.int64)
+        self.ends = np.r_[self.starts[1:], len(sk)]
+        self.names = sk[self.starts]  # sorted, so an index is also the name's rank
+        self.groups = groups[order]
+        self.paths = np.asarray(batch.gallery_paths, dtype=object)[order]
+        self.vectors = np.asarray(batch.gallery_vectors, dtype=np.float64)[order]
+
+    def nearest(self, query_vector: np.ndarray, group: str, k: int) -> list[tuple[str, str, float]]:
+        """(identity, its gallery path most similar to the query, similarity) for the ``k`` nearest identities."""
+        if not len(self.starts):
+            return []
+        s = self.vectors @ np.asarray(query_vector, dtype=np.float64)
+        if self.scope == "group":
+            s = np.where(self.groups == group, s, -np.inf)
+        best = np.maximum.reduceat(s, self.starts)
+        cand = np.flatnonzero(np.isfinite(best))
+        chosen = cand[np.lexsort((cand, -best[cand]))][:k]  # by similarity, ties by name
+        out = []
+        for j in chosen:
+            item = self.starts[j] + int(np.argmax(s[self.starts[j]:self.ends[j]]))
+            out.append((str(self.names[j]), str(self.paths[item]), float(best[j])))
+        return out
 
 
 def shuffled(options: list, seed: int, query_id: str) -> list:
@@ -109,8 +128,10 @@ class DreamBenchConcept(Scorer):
                 return {"score": (math.nan, exc.reason)}
             return {"score": n / 4.0}
 
+        gallery = GalleryIdentities(batch, scope) if mode != "pair" else None
+
         def choice(i: int, tally: Tally) -> dict:
-            opts_i = choice_options(batch, i, k, scope)
+            opts_i = gallery.nearest(batch.query_vectors[i], batch.groups[i], k)
             truth = batch.identities[i] if scope == "group" else f"{batch.groups[i]}/{batch.identities[i]}"
             out = {"choice_in_options": float(any(o[0] == truth for o in opts_i)),
                    "retrieval_correct": float(bool(opts_i) and opts_i[0][0] == truth)}

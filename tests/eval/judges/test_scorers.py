@@ -13,7 +13,7 @@ import pytest
 from fpr.errors import InputError
 from fpr.eval.judges.tools import DETECTOR_ID, Detector, difference
 from fpr.eval.scorers import QueryBatch, run_scorers
-from fpr.eval.scorers.dreambench_concept import shuffled
+from fpr.eval.scorers.dreambench_concept import GalleryIdentities, shuffled
 from fpr.eval.scorers.hwpq import hwpq_score, validate_questionnaire
 from tests.eval.judges.conftest import flat_image, make_batch, metric
 from tests.eval.judges.server import QUESTIONNAIRE, Fault
@@ -73,6 +73,31 @@ def test_dreambench_concept_multiple_choice_over_the_nearest_gallery_identities(
     with pytest.raises(InputError, match="needs the run's query vectors and its gallery"):
         run_scorers(["dreambench-concept"], make_batch(tmp_path / "c", [None], [1], [1],
                                                        options={"dreambench-concept.mode": "choice"}))
+
+
+@pytest.mark.parametrize("scope", ["group", "all"])
+def test_nearest_gallery_identities_match_a_brute_force_search(scope):
+    rng = np.random.default_rng(3)
+    n = 60
+    ids = [f"id{int(v)}" for v in rng.integers(0, 9, n)]
+    groups = [("g1", "g2")[int(v)] for v in rng.integers(0, 2, n)]
+    vecs = rng.normal(size=(n, 5))
+    batch = QueryBatch([], [], [], [], [], [], gallery_paths=[f"p{j}" for j in range(n)], gallery_identities=ids,
+                       gallery_groups=groups, gallery_vectors=vecs)
+    gallery = GalleryIdentities(batch, scope)
+    for t in range(5):
+        q = rng.normal(size=5)
+        best: dict = {}
+        for j in range(n):
+            if scope == "group" and groups[j] != "g1":
+                continue
+            key = ids[j] if scope == "group" else f"{groups[j]}/{ids[j]}"
+            sim = float(vecs[j] @ q)
+            if key not in best or sim > best[key][0]:
+                best[key] = (sim, f"p{j}")
+        expected = [(key, p, pytest.approx(sim)) for key, (sim, p) in
+                    sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:4]]
+        assert gallery.nearest(q, "g1", 4) == expected
 
 
 def test_dreambench_prompt_skips_queries_without_prompt(tmp_path, judge_env):
