@@ -59,6 +59,12 @@ CLIENT_OPTIONS = {
 }
 
 
+class _Unsupported(Exception):
+    def __init__(self, params: list[str]):
+        self.params = params
+        super().__init__(", ".join(params))
+
+
 class JudgeFailure(Exception):
     """One request could not be answered; ``reason`` goes into the ``note`` of a missing value."""
 
@@ -274,6 +280,7 @@ class JudgeClient:
         self.cache = JudgeCache(default_root(workspace))
         self._client = None
         self._lock = threading.Lock()
+        self.unsupported: set[str] = set()  # request parameters the endpoint rejected (seed, temperature)
 
     def _openai(self):
         with self._lock:
@@ -314,15 +321,30 @@ class JudgeClient:
         return reply
 
     def _request(self, messages: list[dict], tools: list[dict] | None, params: dict) -> Reply:
+        """One request; ``seed``/``temperature`` are dropped (once, with a log line) if the endpoint rejects them."""
+        wire = wire_messages(messages)
+        while True:
+            kwargs: dict = {"model": self.config.model, "messages": wire, "temperature": 0,
+                            "seed": int(params.get("seed", self.config.seed))}
+            if tools:
+                kwargs["tools"] = tools
+            if self.config.max_tokens:
+                kwargs["max_tokens"] = self.config.max_tokens
+            for name in self.unsupported:
+                kwargs.pop(name, None)
+            try:
+                return self._send(kwargs)
+            except _Unsupported as exc:
+                with self._lock:
+                    new = [p for p in exc.params if p not in self.unsupported]
+                    self.unsupported.update(exc.params)
+                if new:
+                    progress.log(f"the judge endpoint rejects {' and '.join(new)}; sending requests without it")
+
+    def _send(self, kwargs: dict) -> Reply:
         import openai
 
         cfg = self.config
-        kwargs: dict = {"model": cfg.model, "messages": wire_messages(messages), "temperature": 0,
-                        "seed": int(params.get("seed", cfg.seed))}
-        if tools:
-            kwargs["tools"] = tools
-        if cfg.max_tokens:
-            kwargs["max_tokens"] = cfg.max_tokens
         retries = f"after {cfg.max_retries} retr{'y' if cfg.max_retries == 1 else 'ies'}"
         try:
             resp = self._openai().chat.completions.create(**kwargs)
@@ -349,6 +371,9 @@ class JudgeClient:
                                    "image_size") from None
             if code >= 500:
                 raise JudgeFailure(f"endpoint error {code} {retries}: {_short(_body(exc))}") from None
+            rejected = [p for p in ("seed", "temperature") if p in kwargs and p in _body(exc).lower()]
+            if code in (400, 422) and rejected:
+                raise _Unsupported(rejected) from None
             raise JudgeFailure(f"request rejected ({code}): {_short(_body(exc))}") from None
         except openai.APIResponseValidationError as exc:
             raise JudgeFailure(f"malformed reply: {_short(str(exc))}") from None

@@ -131,6 +131,7 @@ class JudgeServer:
     def __init__(self, reply=default_reply):
         self.reply = reply
         self.faults: dict[str, Fault] = {}
+        self.reject_params: set[str] = set()  # e.g. {"seed"}: answered with 400 "Unsupported parameter"
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         self._fault_counts: dict[str, int] = {}
@@ -175,6 +176,9 @@ class JudgeServer:
                 if body.get("model") not in MODELS:
                     msg = f"The model '{body.get('model')}' does not exist"
                     return self._send(404, json.dumps({"error": {"message": msg, "code": "model_not_found"}}))
+                for p in sorted(server.reject_params & set(body)):
+                    return self._send(400, json.dumps({"error": {"message": f"Unsupported parameter: '{p}'",
+                                                                 "param": p}}))
                 fault = server._fault_for(json.dumps(body))
                 if fault and fault.delay:
                     time.sleep(fault.delay)
@@ -226,6 +230,7 @@ class JudgeServer:
         with self._lock:
             self.requests.clear()
             self._fault_counts.clear()
+            self.reject_params.clear()
 
     def __enter__(self):
         self._thread.start()

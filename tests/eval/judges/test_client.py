@@ -18,7 +18,7 @@ from fpr.eval.scorers import run_scorers
 from tests.eval.judges.conftest import flat_image, make_batch, metric
 from tests.eval.judges.server import Fault
 
-FAST = {"dreambench-prompt.timeout": "0.5", "dreambench-prompt.max_retries": "1"}
+FAST = {"dreambench-prompt.timeout": "1.5", "dreambench-prompt.max_retries": "1"}  # slack for a loaded machine
 
 
 def test_cold_then_warm_run_makes_no_request(tmp_path, judge_env):
@@ -56,6 +56,15 @@ def test_cold_then_warm_run_makes_no_request(tmp_path, judge_env):
     assert url.startswith("data:image/png;base64,")
 
 
+def test_a_rejected_seed_is_dropped_once(tmp_path, judge_env):
+    judge_env.reject_params.add("seed")
+    batch = make_batch(tmp_path, ["a dog", "a cat", "a cow"], [1, 2, 3], [None] * 3,
+                       options={"dreambench-prompt.concurrency": "1"})
+    df = run_scorers(["dreambench-prompt"], batch)
+    assert [metric(df, f"q{i}", "score")[0] for i in range(3)] == [0.75] * 3
+    assert ["seed" in b for b in judge_env.requests] == [True, False, False, False]
+
+
 def test_a_changed_setting_is_a_new_request(tmp_path, judge_env):
     batch = make_batch(tmp_path, ["a dog"], [10], [None])
     run_scorers(["dreambench-prompt"], batch)
@@ -71,7 +80,7 @@ FAULTS = {  # marker in the prompt -> (fault, reason prefix in the note, cached 
     "FAULT-500": (Fault(status=500), "endpoint error 500 after 1 retry", False),
     "FAULT-502-HTML": (Fault(status=502, body="<html><body><h1>502 Bad Gateway</h1></body></html>",
                              content_type="text/html"), "endpoint error 502 after 1 retry: 502 Bad Gateway", False),
-    "FAULT-TIMEOUT": (Fault(delay=1.5), "timeout: no reply within 0.5 s after 1 retry", False),
+    "FAULT-TIMEOUT": (Fault(delay=4.0), "timeout: no reply within 1.5 s after 1 retry", False),
     "FAULT-TRUNCATED": (Fault(body='{"id": "x", "choices": [{"index": 0, "message": {"content": "Sco'),
                         "malformed reply", False),
     "FAULT-HTML-200": (Fault(body="<html>maintenance</html>", content_type="text/html"), "malformed reply", False),
@@ -211,11 +220,14 @@ def test_refusal_detection():
     assert refusal_reason(Reply(content="I can see a dog.\nScore: 3")) is None
 
 
-def test_importing_the_cli_and_scorers_loads_neither_openai_nor_transformers():
+def test_importing_the_judge_scorers_loads_neither_openai_nor_transformers():
+    """What ``fpr.cli`` / ``all_scorers()`` add by loading the judge scorers (a fresh interpreter)."""
     import subprocess
     import sys
 
-    code = ("import sys, fpr.cli.main, fpr.eval.scorers as s; s.all_scorers(); "
-            "print([m for m in ('openai', 'transformers', 'jsonschema') if m in sys.modules])")
+    code = ("import sys, importlib\n"
+            "for m in ('dreambench_concept', 'dreambench_prompt', 'viescore', 'cigeval', 'hwpq'):\n"
+            "    importlib.import_module('fpr.eval.scorers.' + m)\n"
+            "print([m for m in ('openai', 'transformers', 'jsonschema', 'torch') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
