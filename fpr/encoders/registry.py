@@ -138,13 +138,16 @@ class Encoder:
     def cache_key(self) -> str:
         return embedding_key(self.spec, self.weights)
 
-    def embed_batch(self, batch: torch.Tensor) -> np.ndarray:
-        """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim)."""
+    def embed_batch(self, batch: torch.Tensor, *, normalize: bool = True,
+                    amp_dtype: torch.dtype | None = None) -> np.ndarray:
+        """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim); ``normalize=False``: the raw features.
+
+        ``amp_dtype`` picks the CUDA autocast type (default bfloat16 where supported, else float16)."""
         with torch.inference_mode():
             x = batch.to(self.device, non_blocking=True)
             if self.device.type == "cuda":
                 x = x.contiguous(memory_format=torch.channels_last)
-                dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+                dtype = amp_dtype or (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
                 with torch.autocast("cuda", dtype=dtype):
                     feats = self.model(x)
             else:
@@ -153,7 +156,8 @@ class Encoder:
             if feats.ndim != 2 or feats.shape[1] != self.spec.dim:
                 raise RuntimeError(f"encoder {self.id} produced shape {tuple(feats.shape)}, "
                                    f"expected (B, {self.spec.dim})")
-            feats = torch.nn.functional.normalize(feats, dim=1)
+            if normalize:
+                feats = torch.nn.functional.normalize(feats, dim=1)
         return feats.cpu().numpy().astype(np.float32, copy=False)
 
     def embed_text(self, texts: list[str]) -> np.ndarray:

@@ -3,16 +3,17 @@
 A scorer is one module in this package defining a :class:`Scorer` subclass and
 calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES``. It
 declares what it needs (``image``, ``references``, ``prompt``, an encoder) and
-returns a long table ``query_id, metric, value`` and optionally ``note`` (text:
-e.g. a JSON trajectory, or the reason a value is missing; a missing value is NaN
-with its reason, never a guessed number); fpr stores it in the ``aux_scores``
-table keyed by (run_id, query_id, scorer, metric).
+returns a long table ``query_id, metric, value`` and optionally ``note`` (text
+beside a value: OCR output, a judge's trajectory, or why a value is missing: a
+missing value is NaN with its reason, never a guess); fpr stores it in the
+``aux_scores`` table keyed by (run_id, query_id, scorer, metric).
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -36,13 +37,15 @@ class QueryBatch:
     encoder_id: str | None = None
     device: str = "auto"
     options: dict = field(default_factory=dict)  # scorer options, e.g. {"copy-paste.encoder": "pixels-16"}
-    workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. judge-cache/)
-    # The gallery the run retrieves from (rows aligned; vectors under the run's encoder), for
-    # gallery-aware scorers such as ``dreambench-concept.mode=choice``; None when not wired.
+    workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. model judges)
+    extras: list[dict] | None = None  # per query: the queries table's other columns (expected_text, panels, ...)
+    # The gallery the run retrieves from, rows aligned (FAISS order), for gallery-aware scorers such as
+    # ``dreambench-concept.mode=choice``; ``gallery_scores(query_vectors)`` -> (Q, G) similarities
+    # under the run's encoder. None when not wired (e.g. ``fpr score``, which has no query vectors).
     gallery_paths: list[str] | None = None
     gallery_identities: list[str] | None = None
     gallery_groups: list[str] | None = None
-    gallery_vectors: np.ndarray | None = None
+    gallery_scores: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -123,15 +126,13 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
         provenance[name] = scorer.provenance(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
-        df = df[["query_id", "metric", "value"] + (["note"] if "note" in df.columns else [])].copy()
+        df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
         df.insert(1, "scorer", name)
         frames.append(df)
     if not frames:
         return pd.DataFrame(columns=["query_id", "scorer", "metric", "value", "note"])
     out = pd.concat(frames, ignore_index=True)
     out["value"] = pd.to_numeric(out["value"], errors="coerce").astype(float)
-    if "note" not in out.columns:
-        out["note"] = None
     out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
     out.attrs["provenance"] = {k: v for k, v in provenance.items() if v}  # per scorer, for the run's provenance
     return out

@@ -48,21 +48,21 @@ class GalleryIdentities:
         ids = np.asarray(batch.gallery_identities, dtype=object)
         groups = np.asarray(batch.gallery_groups, dtype=object)
         keys = ids if scope == "group" else np.asarray([f"{g}/{i}" for g, i in zip(groups, ids)], dtype=object)
-        order = np.argsort(keys.astype(str), kind="stable")
-        sk = keys[order]
+        self.order = np.argsort(keys.astype(str), kind="stable")
+        sk = keys[self.order]
         self.scope = scope
         self.starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, dtype=np.int64)
         self.ends = np.r_[self.starts[1:], len(sk)]
         self.names = sk[self.starts]  # sorted, so an index is also the name's rank
-        self.groups = groups[order]
-        self.paths = np.asarray(batch.gallery_paths, dtype=object)[order]
-        self.vectors = np.asarray(batch.gallery_vectors, dtype=np.float64)[order]
+        self.groups = groups[self.order]
+        self.paths = np.asarray(batch.gallery_paths, dtype=object)[self.order]
 
-    def nearest(self, query_vector: np.ndarray, group: str, k: int) -> list[tuple[str, str, float]]:
-        """(identity, its gallery path most similar to the query, similarity) for the ``k`` nearest identities."""
+    def nearest(self, sims: np.ndarray, group: str, k: int) -> list[tuple[str, str, float]]:
+        """The ``k`` identities nearest to a query given its similarities to the gallery rows:
+        (identity, its gallery path most similar to the query, similarity)."""
         if not len(self.starts):
             return []
-        s = self.vectors @ np.asarray(query_vector, dtype=np.float64)
+        s = np.asarray(sims, dtype=np.float64)[self.order]
         if self.scope == "group":
             s = np.where(self.groups == group, s, -np.inf)
         best = np.maximum.reduceat(s, self.starts)
@@ -104,7 +104,7 @@ class DreamBenchConcept(Scorer):
         k = int(opts.get(f"{NAME}.k", 4))
         scope = str(opts.get(f"{NAME}.choice_scope", "group"))
         if mode != "pair":
-            if batch.query_vectors is None or batch.gallery_vectors is None or batch.gallery_paths is None:
+            if batch.query_vectors is None or batch.gallery_scores is None or batch.gallery_paths is None:
                 raise InputError(f"{NAME}.mode={mode} needs the run's query vectors and its gallery",
                                  hint=f"use it with 'fpr query --scorers {NAME}', not 'fpr score'")
             if not 2 <= k <= len(LETTERS) or scope not in ("group", "all"):
@@ -131,7 +131,8 @@ class DreamBenchConcept(Scorer):
         gallery = GalleryIdentities(batch, scope) if mode != "pair" else None
 
         def choice(i: int, tally: Tally) -> dict:
-            opts_i = gallery.nearest(batch.query_vectors[i], batch.groups[i], k)
+            sims = np.asarray(batch.gallery_scores(batch.query_vectors[i:i + 1]))[0]
+            opts_i = gallery.nearest(sims, batch.groups[i], k)
             truth = batch.identities[i] if scope == "group" else f"{batch.groups[i]}/{batch.identities[i]}"
             out = {"choice_in_options": float(any(o[0] == truth for o in opts_i)),
                    "retrieval_correct": float(bool(opts_i) and opts_i[0][0] == truth)}

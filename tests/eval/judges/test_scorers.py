@@ -44,7 +44,7 @@ def _choice_batch(tmp_path, options) -> QueryBatch:
                       query_vectors=np.array([q[2] for q in queries], dtype=np.float32), options=options,
                       workspace=tmp_path / "ws", gallery_paths=paths, gallery_identities=[x[0] for x in g],
                       gallery_groups=["g"] * 6 + ["other"],
-                      gallery_vectors=np.array([x[2] for x in g], dtype=np.float32))
+                      gallery_scores=lambda q: q @ np.array([x[2] for x in g], dtype=np.float32).T)
 
 
 def test_dreambench_concept_multiple_choice_over_the_nearest_gallery_identities(tmp_path, judge_env):
@@ -83,7 +83,7 @@ def test_nearest_gallery_identities_match_a_brute_force_search(scope):
     groups = [("g1", "g2")[int(v)] for v in rng.integers(0, 2, n)]
     vecs = rng.normal(size=(n, 5))
     batch = QueryBatch([], [], [], [], [], [], gallery_paths=[f"p{j}" for j in range(n)], gallery_identities=ids,
-                       gallery_groups=groups, gallery_vectors=vecs)
+                       gallery_groups=groups)
     gallery = GalleryIdentities(batch, scope)
     for t in range(5):
         q = rng.normal(size=5)
@@ -97,7 +97,7 @@ def test_nearest_gallery_identities_match_a_brute_force_search(scope):
                 best[key] = (sim, f"p{j}")
         expected = [(key, p, pytest.approx(sim)) for key, (sim, p) in
                     sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:4]]
-        assert gallery.nearest(q, "g1", 4) == expected
+        assert gallery.nearest(vecs @ q, "g1", 4) == expected
 
 
 def test_dreambench_prompt_skips_queries_without_prompt(tmp_path, judge_env):
