@@ -469,7 +469,14 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, extra columns, scores."""
     res = load_run(run_id, workspace=workspace)
     df = with_aux(res.per_query, res.aux)
-    return write_table(df[export_columns(res.per_query, res.aux)], out)
+    cols = export_columns(res.per_query, res.aux)
+    noted = res.aux[res.aux["note"].notna()] if "note" in res.aux.columns else res.aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values) as '<scorer>.<metric>.note' columns
+        notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
+            index="query_id", columns="col", values="note", aggfunc="first")
+        df = df.merge(notes, left_on="query_id", right_index=True, how="left")
+        cols += sorted(notes.columns)
+    return write_table(df[cols], out)
 
 
 def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -51,6 +52,14 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     prov = api.load_run("judged", workspace=ws).provenance["scorers"]["dreambench-concept"]
     assert prov["model"] == "judge-test" and prov["base_url"] == judge_env.base_url and prov["seed"] == 0
     assert set(prov["templates"]) == {"dreambench-concept@v1", "dreambench-choice@v1"}
+
+    r = _cli(ws, "export", "--run", "judged", "--out", str(ws.parent / "judged.csv"))
+    assert r.exit_code == 0, r.output
+    exported = pd.read_csv(ws.parent / "judged.csv")
+    picked = exported["dreambench-concept.choice_correct.note"]
+    assert picked.str.startswith("picked ").all() and len(picked) == n_queries
+    assert ((exported["dreambench-concept.choice_correct"] == 1) ==
+            (picked.str.slice(7) == exported["identity"])).all()
 
     judge_env.reset()  # warm: the same answers from the workspace cache, no request
     r = _cli(ws, "score", "--run", "judged", "--scorers", "dreambench-concept", "--overwrite", "--format", "json")
