@@ -241,6 +241,21 @@ def get_run(ws: Workspace, run_id: str) -> RunRow:
                   json.loads(r[6]) if r[6] else {}, r[7], r[8], r[9], r[10])
 
 
+# A run made with several encoders (``fpr query --encoders a,b``) is stored as one ordinary run per
+# encoder, named ``<run>@<encoder>``; ``<run>`` names the group.
+ENCODER_SEP = "@"
+
+
+def run_group(ws: Workspace, run_id: str) -> list[str]:
+    """The stored runs a name stands for: the run itself, or its per-encoder runs ``<run>@<encoder>``."""
+    with ws.read() as con:
+        if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+            return [run_id]
+        rows = con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY created_at, run_id",
+                           [run_id + ENCODER_SEP]).fetchall()
+    return [r[0] for r in rows]
+
+
 def run_tables(ws: Workspace, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(query_results rows in query order, aux_scores rows) of a run."""
     with ws.read() as con:
