@@ -365,7 +365,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
-    run_id = check_name(run, "run") if run else _new_run_id()
+    run_id = db.check_run_id(run) if run else _new_run_id()
     ws = Workspace.open(workspace)
     if not overwrite and db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")

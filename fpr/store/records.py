@@ -30,6 +30,16 @@ def check_name(name: str | None, what: str) -> str:
     return str(name)
 
 
+def check_run_id(run_id: str | None) -> str:
+    """A run name, or a per-encoder run ``<run>@<encoder>`` (``@`` is not allowed in names, so the two
+    never collide)."""
+    base, sep, encoder = (run_id or "").partition("@")
+    check_name(base, "run")
+    if sep:
+        check_name(encoder, "encoder part of run")
+    return str(run_id)
+
+
 def _names(con, table: str, column: str, order: str | None = None) -> list[str]:
     return [r[0] for r in con.execute(f"SELECT {column} FROM {table} ORDER BY {order or column}").fetchall()]
 
