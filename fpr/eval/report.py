@@ -234,10 +234,12 @@ def drift_from_rankings(per_query: pd.DataFrame, rankings: pd.DataFrame, item_id
     top1 = r.groupby(["run_id", "query_id"], sort=False).first()["item_identity"]
     nonrel = r[~r["relevant"].astype(bool)].groupby(["run_id", "query_id"], sort=False).first()
     idx = pd.MultiIndex.from_frame(keys)
-    out["top1_identity"] = top1.reindex(idx).to_numpy()
-    out["drift_identity"] = nonrel["item_identity"].reindex(idx).to_numpy()
+    as_text = lambda s: np.array([v if isinstance(v, str) else None for v in s], dtype=object)  # noqa: E731
+    out["top1_identity"] = as_text(top1.reindex(idx))
+    out["drift_identity"] = as_text(nonrel["item_identity"].reindex(idx))
     out["drift_score"] = nonrel["score"].reindex(idx).to_numpy(dtype=np.float64)
-    out["drift_source"] = np.where(pd.notna(out["drift_identity"]), "top-k", None)
+    out["drift_source"] = np.array(["top-k" if isinstance(v, str) else None for v in out["drift_identity"]],
+                                   dtype=object)
     return out
 
 
