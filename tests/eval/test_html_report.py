@@ -18,6 +18,13 @@ def report(tmp_path_factory):
     from tests.conftest import make_tree
 
     tmp = tmp_path_factory.mktemp("html")
+    with pytest.MonkeyPatch.context() as mp:  # module scope runs before the per-test isolation fixture
+        mp.setenv("FPR_CACHE_DIR", str(tmp / "cache"))
+        mp.setenv("FPR_WEIGHTS_DIR", str(tmp / "weights"))
+        return _make_report(tmp)
+
+
+def _make_report(tmp):
     ws = tmp / "ws"
     tree = make_tree(tmp / "tree", identities=3, images=4)
     api.import_gallery("g", api.read_folder(tree), GallerySpec(references_per_identity=1), workspace=ws)
