@@ -9,14 +9,12 @@ import pytest
 from fpr import api
 from fpr.galleries.curate import GallerySpec
 from tests.browser import Browser, find_chromium, in_ci
-from tests.conftest import write_image
+from tests.conftest import make_tree, write_image
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """A pixels-16 run of 12 queries (2 groups x 3 identities x methods a, b) and its HTML report."""
-    from tests.conftest import make_tree
-
     tmp = tmp_path_factory.mktemp("html")
     with pytest.MonkeyPatch.context() as mp:  # module scope runs before the per-test isolation fixture
         mp.setenv("FPR_CACHE_DIR", str(tmp / "cache"))
