@@ -442,9 +442,13 @@ def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
 
 
 def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:
-    """Delete a run with its per-query rows, scores and rankings (one transaction)."""
-    db.delete_run(Workspace.open(workspace), run_id)
-    return {"deleted": run_id}
+    """Delete a run with its per-query rows, scores and rankings (one transaction per stored run); the
+    name of a multi-encoder run deletes all its per-encoder runs."""
+    ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    for rid in ids:
+        db.delete_run(ws, rid)
+    return {"deleted": run_id, "runs": ids}
 
 
 def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str | Path | pd.DataFrame, *,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from fpr import api
+from fpr import api, progress
 from fpr.errors import InputError
 from fpr.cli.main import cli, format_option, parse_options, scorer_option
 from fpr.cli.output import dumps, render_rows
@@ -109,7 +109,7 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
     ws = ctx.obj["workspace"]
     if html_path:
         path = api.html_report(runs, html_path, workspace=ws, allow_stale=allow_stale, top_k=top_k, device=device)
-        click.echo(f"wrote {path}", err=True)
+        progress.log(f"wrote {path}")
     if confusion:
         data = api.report_data(runs, workspace=ws, allow_stale=allow_stale, device=device)
         click.echo(rep.render_confusion(data.per_query, "json" if fmt == "json" else

@@ -100,10 +100,11 @@ def pivot_html(p: Pivot) -> str:
     return "".join(parts)
 
 
-def plots_svg(summary: Sequence[dict], metrics: Sequence[tuple[str, str]] = (("map", "mAP"), ("sim", "Sim"))) -> str:
+def plots_svg(summary: Sequence[dict], metrics: Sequence[tuple[str, str]] = (("map", "mAP"), ("sim", "Sim")),
+              methods: Sequence[str] | None = None) -> str:
     """Per group and metric, horizontal bars (mean) with whiskers (95% interval), one colour per encoder."""
     encoders = list(dict.fromkeys(r.get("encoder", "") for r in summary))
-    methods = list(dict.fromkeys(r["method"] for r in summary))
+    methods = list(methods or dict.fromkeys(r["method"] for r in summary))
     groups = sorted({r["group"] for r in summary if r["group"] != OVERALL}) + [OVERALL]
     cell = {(r.get("encoder", ""), r["method"], r["group"]): r for r in summary}
     legend = "".join(f'<span class="key" style="background:{PALETTE[k % len(PALETTE)]}"></span>{_e(e)} '
@@ -112,7 +113,7 @@ def plots_svg(summary: Sequence[dict], metrics: Sequence[tuple[str, str]] = (("m
     bar_h, label_w, plot_w = 10, 110, 260
     for g in groups:
         for metric, label in metrics:
-            vals = [r.get(metric) for r in summary if r["group"] == g]
+            vals = [r.get(k) for r in summary if r["group"] == g for k in (metric, f"{metric}_lo", f"{metric}_hi")]
             finite = [float(v) for v in vals if v is not None and np.isfinite(float(v))]
             lo_axis = min(0.0, min(finite, default=0.0))
             span = max(1.0, max(finite, default=1.0)) - lo_axis
@@ -290,7 +291,7 @@ def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, i
         f"<p>{n_cards} queries ({n_ok} evaluated) · encoders {_e(', '.join(encoders))} · "
         f"intervals: bootstrap 95% over queries</p>"
         f"<h2>Summary</h2>{pivot_html(p)}"
-        f"<h2>Plots</h2>{plots_svg(summary)}"
+        f"<h2>Plots</h2>{plots_svg(summary, methods=p.methods)}"
         "<h2>Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery item "
         "(columns). Off-diagonal cells are queries whose best match is another identity.</p>"
         f'<div class="confs">{confusion_html(per_query)}</div>'

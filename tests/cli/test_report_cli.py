@@ -85,6 +85,8 @@ def test_multi_encoder_run_equals_separate_runs_and_pivot_equals_sql(world, tmp_
     bad = run(ws, "query", "--gallery", "g", "--index", "g-pixels-16", "--queries", str(queries), ok=False)
     assert bad.exit_code == 2 and "--encoders" in bad.stderr
     check_pivot_cells_equal_sql_over_stored_rows(ws)
+    run(ws, "runs", "delete", "R")
+    assert {r["run_id"] for r in api.list_runs(workspace=ws)} == {f"single-{e}" for e in ENCODERS}
 
 
 def check_pivot_cells_equal_sql_over_stored_rows(ws):
