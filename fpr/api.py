@@ -24,11 +24,13 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.encoders.background import background_of_key, with_background
 from fpr.encoders.embed import EmbedResult, embed_paths
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
 from fpr.eval.ablate import ablate
+from fpr.eval.ablate_official import ablate_official
 from fpr.eval.filter import filter_queries
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
@@ -51,7 +53,8 @@ __all__ = [
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "run_query_encoders", "read_queries", "report", "report_data",
     "paper_report", "html_report", "score_from_table", "run_ids", "load_run", "list_runs", "export_run", "delete_run",
-    "embed", "sql", "compare", "score_run", "ablate", "filter_queries", "galleries_from_source",
+    "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
+    "build_preset_gallery",
     "training_source", "train_encoder",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
 ]
@@ -171,6 +174,19 @@ def delete_gallery(name: str, *, workspace: str | Path | None = None, force: boo
     return {"deleted": name, **deps}
 
 
+def build_preset_gallery(preset: str, root: str | Path, *, name: str | None = None, seed: int = 0,
+                         sampling: str = "random", encoder: str | None = None, workspace: str | Path | None = None,
+                         overwrite: bool = False) -> GalleryInfo:
+    """A dataset preset (e.g. ``cub-paper``) read from its official folder layout, curated and stored."""
+    from fpr.galleries.datasets.presets import build_preset
+
+    result = build_preset(preset, root, seed=seed, sampling=sampling)
+    for note in result.notes:
+        progress.log(f"{preset}: {note}")
+    return import_gallery(name or result.default_gallery, result.records, result.spec, workspace=workspace,
+                          encoder=encoder, source=f"preset:{preset}:{root}", overwrite=overwrite)
+
+
 def galleries_from_source(manifest: str | Path | None = None, folder: str | Path | None = None
                           ) -> list[ImageRecord]:
     if (manifest is None) == (folder is None):
@@ -205,12 +221,14 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = 64,
-                workers: int | None = None, overwrite: bool = False) -> IndexInfo:
+                workers: int | None = None, overwrite: bool = False, background: str = "keep") -> IndexInfo:
     """Embed a gallery's images (cached) and write a new index version, then point the name at it.
 
     Readers see the old version or the new one, never a mix: the files go to a fresh
     version folder and one transaction moves the pointer. A build that finds the name
-    taken by a concurrent build is refused instead of silently lost.
+    taken by a concurrent build is refused instead of silently lost. ``background``
+    (``keep`` | ``remove`` | ``remove:<segmenter>``) is part of the protocol: it is recorded
+    in the card, and queries against the index get the same step.
     """
     start = time.perf_counter()
     name = check_name(name or f"{gallery}-{encoder}", "index")
@@ -222,6 +240,8 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
                             hint="choose another --name or pass --overwrite")
     items = gallery_items(gallery, workspace=ws.root)
     enc = load_encoder(encoder, weights=weights, device=device)
+    if background != "keep":
+        enc = with_background(enc, background)
     gal = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
     res = embed_paths(enc, [it.path for it in gal + refs], batch_size=batch_size, workers=workers,
@@ -303,10 +323,19 @@ class RunResult:
     n_skipped: int = 0
     skipped_reasons: dict = field(default_factory=dict)
 
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+        if "sim_source" not in self.per_query:
+            return {}
+        counts = self.per_query["sim_source"].dropna().value_counts()
+        return {str(k): int(v) for k, v in counts.sort_index().items()}
+
     def as_json(self) -> dict:
         return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
                 "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
-                "skipped": skip_reasons(self.per_query, self.skipped_reasons), "provenance": self.provenance}
+                "skipped": skip_reasons(self.per_query, self.skipped_reasons),
+                "sim_definition": self.sim_definition, "provenance": self.provenance}
 
 
 def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
@@ -379,9 +408,13 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     if enc.weights.checksum != opened.index.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="pass --weights with the original file, or rebuild the index")
+    # queries get the index's protocol, background step included
+    enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
     ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
+    if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
+        provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
               "skip_missing_identities": skip_missing_identities, "skip_unreadable": skip_unreadable,
               "scorer_options": dict(scorer_options or {}), "skipped": ev.reasons}
@@ -625,12 +658,21 @@ def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
 def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None,
                device: str = "auto") -> Path:
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, encoder, drift diagnosis,
-    the queries' extra columns, scores. A multi-encoder run gives one row per query and encoder."""
+    the queries' extra columns, scores, and scorer notes as ``<scorer>.<metric>.note`` columns. A
+    multi-encoder run gives one row per query and encoder."""
     data = report_data(run_id, workspace=workspace, allow_stale=True, device=device)
     wide = _wide(data)
+    cols = export_columns(wide, data.aux)
+    aux = data.aux
+    noted = aux[aux["note"].notna()] if "note" in aux.columns else aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values)
+        notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
+            index=["run_id", "query_id"], columns="col", values="note", aggfunc="first")
+        wide = wide.merge(notes, left_on=["run_id", "query_id"], right_index=True, how="left")
+        cols += sorted(notes.columns)
     if len(data.runs) == 1:
-        wide = wide.drop(columns=["run_id"])
-    return write_table(wide[export_columns(wide, data.aux)], out)
+        cols = [c for c in cols if c != "run_id"]
+    return write_table(wide[cols], out)
 
 
 def _wide(data: ReportData) -> pd.DataFrame:
@@ -797,3 +839,41 @@ def ensure_ok(result: RunResult) -> RunResult:  # pragma: no cover - convenience
     if result.n_skipped:
         raise FprError(f"{result.n_skipped} queries were skipped")
     return result
+
+
+def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, truth: str | None = None, *,
+         workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
+         lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
+         truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
+         n_boot: int = 1000):
+    """Agreement of a run's per-query values with human judgments (files) or a truth column; see fpr.eval.meta."""
+    from fpr.eval import meta as _meta
+
+    if (human is None or human == [] or human == ()) == (truth is None):
+        raise InputError("give exactly one of --human FILE or --truth COLUMN",
+                         hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
+    res = load_run(run_id, workspace=workspace)
+    df = with_aux(res.per_query, res.aux)
+    df = df[df["status"] == "ok"].reset_index(drop=True)
+    available = _meta.metric_columns(df, aux_columns(res.aux))
+    if metrics:
+        unknown = [m for m in metrics if m not in available]
+        if unknown:
+            raise InputError(f"run '{run_id}' has no per-query value(s) {', '.join(unknown)}",
+                             hint=f"values: {', '.join(available)}")
+        available = list(metrics)
+    if truth is not None:
+        judg = _meta.truth_judgments(df, truth, lower_better=truth_lower_better, within=tuple(pair_within))
+        where = f"run {run_id} column {truth}"
+    else:
+        paths = [human] if isinstance(human, (str, Path)) else list(human)
+        judg = _meta.read_judgments(paths)
+        where = ", ".join(map(str, paths))
+        if judg.pairs.empty and not judg.ratings.empty:
+            mean = judg.ratings.groupby("query_id")["rating"].mean()
+            score = df["query_id"].astype(str).map(mean).astype(float)
+            judg.pairs = _meta.pairs_from_scores(df, score, tuple(pair_within))
+    out = _meta.agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
+                          n_boot=n_boot, where=where)
+    out.info["run"] = run_id
+    return out
