@@ -326,16 +326,21 @@ class RunResult:
     @property
     def sim_definition(self) -> dict[str, int]:
         """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
-        if "sim_source" not in self.per_query:
-            return {}
-        counts = self.per_query["sim_source"].dropna().value_counts()
-        return {str(k): int(v) for k, v in counts.sort_index().items()}
+        return sim_definition(self.per_query)
 
     def as_json(self) -> dict:
         return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
                 "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
                 "skipped": skip_reasons(self.per_query, self.skipped_reasons),
                 "sim_definition": self.sim_definition, "provenance": self.provenance}
+
+
+def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
+    """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+    if "sim_source" not in per_query:
+        return {}
+    counts = per_query["sim_source"].dropna().value_counts()
+    return {str(k): int(v) for k, v in counts.sort_index().items()}
 
 
 def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
@@ -542,10 +547,16 @@ class ReportData:
     summary: list[dict]
     items: dict  # run_id -> {item_id: GalleryItem}
     skipped: dict
+    provenance: dict  # run_id -> provenance
 
     @property
     def encoders(self) -> list[str]:
         return list(dict.fromkeys(self.per_query["encoder"].tolist()))
+
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """As :attr:`RunResult.sim_definition`, counted over the first encoder's queries."""
+        return sim_definition(self.per_query[self.per_query["encoder"] == self.encoders[0]])
 
 
 def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
@@ -555,7 +566,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
 
     ws = Workspace.open(workspace)
     ids = run_ids(runs, workspace=ws.root)
-    parts, auxes, ranks, items, skipped = [], [], [], {}, {}
+    parts, auxes, ranks, items, skipped, provenance = [], [], [], {}, {}, {}
     seed = None
     owner: dict[tuple[str, str], str] = {}
     for rid in ids:
@@ -572,6 +583,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
                 raise ConflictError(f"runs '{prev}' and '{rid}' both have method '{m}' with encoder '{row.encoder}'",
                                     hint="merge runs that evaluate different methods or encoders")
         parts.append(pq)
+        provenance[rid] = res.provenance
         auxes.append(res.aux.assign(run_id=rid))
         ranks.append(db.run_rankings(ws, rid).assign(run_id=rid))
         items[rid] = {it.item_id: it for it in pipeline.gallery_items(ws, row.gallery)} \
@@ -584,7 +596,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
     if drift:
         per_query = _with_drift(ws, per_query, rankings, items, device)
     summary = rep.encoder_summaries(per_query, aux, seed=seed or 0)
-    return ReportData(ids, per_query, aux, rankings, summary, items, skipped)
+    return ReportData(ids, per_query, aux, rankings, summary, items, skipped, provenance)
 
 
 def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, items: dict,
@@ -601,6 +613,9 @@ def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, 
     for rid in per_query.loc[todo, "run_id"].unique():
         rows = np.flatnonzero((todo & (per_query["run_id"] == rid)).to_numpy())
         run = db.get_run(ws, rid)
+        if not items.get(rid):
+            per_query.loc[rows, "drift_source"] = "unknown: gallery deleted"
+            continue
         if pipeline.index_change(run, db.find_index(ws, run.index_name)):
             per_query.loc[rows, "drift_source"] = "unknown: index changed"
             continue

@@ -122,14 +122,21 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
     data, pivot = api.paper_report(runs, workspace=ws, allow_stale=allow_stale,
                                    metrics=[m.strip() for m in metrics.split(",") if m.strip()])
     if fmt == "json":
+        one = len(data.runs) == 1
         click.echo(dumps({"runs": data.runs, "encoders": data.encoders, "summary": data.summary,
                           "pivot": pivot.records(), "n_queries": int(len(data.per_query)),
-                          "n_skipped": int((data.per_query["status"] != "ok").sum()), "skipped": data.skipped}))
+                          "n_skipped": int((data.per_query["status"] != "ok").sum()), "skipped": data.skipped,
+                          "sim_definition": data.sim_definition,
+                          "provenance": data.provenance[data.runs[0]] if one else data.provenance}))
         return
     if fmt == "table":
-        click.echo(f"runs {', '.join(data.runs)}  encoders {', '.join(data.encoders)}  "
-                   f"(mean [95% bootstrap interval])")
+        click.echo(f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
+                   f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
     click.echo(rep.render(pivot, fmt))
+    if fmt in ("table", "markdown") and data.sim_definition:
+        from fpr.eval.pipeline import SIM_SOURCES
+
+        click.echo("\nSim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in data.sim_definition.items()))
     n_skipped = int((data.per_query["status"] != "ok").sum())
     if n_skipped and fmt in ("table", "markdown"):
         click.echo(f"({n_skipped} queries skipped; '--format json' lists them with reasons)")
