@@ -706,6 +706,10 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     if not names:
         raise InputError("no scorers given", hint="e.g. --scorers clip-t,copy-paste")
     ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    if ids != [run_id]:  # a multi-encoder run: score each encoder's run
+        return pd.concat([score_run(rid, names, workspace=ws.root, device=device, scorer_options=scorer_options,
+                                    overwrite=overwrite).assign(run_id=rid) for rid in ids], ignore_index=True)
     run = db.get_run(ws, run_id)
     _require_current_index(ws, run)
     res = load_run(run_id, workspace=ws.root)

@@ -190,18 +190,22 @@ def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, 
         if not scorer_name:
             raise InputError("--from-csv needs --scorer NAME (the name its columns are stored under)")
         api.score_from_table(run, from_csv, scorer_name, workspace=ws, overwrite=overwrite)
-        ids = api.run_ids(run, workspace=ws)
-        if len(ids) > 1:
-            data, pivot = api.paper_report(run, workspace=ws, allow_stale=True)
-            click.echo(dumps(pivot.records()) if fmt == "json" else render_rows(pivot.records(), fmt))
-            return
-        print_run(api.report(ids[0], workspace=ws, allow_stale=True), fmt)
+        _print_scored(run, ws, fmt)
         return
     if scorer_name:
         raise InputError("--scorer goes with --from-csv; use --scorers for built-in scorers")
     api.score_run(run, scorers, workspace=ws, device=device, overwrite=overwrite,
                   scorer_options=parse_options(scorer_options))
-    print_run(api.report(run, workspace=ws), fmt)
+    _print_scored(run, ws, fmt)
+
+
+def _print_scored(run: str, ws, fmt: str) -> None:
+    ids = api.run_ids(run, workspace=ws)
+    if ids != [run]:
+        _, pivot = api.paper_report(run, workspace=ws, allow_stale=True)
+        click.echo(dumps(pivot.records()) if fmt == "json" else render_rows(pivot.records(), fmt))
+        return
+    print_run(api.report(run, workspace=ws, allow_stale=True), fmt)
 
 
 @cli.command("compare")

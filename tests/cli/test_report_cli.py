@@ -85,6 +85,16 @@ def test_multi_encoder_run_equals_separate_runs_and_pivot_equals_sql(world, tmp_
     bad = run(ws, "query", "--gallery", "g", "--index", "g-pixels-16", "--queries", str(queries), ok=False)
     assert bad.exit_code == 2 and "--encoders" in bad.stderr
     check_pivot_cells_equal_sql_over_stored_rows(ws)
+    # external scores given to the group name go to every encoder's run
+    ids = pd.read_csv(queries)["query_id"]
+    pd.DataFrame({"query_id": ids, "gpt": np.arange(len(ids), dtype=float)}).to_csv(tmp_path / "e.csv", index=False)
+    out = json.loads(run(ws, "score", "--run", "R", "--from-csv", str(tmp_path / "e.csv"), "--scorer", "ext",
+                         "--format", "json").stdout)
+    assert any(r["metric"] == "ext.gpt" and r["encoder"] == "" and r["group"] == "*" for r in out)
+    n = api.sql("SELECT run_id, count(*) AS n, sum(value) AS s FROM aux_scores WHERE scorer = 'ext' GROUP BY 1 "
+                "ORDER BY 1", workspace=ws)
+    assert n["run_id"].tolist() == ["R@fpr-world-v1", "R@pixels-16"] and (n["n"] == len(ids)).all()
+    assert (n["s"] == sum(range(len(ids)))).all()
     run(ws, "runs", "delete", "R")
     assert {r["run_id"] for r in api.list_runs(workspace=ws)} == {f"single-{e}" for e in ENCODERS}
 
