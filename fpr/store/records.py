@@ -351,6 +351,16 @@ def store_ablation(ws: Workspace, name: str, rows: pd.DataFrame, *, overwrite: b
         insert_df(con, "ablations", rows)
 
 
+def ablation_rows(ws: Workspace, name: str, columns: Sequence[str]) -> pd.DataFrame:
+    with ws.read() as con:
+        cols = ", ".join(f'"{c}"' for c in columns)
+        df = con.execute(f'SELECT {cols} FROM ablations WHERE ablation = ? ORDER BY variant, "repeat", method',
+                         [name]).df()
+    if df.empty:
+        raise NotFoundError(f"no ablation named '{name}'", where=str(ws.root))
+    return df
+
+
 # --------------------------------------------------------------------------- users' SQL
 
 def user_sql(ws: Workspace, query: str) -> pd.DataFrame:
