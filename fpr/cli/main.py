@@ -16,7 +16,7 @@ from fpr import progress
 from fpr.errors import FprError, InputError
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
-COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows")
+COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "serve")
 
 
 class FprGroup(click.Group):

@@ -1,0 +1,86 @@
+"""Durable job records: one JSON file per run under ``<workspace>/serve/jobs/``.
+
+Job state lives outside the workspace database on purpose: the database holds
+results, these files hold the service's queue. Every write goes to a temporary
+file in the same folder and is renamed over the old one (``os.replace``), so a
+reader or a crash never sees half a record.
+
+Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+ACTIVE = (QUEUED, RUNNING)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fp:
+            json.dump(obj, fp, indent=1, sort_keys=True)
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class JobStore:
+    """Job records, read and written under one in-process lock (the server is the only writer)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+
+    def _path(self, run: str) -> Path:
+        return self.folder / f"{run}.json"
+
+    def get(self, run: str) -> dict | None:
+        try:
+            return json.loads(self._path(run).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+
+    def put(self, job: dict) -> dict:
+        with self.lock:
+            job = dict(job, updated_at=now())
+            write_json_atomic(self._path(job["run"]), job)
+            return job
+
+    def update(self, run: str, **changes) -> dict | None:
+        """Merge ``changes`` into a record; None if it was deleted meanwhile."""
+        with self.lock:
+            job = self.get(run)
+            if job is None:
+                return None
+            job.update(changes)
+            return self.put(job)
+
+    def delete(self, run: str) -> None:
+        with self.lock:
+            self._path(run).unlink(missing_ok=True)
+
+    def all(self) -> list[dict]:
+        jobs = []
+        for p in sorted(self.folder.glob("*.json")):
+            job = self.get(p.stem)
+            if job is not None:
+                jobs.append(job)
+        return sorted(jobs, key=lambda j: j.get("created_at", ""))
+
+    def active_for(self, user: str) -> int:
+        return sum(1 for j in self.all() if j.get("user") == user and j.get("status") in ACTIVE)

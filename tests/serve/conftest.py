@@ -1,0 +1,106 @@
+"""A tiny world workspace (gallery + fpr-world-v1 index) and the real server on a free loopback port."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+INDEX = "world-serve-fpr-world-v1"
+TOKENS = {"alice": "tok-alice-0123456789", "bob": "tok-bob-0123456789",
+          **{f"c{i:02d}": f"tok-client-{i:02d}-abcdef" for i in range(16)}}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_workspace(root: Path) -> tuple[Path, list[dict]]:
+    """Render a 3-species x 2-identity world (64 px), import it, build the index; return (ws, query rows)."""
+    from fpr import api
+    from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.world import World, WorldConfig
+
+    ws = root / "ws"
+    build = World(WorldConfig(seed=0, identities=2, gallery=2, references=1, queries=1,
+                              methods=("faithful", "generic"), size=64)).write(root / "world")
+    api.import_gallery("world-serve", build.records, GallerySpec(seed=0), workspace=ws, source="world")
+    api.build_index("world-serve", "fpr-world-v1", name=INDEX, workspace=ws, device="cpu")
+    return ws, build.queries
+
+
+@dataclass
+class Server:
+    url: str
+    workspace: Path
+    proc: subprocess.Popen
+    log: Path
+    tokens_file: Path
+    env: dict = field(default_factory=dict)
+
+    def client(self, user: str | None = "alice", **kw) -> "httpx.Client":
+        headers = {"Authorization": f"Bearer {TOKENS[user]}"} if user else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, **kw)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dict | None = None,
+                 wait_workers: bool = True) -> Server:
+    tokens_file = tmp / "tokens.txt"
+    if not tokens_file.exists():
+        tokens_file.write_text("# test tokens\n" + "".join(f"{t} {n}\n" for n, t in TOKENS.items()))
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO), FPR_API_TOKENS_FILE=str(tokens_file), FPR_MAX_UPLOAD_MB="2",
+               FPR_MAX_QUEUED_PER_TOKEN="3", FPR_QUIET="1", **(extra_env or {}))
+    log = tmp / f"server-{port}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "fpr", "--workspace", str(workspace), "serve", "--host",
+                             "127.0.0.1", "--port", str(port), "--workers", str(workers), "--device", "cpu"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    server = Server(f"http://127.0.0.1:{port}", workspace, proc, log, tokens_file, env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            h = httpx.get(server.url + "/v1/health", timeout=2).json()
+            if not wait_workers or h["workers_ready"] >= workers:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"server did not start in 60 s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve-world")
+    ws, queries = prepare_workspace(root)
+    return ws, queries
+
+
+@pytest.fixture(scope="session")
+def server(world, tmp_path_factory):
+    ws, _ = world
+    s = start_server(ws, tmp_path_factory.mktemp("serve-server"))
+    yield s
+    s.stop()
