@@ -47,6 +47,8 @@ def decode_rgb(data: bytes, where: str = "<bytes>") -> Image.Image:
             return to_rgb(im)
     except InputError:
         raise
+    except Image.DecompressionBombError:  # PIL refuses some bombs itself, before our size check runs
+        raise InputError("image is too large (a decompression bomb)", where=where) from None
     except UnidentifiedImageError:
         raise InputError("not a readable image (unknown format)", where=where,
                          hint="remove it or convert it to JPEG/PNG") from None

@@ -104,3 +104,32 @@ def server(world, tmp_path_factory):
     s = start_server(ws, tmp_path_factory.mktemp("serve-server"))
     yield s
     s.stop()
+
+
+def upload_name(path: str) -> str:
+    """The name a client gives a world query image: method/species/file (subfolders keep names unique)."""
+    return "/".join(Path(path).parts[-3:])
+
+
+def queries_csv(rows: list[dict], names=upload_name) -> bytes:
+    import pandas as pd
+
+    df = pd.DataFrame(rows)[["query_id", "path", "identity", "group", "method"]]
+    df["path"] = [names(p) for p in df["path"]]
+    return df.to_csv(index=False).encode()
+
+
+def submission(rows: list[dict]) -> list:
+    """Multipart ``files`` for httpx: the queries table plus every image, named as the table names them."""
+    files = [("queries", ("queries.csv", queries_csv(rows), "text/csv"))]
+    files += [("images", (upload_name(r["path"]), Path(r["path"]).read_bytes(), "image/png")) for r in rows]
+    return files
+
+
+def wait_for(client, run: str, timeout: float = 60, until=("done", "failed")) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/v1/runs/{run}").json()
+        if body.get("status") in until or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
