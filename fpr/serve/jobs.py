@@ -24,14 +24,16 @@ def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
+def write_json_atomic(path: Path, obj: dict, *, sync: bool = True) -> None:
+    """Write ``obj`` as JSON via a temporary file and ``os.replace``; ``sync`` also flushes it to the disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fp:
             json.dump(obj, fp, indent=1, sort_keys=True)
-            fp.flush()
-            os.fsync(fp.fileno())
+            if sync:
+                fp.flush()
+                os.fsync(fp.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -55,20 +57,21 @@ class JobStore:
         except FileNotFoundError:
             return None
 
-    def put(self, job: dict) -> dict:
+    def put(self, job: dict, *, sync: bool = True) -> dict:
         with self.lock:
             job = dict(job, updated_at=now())
-            write_json_atomic(self._path(job["run"]), job)
+            write_json_atomic(self._path(job["run"]), job, sync=sync)
             return job
 
-    def update(self, run: str, **changes) -> dict | None:
-        """Merge ``changes`` into a record; None if it was deleted meanwhile."""
+    def update(self, run: str, *, sync: bool = True, **changes) -> dict | None:
+        """Merge ``changes`` into a record; None if it was deleted meanwhile. Progress updates pass
+        ``sync=False`` (still atomic, not flushed to the disk each time)."""
         with self.lock:
             job = self.get(run)
             if job is None:
                 return None
             job.update(changes)
-            return self.put(job)
+            return self.put(job, sync=sync)
 
     def delete(self, run: str) -> None:
         with self.lock:

@@ -17,6 +17,7 @@ with the reason, starts a new worker and takes the next run.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue
 import signal
 import sys
@@ -83,6 +84,7 @@ def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
             conn.send(msg)
 
     progress.bar = lambda iterable=None, **kw: _ReportingBar(send, iterable, **kw)  # type: ignore[assignment]
+    send(("ready", os.getpid()))
     while True:
         try:
             job = conn.recv()
@@ -176,9 +178,20 @@ class Dispatcher:
         self.log(event="worker_started", slot=slot, pid=proc.pid)
         return proc, parent
 
+    def _wait_ready(self, proc, conn) -> bool:
+        """Wait for the worker's ("ready", pid) after its imports; False if it died first."""
+        ready = wait([conn, proc.sentinel])
+        if conn in ready:
+            try:
+                return conn.recv()[0] == "ready"
+            except (EOFError, OSError):
+                return False
+        return False
+
     def _slot(self, slot: int) -> None:
         proc, conn = self._spawn(slot)
-        self.ready += 1
+        if self._wait_ready(proc, conn):
+            self.ready += 1
         while not self._stopping.is_set():
             run = self.queue.get()
             if run is None:
@@ -188,13 +201,17 @@ class Dispatcher:
                 continue  # deleted (or already handled) while it waited
             if not proc.is_alive():
                 proc, conn = self._spawn(slot)
-            self.jobs.update(run, status=RUNNING, started_at=now(), worker_pid=proc.pid,
-                             progress={"stage": "starting"})
+            if self.jobs.update(run, status=RUNNING, started_at=now(), worker_pid=proc.pid,
+                                progress={"stage": "starting"}) is None:
+                continue  # deleted just now
             ok = self._follow(run, job, proc, conn)
             if not ok:
                 proc.join(5.0)
                 conn.close()
+                self.ready -= 1
                 proc, conn = self._spawn(slot)
+                if self._wait_ready(proc, conn):
+                    self.ready += 1
         try:
             conn.send(None)
         except (OSError, ValueError):
@@ -208,31 +225,33 @@ class Dispatcher:
             pass
         while True:
             ready = wait([conn, proc.sentinel])
+            msg = None
             if conn in ready:
                 try:
-                    kind, payload = conn.recv()
-                except (EOFError, OSError):
-                    ready = [proc.sentinel]
-                else:
-                    if kind == "stage":
-                        self.jobs.update(run, progress={"stage": payload})
-                    elif kind == "progress":
-                        self.jobs.update(run, progress=payload)
-                    elif kind == "done":
-                        self.jobs.update(run, status=DONE, finished_at=now(), result=payload, progress=None)
-                        self.log(event="run_done", run=run)
-                        return True
-                    elif kind == "failed":
-                        self.jobs.update(run, status=FAILED, finished_at=now(), error=payload, progress=None)
-                        self.log(event="run_failed", run=run, error=payload)
-                        return True
-                    continue
-            if proc.sentinel in ready and not conn.poll():
+                    msg = conn.recv()
+                except (EOFError, OSError):  # the worker's end closed: it died
+                    msg = None
+            elif conn.poll():
+                continue  # it exited, but left messages: read them first
+            if msg is None:
                 proc.join(5.0)
                 reason = _death_reason(proc.pid, proc.exitcode)
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
                 self.log(event="worker_died", run=run, pid=proc.pid, exitcode=proc.exitcode)
                 return False
+            kind, payload = msg
+            if kind == "stage":
+                self.jobs.update(run, progress={"stage": payload}, sync=False)
+            elif kind == "progress":
+                self.jobs.update(run, progress=payload, sync=False)
+            elif kind == "done":
+                self.jobs.update(run, status=DONE, finished_at=now(), result=payload, progress=None)
+                self.log(event="run_done", run=run)
+                return True
+            elif kind == "failed":
+                self.jobs.update(run, status=FAILED, finished_at=now(), error=payload, progress=None)
+                self.log(event="run_failed", run=run, error=payload)
+                return True
 
 
 def recover(jobs: JobStore, run_exists) -> tuple[list[str], list[str]]:

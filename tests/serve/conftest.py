@@ -126,10 +126,10 @@ def submission(rows: list[dict]) -> list:
     return files
 
 
-def wait_for(client, run: str, timeout: float = 60, until=("done", "failed")) -> dict:
+def wait_for(client, run: str, timeout: float = 60, until=("done", "failed"), interval: float = 0.1) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         body = client.get(f"/v1/runs/{run}").json()
         if body.get("status") in until or time.monotonic() > deadline:
             return body
-        time.sleep(0.1)
+        time.sleep(interval)
