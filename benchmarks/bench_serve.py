@@ -97,13 +97,13 @@ def start_server(ws: Path, root: Path, workers: int, token: str):
     raise SystemExit("server did not become ready in 120 s")
 
 
-def wait_done(client, run: str, timeout: float) -> dict:
+def wait_done(client, run: str, timeout: float, interval: float = 0.05) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body = client.get(f"/v1/runs/{run}").json()
         if body.get("status") in ("done", "failed"):
             return body
-        time.sleep(0.05)
+        time.sleep(interval)
     raise SystemExit(f"run {run} not done in {timeout:.0f} s")
 
 
@@ -163,7 +163,7 @@ def main() -> None:
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                               timeout=args.timeout) as c:
                 c.post("/v1/runs", data={"index": INDEX, "run": f"small-http-{i}"}, files=submission(small[i]))
-                done.append(wait_done(c, f"small-http-{i}", args.timeout)["status"])
+                done.append(wait_done(c, f"small-http-{i}", args.timeout, interval=0.25)["status"])
 
         t = time.perf_counter()
         threads = [threading.Thread(target=one, args=(i,)) for i in range(args.small_runs)]

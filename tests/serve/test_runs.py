@@ -173,4 +173,8 @@ def test_schemathesis_finds_no_server_error(server, tmp_path):
                           "--request-timeout", "20", "--generation-database", "none", "--no-color"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert " 5" not in "".join(l for l in server.log.read_text().splitlines() if '"status": 5' in l)
+    import json
+
+    statuses = [json.loads(l)["status"] for l in server.log.read_text().splitlines()
+                if l.startswith("{") and '"event": "request"' in l]
+    assert len(statuses) > 20 and max(s for s in statuses if s is not None) < 500
