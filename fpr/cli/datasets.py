@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import click
 
-from fpr import api, progress
+from fpr import api
 from fpr.cli.gallery import _print_info, gallery
 from fpr.cli.main import format_option
 from fpr.galleries.curate import SAMPLINGS
-from fpr.galleries.datasets.presets import PRESETS, build_preset
+from fpr.galleries.datasets.presets import PRESETS
 
 
 @gallery.command("build")
@@ -25,10 +25,6 @@ from fpr.galleries.datasets.presets import PRESETS, build_preset
 def build_cmd(ctx, preset: str, root: str, name: str | None, seed: int, sampling: str, encoder: str | None,
               overwrite: bool, fmt: str) -> None:
     """Build the paper's gallery for a dataset: groups, identities, references vs gallery, seeded."""
-    result = build_preset(preset, root, seed=seed, sampling=sampling)
-    for note in result.notes:
-        progress.log(f"{preset}: {note}")
-    info = api.import_gallery(name or result.default_gallery, result.records, result.spec,
-                              workspace=ctx.obj["workspace"], encoder=encoder, source=f"preset:{preset}:{root}",
-                              overwrite=overwrite)
+    info = api.build_preset_gallery(preset, root, name=name, seed=seed, sampling=sampling, encoder=encoder,
+                                    workspace=ctx.obj["workspace"], overwrite=overwrite)
     _print_info(info, fmt)

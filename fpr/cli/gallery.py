@@ -85,3 +85,13 @@ def list_cmd(ctx, fmt) -> None:
 def show_cmd(ctx, name, fmt) -> None:
     """Identities x images (reference, gallery) per group."""
     click.echo(render_rows(api.show_gallery(name, workspace=ctx.obj["workspace"]), fmt))
+
+
+@gallery.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Delete even if indices or runs use it (they stay).")
+@click.pass_context
+def delete_cmd(ctx, name, force) -> None:
+    """Delete a stored gallery (refused while indices or runs use it, unless --force)."""
+    api.delete_gallery(name, workspace=ctx.obj["workspace"], force=force)
+    click.echo(f"deleted gallery {name}")

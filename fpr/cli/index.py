@@ -36,3 +36,13 @@ def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers,
 @click.pass_context
 def list_cmd(ctx, fmt) -> None:
     click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt))
+
+
+@index.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Delete even if runs used it (they stay).")
+@click.pass_context
+def delete_cmd(ctx, name, force) -> None:
+    """Delete an index and its files (refused while runs use it, unless --force)."""
+    out = api.delete_index(name, workspace=ctx.obj["workspace"], force=force)
+    click.echo(f"deleted index {name}" + (f" (runs that used it: {', '.join(out['runs'])})" if out["runs"] else ""))

@@ -59,19 +59,30 @@ def query_cmd(ctx, index_name, queries, run, encoder, weights, scope, scorers, s
 
 @cli.command("report")
 @click.option("--run", required=True)
+@click.option("--allow-stale", is_flag=True, help="Print a run whose index has changed since it ran.")
 @format_option()
 @click.pass_context
-def report_cmd(ctx, run, fmt) -> None:
+def report_cmd(ctx, run, allow_stale, fmt) -> None:
     """Reprint a stored run's summary."""
-    print_run(api.report(run, workspace=ctx.obj["workspace"]), fmt)
+    print_run(api.report(run, workspace=ctx.obj["workspace"], allow_stale=allow_stale), fmt)
 
 
-@cli.command("runs")
+@cli.group("runs", invoke_without_command=True)
 @format_option()
 @click.pass_context
 def runs_cmd(ctx, fmt) -> None:
-    """List stored runs."""
-    click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt))
+    """List stored runs ('fpr runs delete RUN' deletes one)."""
+    if ctx.invoked_subcommand is None:
+        click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt))
+
+
+@runs_cmd.command("delete")
+@click.argument("run")
+@click.pass_context
+def runs_delete_cmd(ctx, run) -> None:
+    """Delete a run with its per-query rows, scores and rankings."""
+    api.delete_run(run, workspace=ctx.obj["workspace"])
+    click.echo(f"deleted run {run}")
 
 
 @cli.command("export")

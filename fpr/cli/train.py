@@ -1,14 +1,13 @@
 """``fpr encoders train``: train a specialized encoder on identity-labelled images."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
+from fpr import api
 from fpr.cli.encoders import encoders
 from fpr.cli.main import format_option
 from fpr.cli.output import dumps, render_rows
-from fpr.errors import InputError
 
 
 @encoders.command("train")
@@ -57,33 +56,10 @@ def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_s
                             margin=margin, scale=scale, seed=seed, device=device, workers=workers,
                             threads=threads, steps_per_epoch=steps_per_epoch, pretrained=pretrained)
     config.check()  # bad arch etc. fail before any data is read
-    src = make_source(source, gallery, ctx.obj["workspace"], identities=identities, per_identity=per_identity,
-                      render_size=render_size, seed=seed, val_fraction=val_fraction)
-    res = tr.train(src, config, encoder_id=encoder_id, out=out, flat=flat, overwrite=overwrite,
-                   command=tr.command_line())
+    src = api.training_source(source, gallery=gallery, workspace=ctx.obj["workspace"], identities=identities,
+                              per_identity=per_identity, render_size=render_size, seed=seed,
+                              val_fraction=val_fraction)
+    res = api.train_encoder(src, config, encoder_id=encoder_id, out=out, flat=flat, overwrite=overwrite,
+                            command=tr.command_line())
     row = res.as_row()
     click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))
-
-
-def make_source(source: str, gallery: str | None, workspace, *, identities: int, per_identity: int, render_size: int,
-                seed: int, val_fraction: float):
-    from fpr.encoders import train as tr
-
-    if gallery:
-        from fpr import api
-        from fpr.galleries.records import ImageRecord
-
-        items = api.gallery_items(gallery, workspace=workspace)
-        records = [ImageRecord(it.path, it.identity, it.group, it.role, it.content_hash) for it in items]
-        return tr.RecordsSource(records, name=f"gallery:{gallery}", seed=seed, val_fraction=val_fraction)
-    if source == "world":
-        if identities < 2 or per_identity < 1:
-            raise InputError("--identities must be >= 2 and --per-identity >= 1")
-        return tr.WorldSource(identities=identities, per_identity=per_identity, render_size=render_size, seed=seed)
-    from fpr.galleries.manifest import read_manifest
-
-    path = Path(source)
-    if not path.exists():
-        raise InputError("training source not found", where=str(path),
-                         hint="pass --source world or a manifest file (path,identity,group)")
-    return tr.RecordsSource(read_manifest(path), name=f"manifest:{path.name}", seed=seed, val_fraction=val_fraction)

@@ -68,9 +68,9 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, sampling, repeats, seed, design, name,
                plot, raw, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt) -> None:
     """Gallery ablation: oracle and generated mAP/Sim per gallery variant (one embedding pass)."""
-    from fpr.eval.ablate import ablate
+    from fpr import api
 
-    res = ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities, sampling=sampling,
+    res = api.ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities, sampling=sampling,
                  repeats=repeats, seed=seed, design=design, name=name, workspace=ctx.obj["workspace"],
                  weights=weights, device=device, batch_size=batch_size, workers=workers,
                  skip_missing_identities=skip_missing_identities, plot=plot, overwrite=overwrite)
@@ -123,7 +123,8 @@ def _isna(v) -> bool:
 def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,
                skip_missing_identities, restart, list_names, device, batch_size, workers, fmt) -> None:
     """Keep generated images that preserved identity (paper 5.4); streams, resumes after a kill."""
-    from fpr.eval.filter import describe_variables, filter_queries
+    from fpr import api
+    from fpr.eval.filter import describe_variables
 
     if list_names:
         click.echo(render_rows(describe_variables(), fmt, ["name", "column", "scorer", "description"]))
@@ -133,7 +134,7 @@ def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, 
     if missing:
         raise InputError(f"missing option(s) {', '.join(missing)}",
                          hint='e.g. fpr filter --index I --queries gen.csv --keep "top1 and ap >= 0.5" --out kept.csv')
-    res = filter_queries(index_name, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
+    res = api.filter_queries(index_name, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
                          chunk_size=chunk_size, workspace=ctx.obj["workspace"], scope=scope,
                          skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
                          workers=workers, scorer_options=parse_options(scorer_options), restart=restart)

@@ -3,7 +3,7 @@
 General over data and architecture: a *source* yields identity-labelled images
 (the built-in world, rendered afresh every epoch; or a list of
 :class:`~fpr.galleries.records.ImageRecord` from a manifest or a stored gallery,
-augmented every epoch), the network is a built-in small CNN or any timm model
+augmented every epoch; both in :mod:`fpr.galleries.training`), the network is a built-in small CNN or any timm model
 with a BatchNorm + linear neck, and the loss is a normalised-softmax (cosine)
 classifier over the training identities, optionally with an additive cosine
 margin (``--margin``; a large ArcFace-style margin collapsed in an early trial,
@@ -23,7 +23,6 @@ The paper's SP-Cars encoder is trained the same way::
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -32,7 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,7 +44,6 @@ from fpr.encoders.registry import pick_device
 from fpr.encoders.trained import CARD_FORMAT, CARD_NAME, WEIGHTS_NAME, build_network, check_arch
 from fpr.encoders.weights import weights_dir
 from fpr.errors import InputError
-from fpr.galleries.records import ImageRecord
 
 ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -89,7 +87,11 @@ class TrainConfig:
 # ----------------------------------------------------------------------------- sources
 
 class TrainSource:
-    """Identity-labelled images for training plus a held-out validation set."""
+    """Identity-labelled images for training plus a held-out validation set.
+
+    The sources themselves live with the data (:mod:`fpr.galleries.training`): this layer
+    knows only this interface.
+    """
 
     name: str = "source"
     classes: list[str]
@@ -109,145 +111,6 @@ class TrainSource:
         return {"name": self.name, "n_classes": len(self.classes)}
 
 
-class _WorldEpochs(torch.utils.data.Dataset):
-    def __init__(self, items: list[tuple[str, int]], per_identity: int, seed: int, render_size: int,
-                 preprocess: Preprocessing):
-        self.items, self.k, self.seed = items, per_identity, seed
-        self.render_size, self.preprocess = render_size, preprocess
-
-    def __len__(self) -> int:
-        return len(self.items) * self.k
-
-    def __getitem__(self, index: tuple[int, int]):
-        from fpr.galleries.world import render_identity
-
-        epoch, i = index
-        c, k = divmod(i, self.k)
-        species, ident = self.items[c]
-        img = render_identity(species, ident, f"train|{self.seed}|{epoch}|{k}", size=self.render_size)
-        return self.preprocess(img), c
-
-
-class WorldSource(TrainSource):
-    """The built-in world: training identities rendered afresh every epoch (no fixed image set)."""
-
-    def __init__(self, *, species: Sequence[str] | None = None, identities: int = 400, per_identity: int = 4,
-                 render_size: int = 96, seed: int = 0, val_identities: int = 10, val_images: int = 8):
-        from fpr.galleries.world import SPECIES, WORLD_VERSION, train_identities
-
-        self.species = tuple(species or SPECIES)
-        self.identities, self.per_identity, self.render_size = identities, per_identity, render_size
-        self.seed, self.val_identities, self.val_images = seed, val_identities, val_images
-        self.version = WORLD_VERSION
-        self.items = [(sp, i) for sp in self.species for i in train_identities(sp, identities, seed)]
-        self.classes = [f"{sp}/{i}" for sp, i in self.items]
-        self.name = "world"
-
-    def dataset(self, preprocess, seed):
-        return _WorldEpochs(self.items, self.per_identity, seed, self.render_size, preprocess)
-
-    def validation(self):
-        from fpr.galleries.world import render_identity, val_identities
-
-        out = []
-        for sp in self.species:
-            for ident in val_identities(sp, self.val_identities, 0):
-                for k in range(self.val_images):
-                    out.append((render_identity(sp, ident, f"val|{k}", size=self.render_size), f"{sp}/{ident}", sp))
-        return out
-
-    def describe(self):
-        return {"name": "world", "world_version": self.version, "species": list(self.species),
-                "identities_per_species": self.identities, "images_per_identity_per_epoch": self.per_identity,
-                "render_size": self.render_size, "identity_seed": self.seed, "n_classes": len(self.classes),
-                "validation": f"{self.val_identities} held-out identities x {self.val_images} images per species"}
-
-    def fingerprint(self):
-        return "sha256:" + hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()
-
-
-def _augment(img: Image.Image, rng: np.random.Generator) -> Image.Image:
-    w, h = img.size
-    s = rng.uniform(0.7, 1.0)
-    r = rng.uniform(0.85, 1.15)
-    cw, ch = min(w, int(w * s * math.sqrt(r))), min(h, int(h * s / math.sqrt(r)))
-    x, y = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-    img = img.crop((x, y, x + cw, y + ch)).rotate(float(rng.uniform(-10, 10)), resample=Image.BILINEAR)
-    arr = np.asarray(img, np.float32) * rng.uniform(0.8, 1.2) + rng.uniform(-20, 20)
-    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8), "RGB")
-
-
-class _RecordsEpochs(torch.utils.data.Dataset):
-    def __init__(self, rows: list[tuple[str, int]], seed: int, preprocess: Preprocessing):
-        self.rows, self.seed, self.preprocess = rows, seed, preprocess
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: tuple[int, int]):
-        from fpr.images import load_rgb
-
-        epoch, i = index
-        path, c = self.rows[i]
-        rng = np.random.default_rng([self.seed, epoch, i])
-        return self.preprocess(_augment(load_rgb(path), rng)), c
-
-
-class RecordsSource(TrainSource):
-    """Images with identity labels (a manifest or a stored gallery); a share of identities held out for validation.
-
-    A class is a (group, identity) pair. Validation identities (``val_fraction``
-    of each group's identities with at least 2 images, at least 2 per group when
-    the group has 4+) are never trained on.
-    """
-
-    def __init__(self, records: list[ImageRecord], *, name: str = "records", seed: int = 0, val_fraction: float = 0.2,
-                 val_max_images: int = 10):
-        if not records:
-            raise InputError("no training images", where=name)
-        by_key: dict[tuple[str, str], list[str]] = {}
-        for r in records:
-            by_key.setdefault((r.group, r.identity), []).append(r.path)
-        rng = np.random.default_rng(seed)
-        val_keys: set = set()
-        groups = sorted({g for g, _ in by_key})
-        for g in groups:
-            keys = sorted(k for k in by_key if k[0] == g and len(by_key[k]) >= 2)
-            n_val = int(round(len(keys) * val_fraction))
-            if len(keys) >= 4:
-                n_val = max(2, n_val)
-            n_val = min(n_val, len(keys) - 2) if len(keys) > 2 else 0
-            if n_val >= 2:
-                val_keys.update(keys[i] for i in rng.choice(len(keys), n_val, replace=False))
-        train_keys = sorted(k for k in by_key if k not in val_keys)
-        if len(train_keys) < 2:
-            raise InputError(f"need at least 2 training identities, found {len(train_keys)}", where=name)
-        self.name = name
-        self.classes = [f"{g}/{i}" for g, i in train_keys]
-        self.rows = [(p, c) for c, k in enumerate(train_keys) for p in sorted(by_key[k])]
-        self.val = [(p, f"{k[0]}/{k[1]}", k[0]) for k in sorted(val_keys) for p in sorted(by_key[k])[:val_max_images]]
-        self._hashes = sorted(f"{r.content_hash or r.path}|{r.group}|{r.identity}" for r in records)
-        self.seed, self.val_fraction = seed, val_fraction
-
-    def dataset(self, preprocess, seed):
-        return _RecordsEpochs(self.rows, seed, preprocess)
-
-    def validation(self):
-        from fpr.images import load_rgb
-
-        return [(load_rgb(p), key, g) for p, key, g in self.val]
-
-    def describe(self):
-        return {"name": self.name, "n_images": len(self.rows), "n_classes": len(self.classes),
-                "n_val_images": len(self.val), "val_fraction": self.val_fraction, "split_seed": self.seed}
-
-    def fingerprint(self):
-        h = hashlib.sha256()
-        for line in self._hashes:
-            h.update(line.encode() + b"\n")
-        return "sha256:" + h.hexdigest()
-
-
 # ----------------------------------------------------------------------------- loss and metrics
 
 class CosineClassifier(nn.Module):
@@ -265,29 +128,9 @@ class CosineClassifier(nn.Module):
         return nn.functional.cross_entropy(self.scale * cos, labels)
 
 
-def average_precision(scores: np.ndarray, relevant: np.ndarray) -> float:
-    order = np.argsort(-scores, kind="stable")
-    rel = relevant[order]
-    if not rel.any():
-        return float("nan")
-    hits = np.cumsum(rel)
-    return float((hits[rel] / (np.flatnonzero(rel) + 1)).mean())
-
-
-def oracle_map(vectors: np.ndarray, keys: Sequence[str], groups: Sequence[str]) -> dict[str, float]:
-    """Leave-one-out retrieval within each group: every image queries the others; mAP overall and per group."""
-    keys, groups = np.asarray(keys), np.asarray(groups)
-    sims = vectors @ vectors.T
-    aps: dict[str, list[float]] = {}
-    for i in range(len(keys)):
-        scope = groups == groups[i]
-        scope[i] = False
-        rel = (keys == keys[i]) & scope
-        if rel.any():
-            aps.setdefault(str(groups[i]), []).append(average_precision(sims[i, scope], rel[scope]))
-    out = {g: float(np.mean(v)) for g, v in sorted(aps.items())}
-    out["*"] = float(np.mean([a for v in aps.values() for a in v])) if aps else float("nan")
-    return out
+# (images' vectors, identity keys, groups) -> {"*": mAP, group: mAP}; the API passes the evaluation
+# pipeline's leave-one-out oracle mAP (fpr.eval.pipeline.leave_one_out_map): one AP for every number fpr reports.
+Evaluator = Callable[[np.ndarray, Sequence[str], Sequence[str]], dict]
 
 
 @torch.no_grad()
@@ -303,14 +146,14 @@ def embed_images(net: nn.Module, images: Sequence[Image.Image], preprocess: Prep
     return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
 
 
-def validate(net: nn.Module, val: list, preprocess: Preprocessing, device: torch.device
-             ) -> dict[str, float] | None:
-    """Oracle mAP of ``net`` on (image, identity key, group) triples; None without validation images."""
-    if not val:
+def validate(net: nn.Module, val: list, preprocess: Preprocessing, device: torch.device,
+             evaluate: Evaluator | None) -> dict[str, float] | None:
+    """Oracle mAP of ``net`` on (image, identity key, group) triples; None without images or evaluator."""
+    if not val or evaluate is None:
         return None
     images = [v[0] for v in val]
     vecs = embed_images(net, images, preprocess, device)
-    return oracle_map(vecs, [v[1] for v in val], [v[2] for v in val])
+    return evaluate(vecs, [v[1] for v in val], [v[2] for v in val])
 
 
 # ----------------------------------------------------------------------------- training
@@ -381,7 +224,7 @@ def versions() -> dict:
 
 
 def _train_loop(net, head, opt, loader, sampler, val, preprocess, device, config: TrainConfig, per_epoch: int,
-                total: int, use_amp: bool, start: float) -> list[dict]:
+                total: int, use_amp: bool, start: float, evaluate: Evaluator | None) -> list[dict]:
     history: list[dict] = []
     step = 0
     for epoch in range(config.epochs):
@@ -407,7 +250,7 @@ def _train_loop(net, head, opt, loader, sampler, val, preprocess, device, config
                 losses.append(loss.item())
                 step += 1
                 bar.update(1)
-        v = validate(net, val, preprocess, device)
+        v = validate(net, val, preprocess, device, evaluate)
         row = {"epoch": epoch + 1, "loss": float(np.mean(losses)) if losses else float("nan"),
                "val_map": v["*"] if v else None, "val_map_groups": {k: x for k, x in (v or {}).items() if k != "*"},
                "seconds": round(time.perf_counter() - start, 1)}
@@ -421,8 +264,8 @@ def _train_loop(net, head, opt, loader, sampler, val, preprocess, device, config
 
 def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str | Path | None = None,
           flat: bool = False, family: str | None = None, command: str | None = None,
-          overwrite: bool = False, description: str | None = None) -> TrainResult:
-    """Train, validate every epoch, and write weights + card. Returns where they went."""
+          overwrite: bool = False, description: str | None = None, evaluate: Evaluator | None = None) -> TrainResult:
+    """Train, validate every epoch with ``evaluate`` (if given), and write weights + card."""
     config.check()
     _check_id(encoder_id)
     folder = Path(out).expanduser() if out else weights_dir() / encoder_id
@@ -455,7 +298,7 @@ def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str
                          hint="lower --batch-size or add images")
     total = per_epoch * config.epochs
     start = time.perf_counter()
-    init = validate(net, val, preprocess, device)
+    init = validate(net, val, preprocess, device, evaluate)
     if init:
         progress.log(f"train {encoder_id}: {len(source.classes)} identities, {len(ds)} images/epoch, "
                      f"{len(val)} validation images; untrained val mAP {init['*']:.3f}")
@@ -473,7 +316,7 @@ def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str
                                          prefetch_factor=4 if workers else None, persistent_workers=bool(workers))
     try:
         history = _train_loop(net, head, opt, loader, sampler, val, preprocess, device, config, per_epoch, total,
-                              use_amp, start)
+                              use_amp, start, evaluate)
     finally:
         torch.set_num_threads(n_threads)
         del loader  # stops persistent workers

@@ -57,9 +57,12 @@ from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
 from fpr.eval.metrics import retrieval_metrics
+from fpr.eval.pipeline import gallery_items, missing_identities, normalize_queries
 from fpr.galleries.curate import SAMPLINGS, GallerySpec, curate, rng_for
 from fpr.galleries.records import ImageRecord
-from fpr.store import Workspace, insert_df
+from fpr.store import records as db
+from fpr.store.records import check_name
+from fpr.store.workspace import Workspace
 
 DESIGNS = ("one-at-a-time", "grid")
 BASELINE = {"per_identity": 10, "identities": 10, "sampling": "random"}
@@ -179,8 +182,6 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
            skip_missing_identities: bool = False, plot: str | Path | None = None, overwrite: bool = False,
            store: bool = True) -> AblationResult:
     """Evaluate gallery variants with one embedding pass; store rows in the ``ablations`` table."""
-    from fpr import api  # late import: fpr.api may expose this function
-
     start = time.perf_counter()
     timings: dict[str, float] = {}
     m_values = parse_values(per_identity, "per-identity")
@@ -189,30 +190,24 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {repeats}")
     variants, base = plan_variants(m_values, n_values, s_values, design)
-    name = api._check_name(name, "ablation") if name else \
+    name = check_name(name, "ablation") if name else \
         f"abl-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     ws = Workspace.open(workspace)
-    if store and not overwrite and ws.exists:
-        with ws.write() as con:
-            if con.execute("SELECT 1 FROM ablations WHERE ablation = ?", [name]).fetchone():
-                raise ConflictError(f"ablation '{name}' already exists", hint="choose another --run-prefix or pass "
-                                                                                "--overwrite")
+    if store and not overwrite and db.ablation_exists(ws, name):
+        raise ConflictError(f"ablation '{name}' already exists", hint="choose another --name or pass --overwrite")
 
-    items = api.gallery_items(gallery, workspace=ws.root)
+    items = gallery_items(ws, gallery)
     pool = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
-    qdf = api.read_queries(queries) if queries is not None else None
+    qdf = normalize_queries(queries) if queries is not None else None
     if qdf is not None:
         pool_keys = {(it.group, it.identity) for it in pool}
         has = np.array([(g, i) in pool_keys for g, i in zip(qdf["group"], qdf["identity"])], dtype=bool)
-        if not has.all():
-            missing = sorted({f"{g}/{i}" for g, i in zip(qdf["group"][~has], qdf["identity"][~has])})
-            if not skip_missing_identities:
-                raise InputError(f"{int((~has).sum())} queries have no gallery image of their identity: "
-                                 f"{', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else ""),
-                                 hint="fix the labels or pass --skip-missing-identities")
-            progress.log(f"skipping {int((~has).sum())} queries without gallery images of their identity")
-            qdf = qdf[has].reset_index(drop=True)
+        where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
+        keep = missing_identities(qdf, has, skip=skip_missing_identities, where=where) == "ok"
+        if not keep.all():
+            progress.log(f"skipping {int((~keep).sum())} queries without gallery images of their identity")
+            qdf = qdf[keep].reset_index(drop=True)
 
     # ---- the one embedding pass
     t0 = time.perf_counter()
@@ -264,12 +259,7 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
                              "repeats": repeats, "seed": seed, "design": design, "queries": str(queries)
                              if not isinstance(queries, pd.DataFrame) else "dataframe",
                              "baseline": base.id, "weights_checksum": enc.weights.checksum})
-        with ws.write() as con:
-            if con.execute("SELECT 1 FROM ablations WHERE ablation = ?", [name]).fetchone():
-                if not overwrite:
-                    raise ConflictError(f"ablation '{name}' already exists", hint="pass --overwrite")
-                con.execute("DELETE FROM ablations WHERE ablation = ?", [name])
-            insert_df(con, "ablations", df.assign(params=params))
+        db.store_ablation(ws, name, df.assign(params=params), overwrite=overwrite)
     plot_path = None
     if plot:
         plot_path = str(plot_ablation(df, base, plot, variants=variants))

@@ -5,7 +5,7 @@
         --out kept.csv --rejected rejected.csv --copy-to kept-images/
 
 Every query gets exactly the per-query values ``fpr query`` computes (the same
-function, :func:`fpr.api.score_queries`) plus any auxiliary scorers; a keep-rule
+function, :func:`fpr.eval.pipeline.evaluate`) plus any auxiliary scorers; a keep-rule
 (:mod:`fpr.eval.rules`) splits the rows. Outputs keep every input column and add
 the values, ``status`` and ``reason`` (the clause that failed; empty when kept).
 
@@ -29,10 +29,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,19 +41,20 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
-from fpr.eval.rules import BASE_VARIABLES, parse_rule
-from fpr.eval.scorers import all_scorers, parse_scorer_list, run_scorers
-from fpr.store import Workspace
-from fpr.tables import resolve_path
+from fpr.eval import pipeline
+from fpr.eval.rules import BASE_VARIABLES, INTEGER_RULE_NAMES, RULE_COLUMNS, parse_rule
+from fpr.eval.scorers import all_scorers, parse_scorer_list
+from fpr.files import atomic_write_path
+from fpr.store.workspace import Workspace
 
 REQUIRED = ("path", "identity", "group")
 STATE_VERSION = 1
-# rule variable -> per_query column of fpr.api.score_queries
-BASE_COLUMNS = {"ap": "ap", "sim": "sim", "top1": "cmc1", "top5": "cmc5", "top10": "cmc10",
-                "first_hit_rank": "first_hit_rank", "n_relevant": "n_relevant", "inp": "inp"}
-INT_COLUMNS = ("top1", "top5", "top10", "first_hit_rank", "n_relevant")
+# rule variable -> per-query column (declared with the query_results table in fpr.store.schema)
+BASE_COLUMNS = RULE_COLUMNS
+INT_COLUMNS = INTEGER_RULE_NAMES
 
 
 @dataclass
@@ -182,16 +181,6 @@ def _prescan(path: Path, chunk_size: int, gallery_keys: set[str], skip_missing: 
 
 # --------------------------------------------------------------------------- state and parts
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fmt_of(path: Path) -> str:
@@ -205,9 +194,9 @@ def _fmt_of(path: Path) -> str:
 
 def _write_part(df: pd.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "parquet":
-        _atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
+        atomic_write_path(path, lambda tmp: df.to_parquet(tmp, index=False))
     else:
-        _atomic_write(path, lambda tmp: df.to_csv(tmp, index=False, header=False,
+        atomic_write_path(path, lambda tmp: df.to_csv(tmp, index=False, header=False,
                                                  sep="\t" if fmt == "tsv" else ","))
 
 
@@ -234,7 +223,7 @@ def _assemble(parts: list[Path], out: Path, fmt: str, columns: list[str]) -> Non
                 for p in parts:
                     with open(p, "r", newline="", encoding="utf-8") as src:
                         shutil.copyfileobj(src, fp)
-    _atomic_write(out, write)
+    atomic_write_path(out, write)
 
 
 def _fingerprint(obj: dict) -> str:
@@ -253,7 +242,7 @@ def _copy_kept(df: pd.DataFrame, folder: Path) -> None:
         dest = folder / _safe(group) / _safe(ident) / f"{_safe(qid)}-{_safe(src.name)}"
         if dest.exists() and dest.stat().st_size == src.stat().st_size:
             continue
-        _atomic_write(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))
+        atomic_write_path(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))
 
 
 # --------------------------------------------------------------------------- the filter
@@ -269,13 +258,10 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
 
     ``after_chunk(k)`` is called after chunk ``k`` is durably recorded (progress hooks, tests).
     """
-    from fpr import api  # late: fpr.api may expose this function
-
     start = time.perf_counter()
     if chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")
-    if scope not in api.SCOPES:
-        raise InputError(f"unknown scope '{scope}'", hint=f"valid: {', '.join(api.SCOPES)}")
+    pipeline.check_scope(scope)
     qpath = Path(queries)
     if not qpath.exists():
         raise InputError("queries file not found", where=str(qpath))
@@ -298,13 +284,13 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     options = {str(k): str(v) for k, v in (scorer_options or {}).items()}
 
     ws = Workspace.open(workspace)
-    gi, items = api.load_index(index, workspace=ws.root)
-    by_id = {it.item_id: it for it in items}
+    opened = pipeline.open_index(ws, index)
+    gi = opened.index
     enc = load_encoder(gi.card.encoder, device=device)
     if enc.weights.checksum != gi.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="rebuild the index")
-    gallery_keys = {f"{by_id[int(i)].group}\x1f{by_id[int(i)].identity}" for i in gi.item_ids}
+    gallery_keys = set(opened.labels.keys())
     header = _header(qpath)
     missing_cols = [c for c in REQUIRED if c not in header]
     if missing_cols:
@@ -343,7 +329,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         shutil.rmtree(state_dir, ignore_errors=True)
         state = {"version": STATE_VERSION, "fingerprint": fingerprint, "n_rows": n_rows, "chunk_size": chunk_size,
                  "done": {}}
-        _atomic_write(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
+        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
     done: dict[str, dict] = state["done"]
     if done:
         progress.log(f"resuming: {len(done)} of {n_chunks_est} chunks already done ({state_dir})")
@@ -364,8 +350,8 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
             n_resumed += 1
             continue
         t0 = time.perf_counter()
-        frame = _process_chunk(api, raw, offset, base, gi, by_id, enc, rule, variables, names, options, scope,
-                               device, batch_size, workers)
+        settings = pipeline.EvalSettings(scope, True, True, names, options, 0, device, batch_size, workers)
+        frame = _process_chunk(raw, offset, base, opened, enc, rule, variables, settings, ws)
         kept_mask = frame["__keep"].to_numpy(dtype=bool)
         kept, rej = frame[kept_mask], frame[~kept_mask]
         _write_part(kept[columns], state_dir / f"{k:06d}.kept.{out_fmt}", out_fmt)
@@ -375,7 +361,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
             _copy_kept(kept, copy_dir)
         clause_counts = Counter(c for c in frame["__clause"] if c)
         done[str(k)] = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(clause_counts)}
-        _atomic_write(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
+        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
         dt = time.perf_counter() - t0
         t_work += dt
         n_processed += n
@@ -409,42 +395,29 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
                         n_resumed, seconds, ips, names, dict(reasons.most_common()))
 
 
-def _process_chunk(api, raw: pd.DataFrame, offset: int, base: Path, gi, by_id, enc, rule, variables, names,
-                   options, scope, device, batch_size, workers) -> pd.DataFrame:
+def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: pipeline.OpenIndex, enc, rule, variables,
+                   settings: pipeline.EvalSettings, ws: Workspace) -> pd.DataFrame:
     """Score one chunk exactly as ``run_query`` scores queries; return input + values + keep/reason."""
     raw = raw.reset_index(drop=True)
-    q = raw.astype(object).where(raw.notna(), "")
-    q = pd.DataFrame({c: q[c].map(lambda v: v if isinstance(v, str) else str(v)).str.strip() for c in q.columns})
-    q["path"] = [resolve_path(v, base) for v in q["path"]]
-    if "reference_paths" in q.columns:
-        q["reference_paths"] = [";".join(resolve_path(r.strip(), base) for r in v.split(";") if r.strip())
-                                for v in q["reference_paths"]]
-    if "query_id" not in q.columns or (q["query_id"] == "").all():
-        q["query_id"] = [f"q{offset + i:06d}" for i in range(len(q))]
-    if "method" not in q.columns:
-        q["method"] = ""
-    qdf = api.read_queries(q)
-    scope_mask, relevant = api.relevance_masks(gi, by_id, qdf, scope)
-    status = np.array(["ok"] * len(qdf), dtype=object)
-    status[~relevant.any(axis=1)] = api.SKIP_NO_RELEVANT
-    ev = api.score_queries(gi, by_id, enc, qdf, scope_mask, relevant, status, skip_unreadable=True,
-                           batch_size=batch_size, workers=workers)
+    qdf = pipeline.normalize_queries(raw, base=base, id_offset=offset, required=REQUIRED, where="queries chunk")
+
+    def embed(paths, *, on_error="raise", desc="embedding"):
+        return embed_paths(enc, paths, batch_size=settings.batch_size, workers=settings.workers, on_error=on_error,
+                           desc=desc)
+
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, embed, settings, encoder_id=enc.id,
+                           workspace=ws.root, dim=enc.spec.dim)
     pq_ = ev.per_query
     values: dict[str, np.ndarray] = {v: pd.to_numeric(pq_[col], errors="coerce").to_numpy(dtype=np.float64)
                                      for v, col in BASE_COLUMNS.items()}
     aux_cols: dict[str, np.ndarray] = {}
-    ok = ev.ok
-    if names:
-        aux = pd.DataFrame(columns=["query_id", "scorer", "metric", "value"])
-        if len(ok):
-            batch = api._query_batch(qdf.iloc[ok], ev.qvecs[ok], gi, by_id, enc.id, device, options)
-            aux = run_scorers(names, batch)
+    if settings.scorers:
         pos = {qid: i for i, qid in enumerate(qdf["query_id"])}
         scorers = all_scorers()
-        for s in names:
+        for s in settings.scorers:
             for m in scorers[s].metrics:
                 aux_cols[f"{s}.{m}"] = np.full(len(qdf), np.nan)
-        for qid, s, m, v in aux[["query_id", "scorer", "metric", "value"]].itertuples(index=False):
+        for qid, s, m, v in ev.aux[["query_id", "scorer", "metric", "value"]].itertuples(index=False):
             col = f"{s}.{m}"
             if col in aux_cols:
                 aux_cols[col][pos[qid]] = v

@@ -28,21 +28,16 @@ from typing import Mapping
 import numpy as np
 
 from fpr.errors import InputError
+from fpr.store.schema import per_query_metrics
 
 MAX_RULE_CHARS = 2000
 MAX_NODES = 500
 
 # The per-query values every filter run has (computed by the same code as ``fpr query``).
-BASE_VARIABLES = {
-    "ap": "average precision of the query against the gallery (0..1)",
-    "sim": "mean cosine similarity to the identity's reference images",
-    "top1": "1 if the first-ranked gallery image has the query's identity (CMC@1)",
-    "top5": "1 if an image of the identity is within the top 5 (CMC@5)",
-    "top10": "1 if an image of the identity is within the top 10 (CMC@10)",
-    "first_hit_rank": "rank of the first gallery image of the identity (1 = best)",
-    "n_relevant": "number of gallery images of the identity in scope",
-    "inp": "inverse negative penalty: n_relevant / rank of the last relevant image",
-}
+BASE_VARIABLES = {c.metric.rule: c.metric.description for c in per_query_metrics() if c.metric.rule}
+# rule name -> per-query column, and the names whose values are integers
+RULE_COLUMNS = {c.metric.rule: c.name for c in per_query_metrics() if c.metric.rule}
+INTEGER_RULE_NAMES = tuple(c.metric.rule for c in per_query_metrics() if c.metric.rule and c.metric.integer)
 
 _COMPARE = {ast.Lt: np.less, ast.LtE: np.less_equal, ast.Gt: np.greater, ast.GtE: np.greater_equal,
             ast.Eq: np.equal, ast.NotEq: np.not_equal}

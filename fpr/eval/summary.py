@@ -11,9 +11,36 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from fpr.store.schema import per_query_metrics
+
 N_BOOT = 1000
-METRIC_COLUMNS = {"map": "ap", "cmc@1": "cmc1", "cmc@5": "cmc5", "cmc@10": "cmc10", "minp": "inp", "sim": "sim"}
-CI_METRICS = ("map", "sim")
+
+
+def metric_columns() -> dict[str, str]:
+    """Summary name -> per-query column, from the store's declaration of ``query_results``."""
+    return {c.metric.summary: c.name for c in per_query_metrics() if c.metric.summary}
+
+
+def interval_metrics() -> tuple[str, ...]:
+    """Summary names that carry a bootstrap 95% interval."""
+    return tuple(c.metric.summary for c in per_query_metrics() if c.metric.summary and c.metric.interval)
+
+
+def aux_columns(aux: pd.DataFrame | None) -> list[str]:
+    """``scorer.metric`` names of a long auxiliary-scores table."""
+    if aux is None or aux.empty:
+        return []
+    return sorted({f"{s}.{m}" for s, m in zip(aux["scorer"], aux["metric"])})
+
+
+def with_aux(per_query: pd.DataFrame, aux: pd.DataFrame | None) -> pd.DataFrame:
+    """Per-query rows with one column per ``scorer.metric`` (joined on the query id)."""
+    if aux is None or aux.empty:
+        return per_query
+    wide = aux.assign(col=aux["scorer"] + "." + aux["metric"]).pivot_table(
+        index="query_id", columns="col", values="value", aggfunc="first", dropna=False)
+    wide.columns = [str(c) for c in wide.columns]
+    return per_query.merge(wide, left_on="query_id", right_index=True, how="left")
 
 
 def _rng(seed: int, *keys: str) -> np.random.Generator:
@@ -45,9 +72,10 @@ def _mean(x: pd.Series) -> float:
 
 def _row(method: str, group: str, df: pd.DataFrame, seed: int, aux_cols: list[str]) -> dict:
     row: dict = {"method": method, "group": group, "n_queries": int(len(df))}
-    for name, col in METRIC_COLUMNS.items():
+    with_interval = interval_metrics()
+    for name, col in metric_columns().items():
         row[name] = _mean(df[col]) if col in df else float("nan")
-        if name in CI_METRICS and col in df:
+        if name in with_interval and col in df:
             lo, hi = bootstrap_ci(df[col].to_numpy(dtype=np.float64), seed=seed, key=(name, method, group))
             row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
     for col in aux_cols:

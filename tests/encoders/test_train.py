@@ -11,6 +11,8 @@ from click.testing import CliRunner
 
 from fpr.encoders import registry
 from fpr.encoders import train as tr
+from fpr.eval.pipeline import leave_one_out_map
+from fpr.galleries import training
 from fpr.encoders.trained import CARD_NAME, WEIGHTS_NAME, load_card, load_network
 from fpr.encoders.weights import weights_dir
 from fpr.errors import ConflictError, FprError, InputError
@@ -19,7 +21,7 @@ from fpr.errors import ConflictError, FprError, InputError
 def _tiny_world(**kw):
     args = dict(species=("zebra",), identities=24, per_identity=8, render_size=64, val_identities=8, val_images=4)
     args.update(kw)
-    return tr.WorldSource(**args)
+    return training.WorldSource(**args)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def trained(tmp_path_factory):
     src = _tiny_world()
     cfg = tr.TrainConfig(arch="fpr-cnn-grid", size=48, dim=32, epochs=8, batch_size=32, lr=3e-3, workers=0, seed=0,
                          threads=1)
-    res = tr.train(src, cfg, encoder_id="tiny-zebra", out=out, command="pytest")
+    res = tr.train(src, cfg, encoder_id="tiny-zebra", out=out, command="pytest", evaluate=leave_one_out_map)
     return res, src
 
 
@@ -109,7 +111,7 @@ def test_timm_architecture_trains_and_loads(arch, tmp_path):
 def test_records_source_holds_out_identities(tiny_tree):
     from fpr.galleries.manifest import read_folder
 
-    src = tr.RecordsSource(read_folder(tiny_tree), seed=0, val_fraction=0.34)
+    src = training.RecordsSource(read_folder(tiny_tree), seed=0, val_fraction=0.34)
     val_ids = {k for _, k, _ in src.val}
     assert not val_ids & set(src.classes)
     assert len(src.classes) >= 2

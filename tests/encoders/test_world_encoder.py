@@ -38,9 +38,11 @@ def test_shipped_encoder_embeds_unit_vectors():
 
 
 def test_shipped_encoder_oracle_map_on_unseen_identities():
-    from fpr.encoders.train import WorldSource, validate
+    from fpr.encoders.train import validate
+    from fpr.eval.pipeline import leave_one_out_map
+    from fpr.galleries.training import WorldSource
 
     enc = registry.load_encoder(WORLD_ENCODER_ID, device="cpu")
     src = WorldSource(identities=2, val_identities=10, val_images=8)
-    res = validate(enc.model, src.validation(), enc.preprocessing, torch.device("cpu"))
+    res = validate(enc.model, src.validation(), enc.preprocessing, torch.device("cpu"), leave_one_out_map)
     assert res["*"] >= 0.8, res

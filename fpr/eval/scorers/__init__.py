@@ -3,12 +3,15 @@
 A scorer is one module in this package defining a :class:`Scorer` subclass and
 calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES``. It
 declares what it needs (``image``, ``references``, ``prompt``, an encoder) and
-returns a long table ``query_id, metric, value``; fpr stores it in the
+returns a long table ``query_id, metric, value`` and optionally ``note`` (text
+beside a value: OCR output, a judge's trajectory, or why a value is missing: a
+missing value is NaN with its reason, never a guess); fpr stores it in the
 ``aux_scores`` table keyed by (run_id, query_id, scorer, metric).
 """
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +36,8 @@ class QueryBatch:
     encoder_id: str | None = None
     device: str = "auto"
     options: dict = field(default_factory=dict)  # scorer options, e.g. {"copy-paste.encoder": "pixels-16"}
+    workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. model judges)
+    extras: list[dict] | None = None  # per query: the queries table's other columns (expected_text, panels, ...)
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -107,11 +112,12 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
         df = scorer.score(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
-        df = df[["query_id", "metric", "value"]].copy()
+        df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
         df.insert(1, "scorer", name)
         frames.append(df)
     if not frames:
-        return pd.DataFrame(columns=["query_id", "scorer", "metric", "value"])
+        return pd.DataFrame(columns=["query_id", "scorer", "metric", "value", "note"])
     out = pd.concat(frames, ignore_index=True)
     out["value"] = pd.to_numeric(out["value"], errors="coerce").astype(float)
+    out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
     return out

@@ -1,0 +1,484 @@
+"""The one evaluation pipeline: queries -> relevance and scope -> scores -> metrics -> Sim -> scorers.
+
+``fpr query``, ``fpr score``, ``fpr filter``, ``fpr ablate``, the demo and the
+trainer's validation all go through the functions here, so a per-query value
+means the same thing wherever it appears:
+
+- :func:`normalize_queries` is the one reader and normaliser of a queries table
+  (file or DataFrame): label columns as text, paths resolved against the file's
+  folder, query ids filled and checked, reference lists parsed;
+- :class:`GalleryLabels` holds the labels of an index's gallery rows and reference
+  vectors; :meth:`GalleryLabels.relevance` gives the scope and relevance masks and
+  :func:`missing_identities` the "no relevant gallery image" check;
+- :func:`evaluate` embeds the queries, computes AP, ranks, CMC, mINP (the metric
+  engine in :mod:`fpr.eval.metrics`), Sim, the top-k rankings and auxiliary scores,
+  with the skip policy, and returns rows shaped as the store declares them;
+- :func:`leave_one_out_map` is the oracle mAP the trainer validates with.
+
+The per-query columns come from the ``query_results`` declaration in
+:mod:`fpr.store.schema`; nothing here lists them again.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr.errors import InputError
+from fpr.eval.metrics import retrieval_metrics, top_k
+from fpr.eval.scorers import QueryBatch, run_scorers
+from fpr.galleries.records import GalleryItem
+from fpr.index import faiss_index
+from fpr.store import records as db
+from fpr.store.schema import TABLES, per_query_metrics
+from fpr.store.workspace import Workspace
+from fpr.tables import read_table, resolve_path
+
+QUERY_COLUMNS = ("path", "identity", "group", "method")
+TEXT_COLUMNS = (*QUERY_COLUMNS, "query_id", "prompt", "reference_paths", "sim_reference")
+SCOPES = ("group", "all")
+SKIP_NO_RELEVANT = "skipped:no-relevant"
+SKIP_UNREADABLE = "skipped:unreadable"
+# Sim references, in order of precedence (stored per query in ``sim_source``).
+SIM_SOURCES = {
+    "sim_reference": "the query's own sim_reference image (the released code's non-DreamBooth Sim)",
+    "reference_paths": "mean cosine to the query's reference_paths (the images it was conditioned on)",
+    "identity": "mean cosine to every reference image of the query's identity in the gallery",
+}
+# Columns a queries table may carry that are not "extra" (kept and exported as they came).
+_BASE = {"query_id", "row_number", "path", "method", "identity", "group", "prompt", "reference_paths",
+         "reference_list", "sim_reference"}
+_KEY_SEP = "\x1f"
+
+
+# --------------------------------------------------------------------------- queries
+
+def normalize_queries(queries: str | Path | pd.DataFrame, *, base: Path | None = None, id_offset: int = 0,
+                      required: Sequence[str] = QUERY_COLUMNS, where: str | None = None) -> pd.DataFrame:
+    """Read and normalise a queries table (the one place that does it).
+
+    Label and path columns become stripped text; other columns keep their type and
+    are carried as extras. Paths resolve against ``base`` (default: the file's folder,
+    or the current directory for a DataFrame). Missing query ids are ``q<row>`` with
+    rows counted from ``id_offset`` (chunked readers pass their offset).
+    """
+    if isinstance(queries, pd.DataFrame):
+        df = queries.copy()
+        where = where or "queries"
+        base = base or Path.cwd()
+        missing = [c for c in required if c not in df.columns]
+        if missing:
+            raise InputError(f"queries lack required column(s) {', '.join(missing)}", where=where,
+                             hint=f"required: {', '.join(required)}; found: {', '.join(map(str, df.columns))}")
+    else:
+        p = Path(queries)
+        df = read_table(p, required=tuple(required), what="queries file")
+        where = where or str(p)
+        base = base or p.resolve().parent
+    df.columns = [str(c).strip() for c in df.columns]
+    for c in [c for c in TEXT_COLUMNS if c in df.columns]:
+        if c == "reference_paths" and df[c].map(lambda v: isinstance(v, (list, tuple))).any():
+            continue
+        df[c] = df[c].map(_text)
+    for c in ("method", "prompt", "reference_paths", "sim_reference"):
+        if c not in df.columns:
+            df[c] = ""
+    df["path"] = [resolve_path(v, base) for v in df["path"]]
+    if "query_id" not in df.columns or (df["query_id"] == "").all():
+        df["query_id"] = [f"q{id_offset + i:06d}" for i in range(len(df))]
+    blank = np.flatnonzero((df["query_id"] == "").to_numpy())
+    if len(blank):
+        raise InputError(f"query_id is empty in row {int(blank[0]) + 2}", where=where,
+                         hint="give every row a query_id, or leave the whole column empty to number them")
+    dup = df["query_id"][df["query_id"].duplicated()]
+    if len(dup):
+        raise InputError(f"query_id '{dup.iloc[0]}' appears more than once", where=where)
+    df["reference_list"] = [_split_refs(v, base) for v in df["reference_paths"]]
+    df["reference_paths"] = [";".join(r) for r in df["reference_list"]]
+    df["sim_reference"] = [resolve_path(v, base) if v else "" for v in df["sim_reference"]]
+    df["row_number"] = np.arange(id_offset, id_offset + len(df))
+    return df.reset_index(drop=True)
+
+
+def _text(v) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def _split_refs(value, base: Path) -> list[str]:
+    parts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value or "").split(";")
+    return [resolve_path(v.strip(), base) for v in parts if v.strip()]
+
+
+def extra_columns(qdf: pd.DataFrame) -> list[str]:
+    return [c for c in qdf.columns if c not in _BASE]
+
+
+# --------------------------------------------------------------------------- the gallery side
+
+@dataclass
+class GalleryItemLabel:
+    item_id: int
+    path: str
+    identity: str
+    group: str
+
+
+@dataclass
+class GalleryLabels:
+    """Labels of an index's gallery rows (FAISS order) and of its reference vectors."""
+
+    item_ids: np.ndarray  # (G,) gallery item id per FAISS row
+    groups: np.ndarray  # (G,) object
+    identities: np.ndarray  # (G,) object
+    ref_vectors: np.ndarray  # (R, dim)
+    ref_groups: np.ndarray
+    ref_identities: np.ndarray
+    ref_paths: list[str]
+    paths: list[str]
+
+    @classmethod
+    def from_items(cls, item_ids: np.ndarray, ref_ids: np.ndarray, ref_vectors: np.ndarray,
+                   items: Sequence) -> "GalleryLabels":
+        """``items``: objects with item_id, path, identity, group (e.g. stored gallery items)."""
+        by_id = {int(it.item_id): it for it in items}
+        rows = [by_id[int(i)] for i in item_ids]
+        refs = [by_id[int(i)] for i in ref_ids]
+        return cls(np.asarray(item_ids, dtype=np.int64), np.array([r.group for r in rows], dtype=object),
+                   np.array([r.identity for r in rows], dtype=object), np.asarray(ref_vectors, np.float32),
+                   np.array([r.group for r in refs], dtype=object), np.array([r.identity for r in refs], dtype=object),
+                   [r.path for r in refs], [r.path for r in rows])
+
+    def keys(self) -> np.ndarray:
+        return _keys(self.groups, self.identities)
+
+    def relevance(self, qdf: pd.DataFrame, scope: str) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, G) boolean masks: items in each query's scope, and relevant items in scope.
+
+        Relevant = same (group, identity). Labels are compared as integer codes: string
+        comparison over a (Q, G) grid costs more than the retrieval itself.
+        """
+        check_scope(scope)
+        n = len(self.groups)
+        group_codes = pd.factorize(pd.Series(list(self.groups) + qdf["group"].tolist(), dtype=object))[0]
+        key_codes = pd.factorize(pd.Series(list(self.keys()) + list(_keys(qdf["group"], qdf["identity"])),
+                                           dtype=object))[0]
+        ig, qg, ik, qk = group_codes[:n], group_codes[n:], key_codes[:n], key_codes[n:]
+        scope_mask = np.ones((len(qg), n), dtype=bool) if scope == "all" else qg[:, None] == ig[None, :]
+        return scope_mask, (qk[:, None] == ik[None, :]) & scope_mask
+
+    def references_by_key(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for k, p in zip(_keys(self.ref_groups, self.ref_identities), self.ref_paths):
+            out.setdefault(k, []).append(p)
+        return out
+
+
+@dataclass
+class OpenIndex:
+    """An index's current version, its pointer row, and its gallery's items and labels."""
+
+    index: faiss_index.GalleryIndex
+    row: db.IndexRow
+    items: list[GalleryItem]
+    labels: GalleryLabels
+
+
+def gallery_items(ws: Workspace, name: str) -> list[GalleryItem]:
+    return [GalleryItem(*r) for r in db.gallery_item_rows(ws, name)]
+
+
+def open_index(ws: Workspace, name: str, *, encoder: str | None = None) -> OpenIndex:
+    """Load the version an index's pointer names, checked against its stored gallery."""
+    row = db.get_index(ws, name)
+    gallery = db.get_gallery(ws, row.gallery)
+    gi = faiss_index.load(ws.absolute(row.path), encoder=encoder, gallery_fingerprint=gallery.fingerprint)
+    items = gallery_items(ws, row.gallery)
+    labels = GalleryLabels.from_items(gi.item_ids, gi.ref_ids, gi.ref_vectors, items)
+    return OpenIndex(gi, row, items, labels)
+
+
+def index_change(run: db.RunRow, current: db.IndexRow | None) -> str | None:
+    """Why a run's index is no longer what it ran against (None when it still is)."""
+    if current is None:
+        return "no longer exists"
+    if run.index_version is not None and run.index_version != current.version:
+        return f"has been rebuilt since (version {run.index_version or 'of fpr 0.1'} -> {current.version})"
+    if run.gallery_fingerprint and run.gallery_fingerprint != current.gallery_fingerprint:
+        return "now indexes a different gallery content"
+    if run.weights_checksum and run.weights_checksum != current.weights_checksum:
+        return "now uses different encoder weights"
+    return None
+
+
+def _keys(groups, identities) -> np.ndarray:
+    return np.array([f"{g}{_KEY_SEP}{i}" for g, i in zip(groups, identities)], dtype=object)
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise InputError(f"unknown scope '{scope}'", hint=f"valid: {', '.join(SCOPES)}")
+    return scope
+
+
+def missing_identities(qdf: pd.DataFrame, has_relevant: np.ndarray, *, skip: bool, where: str) -> np.ndarray:
+    """Status per query: "ok", or ``skipped:no-relevant`` when skipping; raises listing them otherwise.
+
+    ``has_relevant[q]``: the query has at least one gallery image of its identity in scope.
+    """
+    status = np.array(["ok"] * len(qdf), dtype=object)
+    no_rel = ~np.asarray(has_relevant, dtype=bool)
+    if no_rel.any():
+        if not skip:
+            missing = sorted({f"{g}/{i}" for g, i in zip(qdf["group"][no_rel], qdf["identity"][no_rel])})
+            n = int(no_rel.sum())
+            raise InputError(f"{n} quer{'y has' if n == 1 else 'ies have'} no gallery image of their identity in "
+                             f"scope: {', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else ""), where=where,
+                             hint="fix the identity/group labels, add those identities to the gallery, or pass "
+                                  "--skip-missing-identities")
+        status[no_rel] = SKIP_NO_RELEVANT
+    return status
+
+
+# --------------------------------------------------------------------------- evaluation
+
+@dataclass
+class EvalSettings:
+    scope: str = "group"
+    skip_missing_identities: bool = False
+    skip_unreadable: bool = False
+    scorers: list[str] = field(default_factory=list)
+    scorer_options: dict = field(default_factory=dict)
+    top_k: int = 10
+    device: str = "auto"
+    batch_size: int = 64
+    workers: int | None = None
+
+
+@dataclass
+class Evaluation:
+    """What one evaluation computed, shaped as the store declares it."""
+
+    status: np.ndarray  # (Q,) "ok" or a skip status
+    per_query: pd.DataFrame  # query_results columns (+ extras), one row per query in input order
+    aux: pd.DataFrame  # query_id, scorer, metric, value, note
+    rankings: pd.DataFrame  # query_id, rank, item_id, score, relevant
+    qvecs: np.ndarray  # (Q, dim); NaN rows for queries not embedded
+    reasons: dict[str, str]  # query_id -> why it was skipped as unreadable
+
+    @property
+    def ok(self) -> np.ndarray:
+        return np.flatnonzero(self.status == "ok")
+
+
+EmbedFn = Callable[..., object]  # fpr.encoders.embed.embed_paths-compatible
+
+
+def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores: Callable[[np.ndarray], np.ndarray],
+             embed: EmbedFn, settings: EvalSettings, *, where: str = "queries", encoder_id: str | None = None,
+             workspace: Path | None = None, dim: int | None = None) -> Evaluation:
+    """Evaluate normalised queries against one gallery.
+
+    ``gallery_scores(qvecs)`` returns (Q, G) similarities in gallery-row order (a flat
+    index's inner products); ``embed(paths, on_error=..., desc=...)`` returns an
+    ``EmbedResult``. Missing identities are checked before anything is embedded.
+    """
+    scope_mask, relevant = gallery.relevance(qdf, settings.scope)
+    status = missing_identities(qdf, relevant.any(axis=1), skip=settings.skip_missing_identities, where=where)
+    todo = np.flatnonzero(status == "ok")
+    qres = embed(qdf["path"].iloc[todo].tolist(), on_error="skip" if settings.skip_unreadable else "raise",
+                 desc="embedding queries")
+    dim = dim or qres.vectors.shape[1]
+    qvecs = np.full((len(qdf), dim), np.nan, dtype=np.float32)
+    qvecs[todo] = qres.vectors
+    hashes: list[str | None] = [None] * len(qdf)
+    for j, i in enumerate(todo):
+        hashes[i] = qres.hashes[j]
+    reasons: dict[str, str] = {}
+    for j, msg in qres.failed.items():
+        status[todo[j]] = SKIP_UNREADABLE
+        reasons[qdf["query_id"].iloc[todo[j]]] = msg
+    ok = np.flatnonzero(status == "ok")
+
+    per_query = query_frame(qdf, status, hashes)
+    rankings = empty_rankings()
+    if len(ok):
+        scores = gallery_scores(qvecs[ok]).astype(np.float32, copy=False)
+        scores = np.where(scope_mask[ok], scores, np.float32(-np.inf))
+        m = retrieval_metrics(scores, relevant[ok])
+        values = {"ap": m.ap, "first_hit_rank": m.first_hit_rank, "last_hit_rank": m.last_hit_rank,
+                  "n_relevant": m.n_relevant, "n_scope": scope_mask[ok].sum(axis=1), "cmc1": m.cmc(1),
+                  "cmc5": m.cmc(5), "cmc10": m.cmc(10), "inp": m.inp}
+        for col, v in values.items():
+            per_query.loc[ok, col] = v
+        sims, nrefs, sources = pairwise_sim(qdf.iloc[ok], qvecs[ok], gallery, embed)
+        per_query.loc[ok, "sim"] = sims
+        per_query.loc[ok, "n_references"] = nrefs
+        per_query.loc[ok, "sim_source"] = sources
+        rankings = rankings_frame(qdf["query_id"].to_numpy()[ok], scores, relevant[ok], gallery.item_ids,
+                                  settings.top_k)
+    aux = empty_aux()
+    if settings.scorers and len(ok):
+        batch = query_batch(qdf.iloc[ok], qvecs[ok], gallery, encoder_id, settings.device, settings.scorer_options,
+                            workspace)
+        aux = run_scorers(settings.scorers, batch)
+    return Evaluation(status, per_query, aux, rankings, qvecs, reasons)
+
+
+def query_frame(qdf: pd.DataFrame, status: np.ndarray, hashes: Sequence[str | None]) -> pd.DataFrame:
+    """Rows of ``query_results`` (metrics empty) plus the queries' extra columns, in input order."""
+    extras = extra_columns(qdf)
+    df = pd.DataFrame({"query_id": qdf["query_id"].to_numpy(), "row_number": qdf["row_number"].to_numpy(),
+                       "path": qdf["path"].to_numpy(), "content_hash": list(hashes),
+                       "method": qdf["method"].to_numpy(), "identity": qdf["identity"].to_numpy(),
+                       "group": qdf["group"].to_numpy(), "prompt": qdf["prompt"].to_numpy(),
+                       "reference_paths": qdf["reference_paths"].to_numpy(), "status": np.asarray(status, object)})
+    for col in per_query_metrics():
+        df[col.name] = np.nan
+    df["n_references"] = np.nan
+    df["sim_source"] = None
+    df["extra"] = [json.dumps({c: _jsonable(qdf[c].iloc[i]) for c in extras}, default=str) for i in range(len(qdf))]
+    for c in extras:
+        df[c] = qdf[c].to_numpy()
+    return df
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+def stored_columns(per_query: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """The ``query_results`` rows of an evaluation (declared columns only)."""
+    names = TABLES["query_results"].names
+    out = per_query.rename(columns={"group": "group_name"}).assign(run_id=run_id)
+    return out[names]
+
+
+def expand_extras(per_query: pd.DataFrame) -> pd.DataFrame:
+    """Stored rows back to the evaluation's shape: ``group`` and the extra columns as columns."""
+    df = per_query.rename(columns={"group_name": "group"})
+    extras = [json.loads(e) if isinstance(e, str) and e else {} for e in df.get("extra", [])]
+    for key in sorted({k for e in extras for k in e}):
+        if key not in df.columns:
+            df[key] = [e.get(key) for e in extras]
+    return df
+
+
+def empty_aux() -> pd.DataFrame:
+    return pd.DataFrame({"query_id": pd.Series(dtype=object), "scorer": pd.Series(dtype=object),
+                         "metric": pd.Series(dtype=object), "value": pd.Series(dtype=float),
+                         "note": pd.Series(dtype=object)})
+
+
+def empty_rankings() -> pd.DataFrame:
+    return pd.DataFrame({"query_id": pd.Series(dtype=object), "rank": pd.Series(dtype=np.int64),
+                         "item_id": pd.Series(dtype=np.int64), "score": pd.Series(dtype=float),
+                         "relevant": pd.Series(dtype=bool)})
+
+
+def rankings_frame(query_ids: np.ndarray, scores: np.ndarray, relevant: np.ndarray, item_ids: np.ndarray,
+                   k: int) -> pd.DataFrame:
+    if k <= 0 or not len(query_ids):
+        return empty_rankings()
+    idx, val = top_k(scores, k)
+    rows_q, rows_r = np.nonzero(idx >= 0)
+    cols = idx[rows_q, rows_r]
+    return pd.DataFrame({"query_id": query_ids[rows_q], "rank": rows_r + 1, "item_id": item_ids[cols],
+                         "score": val[rows_q, rows_r].astype(np.float64), "relevant": relevant[rows_q, cols]})
+
+
+# --------------------------------------------------------------------------- Sim
+
+def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, embed: EmbedFn
+                 ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Sim per query: mean cosine to its Sim references (see :data:`SIM_SOURCES` for which).
+
+    Computed as one matrix product per distinct reference set, not per query.
+    """
+    explicit = sorted({p for refs in qdf["reference_list"] for p in refs} | {p for p in qdf["sim_reference"] if p})
+    explicit_vecs: dict[str, np.ndarray] = {}
+    if explicit:
+        res = embed(explicit, on_error="raise", desc="embedding references")
+        explicit_vecs = dict(zip(explicit, res.vectors))
+    ref_keys = _keys(gallery.ref_groups, gallery.ref_identities)
+    sources: list[str | None] = []
+    sets: list[tuple] = []
+    for sim_ref, refs, key in zip(qdf["sim_reference"], qdf["reference_list"],
+                                  _keys(qdf["group"], qdf["identity"])):
+        if sim_ref:
+            sources.append("sim_reference")
+            sets.append(("p", sim_ref))
+        elif refs:
+            sources.append("reference_paths")
+            sets.append(("p", *refs))
+        else:
+            sources.append("identity")
+            sets.append(("k", key))
+    sims = np.full(len(qdf), np.nan)
+    nrefs = np.zeros(len(qdf), dtype=np.int64)
+    q64 = qvecs.astype(np.float64)
+    groups: dict[tuple, list[int]] = {}
+    for j, s in enumerate(sets):
+        groups.setdefault(s, []).append(j)
+    for s, rows in groups.items():
+        if s[0] == "p":
+            r = np.stack([explicit_vecs[p] for p in s[1:]])
+        else:
+            r = gallery.ref_vectors[ref_keys == s[1]] if len(ref_keys) else np.zeros((0, q64.shape[1]))
+        if len(r):
+            sims[rows] = (q64[rows] @ r.astype(np.float64).T).mean(axis=1)
+            nrefs[rows] = len(r)
+    sources = [src if n else None for src, n in zip(sources, nrefs)]
+    return sims, nrefs, sources
+
+
+# --------------------------------------------------------------------------- scorers
+
+def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLabels | None, encoder_id: str | None,
+                device: str, options: dict | None, workspace: Path | None = None) -> QueryBatch:
+    """The queries as scorers see them: explicit references, else the identity's reference set."""
+    refs_by_key = gallery.references_by_key() if gallery is not None else {}
+    keys = _keys(qdf["group"], qdf["identity"])
+    refs = [list(r) if r else refs_by_key.get(k, []) for r, k in zip(qdf["reference_list"], keys)]
+    extras = extra_columns(qdf)
+    return QueryBatch(qdf["query_id"].tolist(), qdf["path"].tolist(), qdf["identity"].tolist(),
+                      qdf["group"].tolist(), [p or None for p in qdf["prompt"]], refs, qvecs, encoder_id, device,
+                      dict(options or {}), workspace=workspace,
+                      extras=[{c: qdf[c].iloc[i] for c in extras} for i in range(len(qdf))])
+
+
+# --------------------------------------------------------------------------- oracle mAP for training
+
+def leave_one_out_map(vectors: np.ndarray, identities: Sequence[str], groups: Sequence[str]) -> dict[str, float]:
+    """Every image queries the other images of its group; mAP overall (``*``) and per group.
+
+    The same engine (and tie rule) as every run: the image itself is out of scope.
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    keys = _keys(groups, identities)
+    groups = np.asarray(groups, dtype=object)
+    scores = vectors @ vectors.T
+    scores = np.where(groups[:, None] == groups[None, :], scores, np.float32(-np.inf))
+    np.fill_diagonal(scores, -np.inf)
+    m = retrieval_metrics(scores, (keys[:, None] == keys[None, :]) & ~np.eye(len(keys), dtype=bool))
+    aps: dict[str, list[float]] = {}
+    for g, ap in zip(groups, m.ap):
+        if np.isfinite(ap):
+            aps.setdefault(str(g), []).append(float(ap))
+    out = {g: float(np.mean(v)) for g, v in sorted(aps.items())}
+    out["*"] = float(np.mean([a for v in aps.values() for a in v])) if aps else float("nan")
+    return out
+
+
+__all__ = ["QUERY_COLUMNS", "SCOPES", "SIM_SOURCES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE", "EvalSettings",
+           "Evaluation", "GalleryLabels", "OpenIndex", "evaluate", "index_change", "open_index", "expand_extras", "leave_one_out_map", "missing_identities",
+           "normalize_queries", "pairwise_sim", "query_batch", "query_frame", "rankings_frame", "stored_columns"]

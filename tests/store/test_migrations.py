@@ -1,0 +1,162 @@
+"""Schema evolution: the 0.1.0 workspace opens, keeps and reproduces its runs; migrations add columns."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from fpr import api
+from fpr.cli.main import cli
+from fpr.errors import ConflictError
+from fpr.store import schema
+from fpr.store.workspace import Workspace
+
+
+def _columns(db_path) -> list[tuple]:
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        return con.execute("SELECT table_name, column_name, data_type, ordinal_position FROM "
+                           "information_schema.columns WHERE table_schema = 'main' ORDER BY 1, 4").fetchall()
+    finally:
+        con.close()
+
+
+def _version(db_path) -> str:
+    con = duckdb.connect(str(db_path), read_only=True)
+    try:
+        return con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_fixture_is_version_1(old_workspace):
+    assert _version(old_workspace / "ws" / "fpr.duckdb") == "1"
+
+
+def test_migrated_schema_equals_a_new_workspace(old_workspace, tmp_path):
+    api.list_runs(workspace=old_workspace / "ws")  # opening migrates
+    new = Workspace.open(tmp_path / "new")
+    with new.write():
+        pass
+    assert _columns(old_workspace / "ws" / "fpr.duckdb") == _columns(new.db_path)
+    assert _version(old_workspace / "ws" / "fpr.duckdb") == str(schema.SCHEMA_VERSION) == _version(new.db_path)
+
+
+def test_old_runs_list_report_and_export_unchanged(old_workspace, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the folder the workspace was made from
+    ws = old_workspace / "ws"
+    old_runs = json.loads((old_workspace / "runs.json").read_text())
+    runs = api.list_runs(workspace=ws)
+    assert [{k: r[k] for k in ("run_id", "index", "encoder", "scope", "n_queries", "n_evaluated", "n_skipped")}
+            for r in runs] == [{k: r[k] for k in ("run_id", "index", "encoder", "scope", "n_queries", "n_evaluated",
+                                                  "n_skipped")} for r in old_runs]
+    old_report = json.loads((old_workspace / "report_r1.json").read_text())
+    res = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "r1", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    new_report = json.loads(res.stdout)
+    assert new_report["summary"] == old_report["summary"]
+    assert new_report["provenance"] == old_report["provenance"]
+    for run in ("r1", "r2"):
+        out = api.export_run(run, tmp_path / f"{run}.csv", workspace=ws)
+        new = pd.read_csv(out)
+        old = pd.read_csv(old_workspace / f"exp_{run}.csv")
+        assert list(new.columns[:len(schema.EXPORT_FIRST)]) == list(old.columns[:len(schema.EXPORT_FIRST)])
+        assert set(old.columns) <= set(new.columns)
+        pd.testing.assert_frame_equal(new[old.columns], old)
+        # 0.1.0 dropped the queries file's extra columns from exports; they are exported now
+        assert new["drift"].tolist() == [0.0 if m == "faithful" else 1.0 for m in new["method"]]
+
+
+def test_old_index_reproduces_old_results_from_another_directory(old_workspace, tmp_path, monkeypatch):
+    """The 0.1.0 index (stored path relative to the caller's directory) is found from anywhere, and a new
+    run of the same queries against it equals the run 0.1.0 stored, query for query."""
+    moved = tmp_path / "elsewhere" / "copy-of-ws"
+    shutil.copytree(old_workspace / "ws", moved)
+    monkeypatch.chdir(tmp_path)
+    res = api.run_query("pets-pixels-16", old_workspace / "queries.csv", run="again", workspace=moved)
+    old = pd.read_csv(old_workspace / "exp_r1.csv").set_index("query_id")
+    new = res.per_query.set_index("query_id")
+    for col in ("ap", "first_hit_rank", "n_relevant", "cmc1", "inp"):
+        np.testing.assert_array_equal(new[col].astype(float), old.loc[new.index, col].astype(float))
+    # Sim is now one matrix product per reference set instead of a dot product per query: same to rounding
+    np.testing.assert_allclose(new["sim"], old.loc[new.index, "sim"], rtol=0, atol=1e-14)
+    assert api.list_indices(workspace=moved)[0]["name"] == "pets-pixels-16"
+
+
+def test_old_workspace_accepts_new_gallery_index_and_run(old_workspace, tiny_tree, tmp_path):
+    ws = old_workspace / "ws"
+    api.import_gallery("fresh", api.read_folder(tiny_tree), api.GallerySpec(references_per_identity=1),
+                       workspace=ws)
+    info = api.build_index("fresh", "pixels-16", workspace=ws)
+    assert info.version and (ws / info.path / "card.json").exists()
+    rows = [{"path": str(p), "identity": p.parent.name, "group": p.parent.parent.name, "method": "m"}
+            for p in sorted(tiny_tree.glob("*/*/3.png"))]
+    res = api.run_query(info.name, pd.DataFrame(rows), run="fresh-run", workspace=ws)
+    assert len(res.per_query) == 6
+    assert {r["run_id"] for r in api.list_runs(workspace=ws)} == {"r1", "r2", "fresh-run"}
+
+
+def test_a_migration_adds_a_column_to_a_populated_workspace(old_workspace, monkeypatch):
+    """A new per-query metric is one declaration plus one AddColumn: rows are kept, the value backfilled,
+    and summaries and exports pick it up."""
+    ws = Workspace.open(old_workspace / "ws")
+    api.list_runs(workspace=ws.root)  # at the current version
+    qr = schema.TABLES["query_results"]
+    metric = schema.Column("hits2", "DOUBLE", metric=schema.Metric("hits@2", "hits2", "test metric"))
+    tables = dict(schema.TABLES)
+    tables["query_results"] = schema.Table(qr.name, qr.columns + (metric,), qr.primary_key)
+    migration = schema.Migration(schema.SCHEMA_VERSION + 1, "test: hits@2",
+                                 (schema.AddColumn("query_results", "hits2",
+                                                   "CASE WHEN first_hit_rank <= 2 THEN 1.0 ELSE 0.0 END"),))
+    for mod in (schema, __import__("fpr.store.workspace", fromlist=["x"])):
+        monkeypatch.setattr(mod, "TABLES", tables)
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (migration,))
+    import fpr.store.workspace as wsmod
+
+    monkeypatch.setattr(wsmod, "MIGRATIONS", schema.MIGRATIONS)
+    monkeypatch.setattr(wsmod, "SCHEMA_VERSION", migration.to_version)
+    before = api.load_run("r1", workspace=ws.root).per_query
+    with ws.read() as con:
+        got = con.execute("SELECT query_id, hits2, first_hit_rank FROM query_results WHERE run_id = 'r1' "
+                          "ORDER BY row_number").df()
+    assert _version(ws.db_path) == str(migration.to_version)
+    assert len(got) == len(before) == 12
+    assert got["hits2"].tolist() == [1.0 if r <= 2 else 0.0 for r in got["first_hit_rank"]]
+    res = api.load_run("r1", workspace=ws.root)
+    overall = [r for r in res.summary if r["group"] == "*" and r["method"] == "faithful"][0]
+    expect = got["hits2"][res.per_query["method"].to_numpy() == "faithful"].mean()
+    assert overall["hits@2"] == pytest.approx(expect)
+
+
+def test_workspace_from_a_newer_fpr_is_refused(old_workspace):
+    db = old_workspace / "ws" / "fpr.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    con.close()
+    res = CliRunner().invoke(cli, ["--workspace", str(old_workspace / "ws"), "runs"])
+    assert res.exit_code == 2
+    assert "newer than this fpr supports" in res.stderr and "Traceback" not in res.output
+
+
+def test_old_workspace_on_a_read_only_folder_says_how_to_migrate(old_workspace, monkeypatch):
+    monkeypatch.setattr(Workspace, "writable", property(lambda self: False))
+    with pytest.raises(ConflictError, match="older than this fpr's .* read-only"):
+        api.list_runs(workspace=old_workspace / "ws")
+
+
+def test_current_workspace_reads_on_a_read_only_folder(old_workspace, monkeypatch):
+    api.list_runs(workspace=old_workspace / "ws")  # migrate while writable
+    before = (old_workspace / "ws" / "fpr.duckdb").read_bytes()
+    monkeypatch.setattr(Workspace, "writable", property(lambda self: False))
+    assert len(api.list_runs(workspace=old_workspace / "ws")) == 2
+    assert len(api.report("r1", workspace=old_workspace / "ws").per_query) == 12
+    with pytest.raises(Exception, match="not writable"):
+        api.delete_run("r1", workspace=old_workspace / "ws")
+    assert (old_workspace / "ws" / "fpr.duckdb").read_bytes() == before
+    assert os.path.exists(old_workspace / "ws" / "fpr.duckdb")
