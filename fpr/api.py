@@ -558,12 +558,3 @@ def ensure_ok(result: RunResult) -> RunResult:  # pragma: no cover - convenience
     if result.n_skipped:
         raise FprError(f"{result.n_skipped} queries were skipped")
     return result
-
-
-def delete_run(run_id: str, *, workspace: str | Path | None = None) -> None:
-    """Delete a stored run (its row, per-query results, auxiliary scores and rankings) in one transaction."""
-    ws = Workspace.open(workspace)
-    with ws.write() as con:
-        _require_run(con, run_id, ws)
-        for table in ("runs", "query_results", "aux_scores", "rankings"):
-            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])

@@ -42,6 +42,7 @@ from fpr.serve.config import ServeConfig
 from fpr.serve.jobs import DONE, QUEUED, RUNNING, JobStore, now
 from fpr.serve.uploads import MAX_FIELD_BYTES, Upload, UploadError
 from fpr.serve.workers import Dispatcher, recover
+from fpr.store.records import NAME_RE, check_name
 
 ERROR_STATUS = ((InputError, 422), (NotFoundError, 404), (ConflictError, 409), (BusyError, 503))
 PUBLIC_JOB_KEYS = ("run", "status", "index", "scope", "scorers", "n_images", "created_at", "started_at",
@@ -175,7 +176,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         return user
 
     def check_run_name(run: str) -> str:
-        if not api.NAME_RE.match(run):
+        if not NAME_RE.match(run):
             raise NotFoundError(f"no run named '{run[:80]}'")
         return run
 
@@ -318,9 +319,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             raise InputError(f"unknown scope '{scope[:40]}'", hint=f"valid: {', '.join(api.SCOPES)}")
         scorers = parse_scorer_list(up.fields.get("scorers") or "")
         run = up.fields.get("run") or f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        if not api.NAME_RE.match(run):
-            raise InputError(f"invalid run name '{run[:80]}'",
-                             hint="use letters, digits, '.', '_' or '-' (starting with a letter or digit)")
+        check_name(run[:200], "run")
         with jobs.lock:
             _check_quota(user)
             if jobs.get(run) is not None or run_exists(run):

@@ -1,8 +1,8 @@
 """Durable job records: one JSON file per run under ``<workspace>/serve/jobs/``.
 
 Job state lives outside the workspace database on purpose: the database holds
-results, these files hold the service's queue. Every write goes to a temporary
-file in the same folder and is renamed over the old one (``os.replace``), so a
+results, these files hold the service's queue. Every write goes through
+:func:`fpr.files.atomic_write` (a temporary file renamed over the old one), so a
 reader or a crash never sees half a record.
 
 Statuses: ``queued`` -> ``running`` -> ``done`` | ``failed``.
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+
+from fpr.files import atomic_write
 
 QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
 ACTIVE = (QUEUED, RUNNING)
@@ -25,19 +26,16 @@ def now() -> str:
 
 
 def write_json_atomic(path: Path, obj: dict, *, sync: bool = True) -> None:
-    """Write ``obj`` as JSON via a temporary file and ``os.replace``; ``sync`` also flushes it to the disk."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            json.dump(obj, fp, indent=1, sort_keys=True)
-            if sync:
-                fp.flush()
-                os.fsync(fp.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``obj`` as JSON atomically (:func:`fpr.files.atomic_write`); ``sync`` also flushes it to the disk."""
+    data = json.dumps(obj, indent=1, sort_keys=True).encode()
+
+    def write(fp) -> None:
+        fp.write(data)
+        if sync:
+            fp.flush()
+            os.fsync(fp.fileno())
+
+    atomic_write(path, write)
 
 
 class JobStore:
