@@ -304,8 +304,6 @@ def create_app(config: ServeConfig) -> FastAPI:
         finally:
             if state["out"] is not None:
                 state["out"].close()
-        if parser.state != 0 and not up.fields and not up.images and up.queries is None and up.archive is None:
-            raise UploadError(400, "empty or malformed multipart body")
 
     def _accept(up: Upload, user: str) -> dict:
         """Check the upload, name the run, move the folder into place, write the job and queue it."""
