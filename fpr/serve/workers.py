@@ -70,6 +70,20 @@ class _ReportingBar:
         return lambda *a, **k: None
 
 
+WARM_IMPORTS = ("timm", "open_clip", "faiss")
+
+
+def _warm_imports() -> None:
+    """Import the libraries a first run would import lazily (seconds each), before the worker says it is ready:
+    a worker's first run is then as fast as its next."""
+    import importlib
+    import importlib.util
+
+    for name in WARM_IMPORTS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+
+
 def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
     """Loop: receive a job, run it under the device lock, send the outcome; exit on EOF or None."""
     from filelock import FileLock
@@ -84,6 +98,7 @@ def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
             conn.send(msg)
 
     progress.bar = lambda iterable=None, **kw: _ReportingBar(send, iterable, **kw)  # type: ignore[assignment]
+    _warm_imports()
     send(("ready", os.getpid()))
     while True:
         try:

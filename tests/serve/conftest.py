@@ -69,8 +69,8 @@ class Server:
                 self.proc.wait(5)
 
 
-def start_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dict | None = None,
-                 wait_workers: bool = True) -> Server:
+def launch_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dict | None = None) -> Server:
+    """Start ``fpr serve`` in a subprocess (returns at once; see :func:`wait_ready`)."""
     tokens_file = tmp / "tokens.txt"
     if not tokens_file.exists():
         tokens_file.write_text("# test tokens\n" + "".join(f"{t} {n}\n" for n, t in TOKENS.items()))
@@ -81,35 +81,46 @@ def start_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dic
     proc = subprocess.Popen([sys.executable, "-m", "fpr", "--workspace", str(workspace), "serve", "--host",
                              "127.0.0.1", "--port", str(port), "--workers", str(workers), "--device", "cpu"],
                             env=env, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
-    server = Server(f"http://127.0.0.1:{port}", workspace, proc, log, tokens_file, env)
-    deadline = time.monotonic() + 60
+    return Server(f"http://127.0.0.1:{port}", workspace, proc, log, tokens_file, env)
+
+
+def wait_ready(server: Server, workers: int = 2, timeout: float = 90) -> Server:
+    """Until /v1/health answers with every worker process ready (imports done)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.log.read_text()[-3000:]}")
         try:
-            h = httpx.get(server.url + "/v1/health", timeout=2).json()
-            if not wait_workers or h["workers_ready"] >= workers:
+            if httpx.get(server.url + "/v1/health", timeout=2).json()["workers_ready"] >= workers:
                 return server
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     server.stop()
-    raise RuntimeError(f"server did not start in 60 s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"server not ready in {timeout:.0f} s:\n{server.log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve-world")
-    ws, queries = prepare_workspace(root)
-    return ws, queries
+def _world_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("serve-world")
 
 
 @pytest.fixture(scope="session")
-def server(world, tmp_path_factory):
-    ws, _ = world
-    s = start_server(ws, tmp_path_factory.mktemp("serve-server"))
+def _launched(_world_root, tmp_path_factory):
+    s = launch_server(_world_root / "ws", tmp_path_factory.mktemp("serve-server"))
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def world(_world_root, _launched):
+    """The workspace is prepared while the server boots (it reads the database only once runs arrive)."""
+    return prepare_workspace(_world_root)
+
+
+@pytest.fixture(scope="session")
+def server(world, _launched):
+    return wait_ready(_launched)
 
 
 def upload_name(path: str) -> str:
