@@ -169,18 +169,22 @@ class Dispatcher:
             self.threads.append(t)
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Idle workers exit; workers in a run are terminated and their runs marked failed (server stopped)."""
         self._stopping.set()
         for _ in self.threads:
             self.queue.put_nowait(None)
-        deadline = time.monotonic() + timeout
         for t in self.threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            t.join(0.5)
         for proc in list(self.procs.values()):
             if proc.is_alive():
                 proc.terminate()
-                proc.join(1.0)
+        deadline = time.monotonic() + timeout
+        for proc in list(self.procs.values()):
+            proc.join(max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
 
     def _spawn(self, slot: int):
         parent, child = _CTX.Pipe()
@@ -250,7 +254,8 @@ class Dispatcher:
                 continue  # it exited, but left messages: read them first
             if msg is None:
                 proc.join(5.0)
-                reason = _death_reason(proc.pid, proc.exitcode)
+                reason = ("the server stopped while this run was running; resubmit it" if self._stopping.is_set()
+                          else _death_reason(proc.pid, proc.exitcode))
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
                 self.log(event="worker_died", run=run, pid=proc.pid, exitcode=proc.exitcode)
                 return False
