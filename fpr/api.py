@@ -24,11 +24,13 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.encoders.background import background_of_key, with_background
 from fpr.encoders.embed import EmbedResult, embed_paths
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
 from fpr.eval.ablate import ablate
+from fpr.eval.ablate_official import ablate_official
 from fpr.eval.filter import filter_queries
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
@@ -50,7 +52,7 @@ __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "read_queries", "report", "load_run", "list_runs", "export_run", "delete_run",
-    "embed", "sql", "compare", "score_run", "ablate", "filter_queries", "galleries_from_source",
+    "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
     "build_preset_gallery",
     "training_source", "train_encoder",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
@@ -218,12 +220,14 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = 64,
-                workers: int | None = None, overwrite: bool = False) -> IndexInfo:
+                workers: int | None = None, overwrite: bool = False, background: str = "keep") -> IndexInfo:
     """Embed a gallery's images (cached) and write a new index version, then point the name at it.
 
     Readers see the old version or the new one, never a mix: the files go to a fresh
     version folder and one transaction moves the pointer. A build that finds the name
-    taken by a concurrent build is refused instead of silently lost.
+    taken by a concurrent build is refused instead of silently lost. ``background``
+    (``keep`` | ``remove`` | ``remove:<segmenter>``) is part of the protocol: it is recorded
+    in the card, and queries against the index get the same step.
     """
     start = time.perf_counter()
     name = check_name(name or f"{gallery}-{encoder}", "index")
@@ -235,6 +239,8 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
                             hint="choose another --name or pass --overwrite")
     items = gallery_items(gallery, workspace=ws.root)
     enc = load_encoder(encoder, weights=weights, device=device)
+    if background != "keep":
+        enc = with_background(enc, background)
     gal = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
     res = embed_paths(enc, [it.path for it in gal + refs], batch_size=batch_size, workers=workers,
@@ -316,10 +322,19 @@ class RunResult:
     n_skipped: int = 0
     skipped_reasons: dict = field(default_factory=dict)
 
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+        if "sim_source" not in self.per_query:
+            return {}
+        counts = self.per_query["sim_source"].dropna().value_counts()
+        return {str(k): int(v) for k, v in counts.sort_index().items()}
+
     def as_json(self) -> dict:
         return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
                 "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
-                "skipped": self.skipped_reasons, "provenance": self.provenance}
+                "skipped": self.skipped_reasons, "sim_definition": self.sim_definition,
+                "provenance": self.provenance}
 
 
 def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -380,9 +395,13 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     if enc.weights.checksum != opened.index.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="pass --weights with the original file, or rebuild the index")
+    # queries get the index's protocol, background step included
+    enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
     ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
+    if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
+        provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
               "skip_missing_identities": skip_missing_identities, "skip_unreadable": skip_unreadable,
               "scorer_options": dict(scorer_options or {}), "skipped": ev.reasons}
@@ -457,7 +476,14 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, extra columns, scores."""
     res = load_run(run_id, workspace=workspace)
     df = with_aux(res.per_query, res.aux)
-    return write_table(df[export_columns(res.per_query, res.aux)], out)
+    cols = export_columns(res.per_query, res.aux)
+    noted = res.aux[res.aux["note"].notna()] if "note" in res.aux.columns else res.aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values) as '<scorer>.<metric>.note' columns
+        notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
+            index="query_id", columns="col", values="note", aggfunc="first")
+        df = df.merge(notes, left_on="query_id", right_index=True, how="left")
+        cols += sorted(notes.columns)
+    return write_table(df[cols], out)
 
 
 def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,
@@ -558,3 +584,41 @@ def ensure_ok(result: RunResult) -> RunResult:  # pragma: no cover - convenience
     if result.n_skipped:
         raise FprError(f"{result.n_skipped} queries were skipped")
     return result
+
+
+def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, truth: str | None = None, *,
+         workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
+         lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
+         truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
+         n_boot: int = 1000):
+    """Agreement of a run's per-query values with human judgments (files) or a truth column; see fpr.eval.meta."""
+    from fpr.eval import meta as _meta
+
+    if (human is None or human == [] or human == ()) == (truth is None):
+        raise InputError("give exactly one of --human FILE or --truth COLUMN",
+                         hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
+    res = load_run(run_id, workspace=workspace)
+    df = with_aux(res.per_query, res.aux)
+    df = df[df["status"] == "ok"].reset_index(drop=True)
+    available = _meta.metric_columns(df, aux_columns(res.aux))
+    if metrics:
+        unknown = [m for m in metrics if m not in available]
+        if unknown:
+            raise InputError(f"run '{run_id}' has no per-query value(s) {', '.join(unknown)}",
+                             hint=f"values: {', '.join(available)}")
+        available = list(metrics)
+    if truth is not None:
+        judg = _meta.truth_judgments(df, truth, lower_better=truth_lower_better, within=tuple(pair_within))
+        where = f"run {run_id} column {truth}"
+    else:
+        paths = [human] if isinstance(human, (str, Path)) else list(human)
+        judg = _meta.read_judgments(paths)
+        where = ", ".join(map(str, paths))
+        if judg.pairs.empty and not judg.ratings.empty:
+            mean = judg.ratings.groupby("query_id")["rating"].mean()
+            score = df["query_id"].astype(str).map(mean).astype(float)
+            judg.pairs = _meta.pairs_from_scores(df, score, tuple(pair_within))
+    out = _meta.agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
+                          n_boot=n_boot, where=where)
+    out.info["run"] = run_id
+    return out

@@ -43,4 +43,12 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, fmt) -> None
     click.echo("")
     for line in validity_lines(res.validity):
         click.echo(line)
+    from fpr import api
+
+    meta = {r["metric"]: r for r in api.meta(res.run_id, truth="drift", workspace=ctx.obj["workspace"], seed=seed,
+                                             metrics=["ap", "sim"], n_boot=200).rows}
+    click.echo("agreement with the ground truth (PPA over non-tied pairs of an identity's generations): "
+               + ", ".join(f"{label} {meta[m]['ppa']:.3f} [{meta[m]['ppa_lo']:.2f},{meta[m]['ppa_hi']:.2f}]"
+                           for label, m in (("mAP", "ap"), ("Sim", "sim")))
+               + f"; all values and scorers: fpr meta --run {res.run_id} --truth drift")
     click.echo(f"\nimages: {res.images_dir}\nagain: fpr report --run {res.run_id}")

@@ -1,9 +1,10 @@
 """``fpr encoders ...``: list encoders and their weights, fetch weights, import downloaded weights.
 
-``list`` never loads a model; ``fetch`` is the only command that uses the network
+``list`` never loads a model (a trained encoder whose card is unusable is listed
+as ``broken`` with the reason); ``fetch`` is the only command that uses the network
 (and refuses when ``FPR_OFFLINE``/``HF_HUB_OFFLINE`` is set); ``import`` copies a
-file or a Hugging Face snapshot folder into the weights folder after proving it
-loads with a strict key match.
+file or a Hugging Face snapshot folder into the weights folder, converting pickled
+checkpoints to safetensors, after proving the stored copy loads with a strict key match.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fpr import progress
 from fpr.cli.main import cli, format_option
 from fpr.cli.output import dumps, render_rows
 from fpr.encoders import weights as W
-from fpr.encoders.registry import EncoderSpec, all_specs, describe, get_spec
+from fpr.encoders.registry import EncoderSpec, all_specs, broken_encoders, describe, describe_broken, get_spec
 from fpr.errors import InputError
 
 TABLE_COLUMNS = ("id", "dim", "input", "status", "where", "checksum")
@@ -28,8 +29,17 @@ def encoder_row(spec: EncoderSpec) -> dict:
         where = f"{row['found_in']}: {row['weights']}"
     else:
         where = "looked in " + "; ".join(W.candidate_locations(spec.id, spec.weights))
+    if row["status"] == "incomplete":
+        where = row["reason"]
     row["where"] = where
     row["source"] = spec.weights.repo or spec.weights.kind
+    return row
+
+
+def broken_row(broken) -> dict:
+    row = describe_broken(broken)
+    row["where"] = f"{broken.where}: {broken.reason}"
+    row["source"] = "local"
     return row
 
 
@@ -50,6 +60,8 @@ def encoders() -> None:
 def list_cmd(fmt: str) -> None:
     """Registered encoders with dimension, input size and weights status (available/missing, where, checksum)."""
     rows = [encoder_row(spec) for spec in all_specs().values()]
+    rows += [broken_row(b) for b in broken_encoders().values()]
+    rows.sort(key=lambda r: r["id"])
     if fmt == "table":
         click.echo(render_rows([_short(r) for r in rows], fmt, TABLE_COLUMNS))
     else:
@@ -91,13 +103,14 @@ def fetch_cmd(encoder_id: str, overwrite: bool, fmt: str) -> None:
 def import_cmd(encoder_id: str, path: str, overwrite: bool, fmt: str) -> None:
     """Copy downloaded weights (a file, or a Hugging Face snapshot folder) into the weights folder.
 
-    The weights are loaded first (strict key match); nothing is copied unless they load.
+    Pickled checkpoints (.pth/.bin/.pt/.ckpt) are converted to safetensors. The staged copy is
+    loaded first (strict key match); nothing is stored unless it loads.
     """
     spec = get_spec(encoder_id)
     _need_weights(spec)
     resolved = W.resolve_weights(spec.id, spec.weights, explicit=path)
-    _verify(spec, resolved)
-    dest = W.import_files(spec.id, spec.weights, resolved, overwrite=overwrite)
+    dest = W.import_files(spec.id, spec.weights, resolved, overwrite=overwrite,
+                          verify=lambda staged: _verify(spec, staged))
     progress.log(f"imported into {dest}")
     _print_row(spec, fmt)
 

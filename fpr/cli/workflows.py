@@ -49,8 +49,8 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 @click.option("--identities", default="2,5,10", show_default=True,
               help="Identities each query competes against (itself + N-1 of its group; 'all').")
 @click.option("--sampling", default="random,kmeans", show_default=True, help="random and/or kmeans.")
-@click.option("--repeats", type=int, default=5, show_default=True, help="Repeats per variant (seed + r).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Repeats per variant (seed + r).")
+@click.option("--seed", type=int, default=None, help="Base seed (default 0; official protocol: 101).")
 @click.option("--design", type=click.Choice(["one-at-a-time", "grid"]), default="one-at-a-time", show_default=True,
               help="Vary one factor at a time around the baseline (10, 10, random), or the full grid.")
 @click.option("--run-prefix", "--name", "name", default=None,
@@ -60,33 +60,102 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 @click.option("--weights", default=None)
 @click.option("--skip-missing-identities", is_flag=True)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored ablation with the same id.")
+@click.option("--protocol", type=click.Choice(["fpr", "official"]), default="fpr", show_default=True,
+              help="official: the released code's settings grid and k-means/random galleries "
+                   "(docs/reproduce-paper.md); --per-identity/--identities/--sampling/--repeats/--design are "
+                   "then not used.")
+@click.option("--settings", default=None,
+              help="official: NxM list (identities x images per identity); default the released grid "
+                   "15x10,25x10,10x10,100x10,10x1,10x5,10x20.")
+@click.option("--selection", default="kmeans,random", show_default=True,
+              help="official: gallery selections to run (kmeans, random; '' for none).")
+@click.option("--cluster-encoder", default="miewid-msv2", show_default=True,
+              help="official: encoder whose raw features k-means clusters (the released code: MiewID).")
+@click.option("--cluster-weights", default=None, help="official: weights of --cluster-encoder.")
+@click.option("--background", default="keep", show_default=True, metavar="keep,remove[:SEGMENTER]",
+              help="Comma list of background steps; more than one repeats the sweep per step (Table 14).")
 @format_option()
 @click.pass_context
 def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, sampling, repeats, seed, design, name,
-               plot, raw, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt) -> None:
+               plot, raw, weights, skip_missing_identities, device, batch_size, workers, overwrite, protocol,
+               settings, selection, cluster_encoder, cluster_weights, background, fmt) -> None:
     """Gallery ablation: oracle and generated mAP/Sim per gallery variant (one embedding pass)."""
     from fpr import api
 
-    res = api.ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities, sampling=sampling,
-                 repeats=repeats, seed=seed, design=design, name=name, workspace=ctx.obj["workspace"],
-                 weights=weights, device=device, batch_size=batch_size, workers=workers,
-                 skip_missing_identities=skip_missing_identities, plot=plot, overwrite=overwrite)
-    table = res.rows if raw else res.summary
+    if protocol == "official":
+        from click.core import ParameterSource
+
+        unused = [f"--{p.replace('_', '-')}" for p in ("per_identity", "identities", "sampling", "repeats", "design",
+                                                       "plot", "raw")
+                  if ctx.get_parameter_source(p) == ParameterSource.COMMANDLINE]
+        if unused:
+            raise InputError(f"{', '.join(unused)} not used by --protocol official",
+                             hint="the official protocol runs the released grid: choose it with --settings NxM,... "
+                                  "and --selection kmeans,random")
+        _ablate_official(ctx, gallery, encoder, queries, settings, selection, cluster_encoder, cluster_weights,
+                         seed, name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt)
+        return
+
+    import pandas as pd
+
+    from fpr.encoders.background import parse_background
+
+    steps = [parse_background(b) for b in background.split(",") if b.strip()] or ["keep"]
+    results, tables = [], []
+    for step in steps:
+        label = None if len(steps) == 1 else f"{name or 'abl'}-bg-{step.replace(':', '-')}"
+        res = api.ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities,
+                         sampling=sampling, repeats=repeats, seed=0 if seed is None else seed, design=design,
+                         name=label or name, workspace=ctx.obj["workspace"], weights=weights, device=device,
+                         batch_size=batch_size, workers=workers, skip_missing_identities=skip_missing_identities,
+                         plot=plot if len(steps) == 1 else None, overwrite=overwrite, background=step)
+        results.append(res)
+        t = res.rows if raw else res.summary
+        tables.append(t.assign(background=step) if len(steps) > 1 else t)
+    res = results[-1]
+    table = pd.concat(tables, ignore_index=True)
     rows = [{k: (None if _isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     if fmt == "json":
-        click.echo(dumps({"ablation": res.name, "baseline": res.baseline.id, "images_embedded": res.n_images,
+        click.echo(dumps({"ablation": res.name, "ablations": [r.name for r in results], "baseline": res.baseline.id, "images_embedded": res.n_images,
                           "computed": res.n_computed, "seconds": res.seconds, "plot": res.plot, "rows": rows}))
         return
-    cols = list(table.columns) if raw else ABLATE_COLUMNS
+    cols = list(table.columns) if raw else (["background"] if len(steps) > 1 else []) + ABLATE_COLUMNS
     if fmt == "table":
-        click.echo(f"ablation {res.name}  gallery {gallery}  encoder {encoder}  baseline {res.baseline.id}  "
-                   f"{res.n_images} images embedded once ({res.n_computed} computed)")
+        for r in results:
+            click.echo(f"ablation {r.name}  gallery {gallery}  encoder {encoder}  baseline {r.baseline.id}  "
+                       f"{r.n_images} images embedded once ({r.n_computed} computed)")
     click.echo(render_rows(rows, fmt, cols))
     if plot and fmt == "table":
         click.echo(f"plot: {res.plot}")
+
+
+OFFICIAL_COLUMNS = ["variant", "identities", "per_identity", "sampling", "group", "method", "baseline_map",
+                    "baseline_sim", "generated_map", "generated_sim", "gallery_images"]
+
+
+def _ablate_official(ctx, gallery, encoder, queries, settings, selection, cluster_encoder, cluster_weights, seed,
+                     name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt) -> None:
+    from fpr import api
+    from fpr.eval.ablate_official import SUBSAMPLE_SEED
+
+    res = api.ablate_official(gallery, encoder, queries, settings=settings,
+                          selection=[s.strip() for s in selection.split(",") if s.strip()],
+                          cluster_encoder=cluster_encoder, cluster_weights=cluster_weights,
+                          seed=SUBSAMPLE_SEED if seed is None else seed, name=name, workspace=ctx.obj["workspace"],
+                          weights=weights, device=device, batch_size=batch_size, workers=workers,
+                          skip_missing_identities=skip_missing_identities, overwrite=overwrite)
+    rows = [{k: (None if _isna(v) else v) for k, v in r.items()} for r in res.rows.to_dict("records")]
+    if fmt == "json":
+        click.echo(dumps({"ablation": res.name, "protocol": "official", "images_embedded": res.n_images,
+                          "seconds": res.seconds, "distractors": res.params["distractors"], "rows": rows}))
+        return
+    if fmt == "table":
+        click.echo(f"ablation {res.name}  gallery {gallery}  encoder {encoder}  protocol official "
+                   f"(released settings; seed {res.params['seed']})")
+    click.echo(render_rows(rows, fmt, OFFICIAL_COLUMNS))
 
 
 def _isna(v) -> bool:
@@ -109,15 +178,15 @@ def _isna(v) -> bool:
               help="Copy kept images to DIR/<group>/<identity>/ (a tree 'fpr gallery import --folder' reads).")
 @click.option("--scorers", default="", help="Extra scorers to run (those the rule names run anyway).")
 @scorer_option()
-@click.option("--chunk-size", type=int, default=1000, show_default=True, help="Rows per chunk (unit of resume).")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Rows per chunk (unit of resume).")
 @click.option("--scope", type=click.Choice(["group", "all"]), default="group", show_default=True)
 @click.option("--skip-missing-identities", is_flag=True, help="Reject (instead of refusing) queries whose "
                                                               "identity has no gallery image.")
 @click.option("--restart", is_flag=True, help="Ignore the saved progress of an interrupted run.")
 @click.option("--list-names", is_flag=True, help="List the names a keep-rule can use, and exit.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 @format_option()
 @click.pass_context
 def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,

@@ -18,8 +18,8 @@ from PIL import Image
 
 from fpr import progress
 from fpr.encoders.cache import EmbeddingCache
-from fpr.encoders.registry import Encoder
-from fpr.errors import InputError
+from fpr.encoders.registry import Encoder, check_batch_size, check_workers
+from fpr.errors import InputError, choices_hint
 from fpr.images import content_hash, decode_rgb, read_bytes
 
 EMBED_STATS = {"images_embedded": 0}  # process-wide counter; tests read it to prove work is not repeated
@@ -86,10 +86,23 @@ def _hash_all(paths: Sequence[str | Path]) -> tuple[list[str | None], dict[int, 
 
 def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = 32,
                 workers: int | None = None, cache: EmbeddingCache | None | bool = True,
-                on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
-    """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported)."""
+                on_error: str = "raise", desc: str = "embedding", normalize: bool = True,
+                amp_dtype: torch.dtype | None = None) -> EmbedResult:
+    """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported).
+
+    ``normalize=False`` returns the encoder's raw (un-normalised) features; they never touch the
+    embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`.
+    ``batch_size`` >= 1 and ``workers`` >= 0 (None: chosen by the number of images); other values are
+    one InputError, the same one the CLI prints.
+    """
+    check_batch_size(batch_size)
+    check_workers(workers)
+    if on_error not in ("raise", "skip"):
+        raise InputError(f"on_error must be 'raise' or 'skip', not {on_error!r}", hint=choices_hint(["raise", "skip"]))
     start = time.perf_counter()
     paths = [str(p) for p in paths]
+    if not normalize or amp_dtype is not None:
+        cache = None  # the cache holds normalised vectors of the default autocast type only
     if cache is True:
         cache = cache_for(encoder)
     hashes, failed = _hash_all(paths)
@@ -109,7 +122,7 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
             todo[h] = i
     n_from_cache = sum(1 for h in hashes if h is not None and h in hits)
     fresh = _embed_rows(encoder, [paths[i] for i in todo.values()], list(todo), batch_size, workers, cache,
-                        desc)
+                        desc, normalize=normalize, amp_dtype=amp_dtype)
     for i, h in enumerate(hashes):
         if h is None or h not in fresh:
             continue
@@ -130,7 +143,8 @@ def _raise_if(failed: dict[int, str], on_error: str, n: int) -> None:
 
 
 def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
-                cache: EmbeddingCache | None, desc: str) -> dict[str, tuple[np.ndarray | None, str]]:
+                cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
+                amp_dtype: torch.dtype | None = None) -> dict[str, tuple[np.ndarray | None, str]]:
     results: dict[str, tuple[np.ndarray | None, str]] = {}
     if not paths:
         return results
@@ -141,7 +155,8 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
         prefetch_factor=4 if n_workers else None, persistent_workers=False)
     with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
         for idx, batch, errs in loader:
-            vecs = encoder.embed_batch(batch)
+            vecs = encoder.embed_batch(batch) if normalize and amp_dtype is None else \
+                encoder.embed_batch(batch, normalize=normalize, amp_dtype=amp_dtype)
             EMBED_STATS["images_embedded"] += len(idx)
             good_h, good_v = [], []
             for j, i in enumerate(idx):
@@ -158,8 +173,7 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
 
 
 def cache_for(encoder: Encoder, root: str | Path | None = None) -> EmbeddingCache:
-    meta = {"encoder": encoder.id, "weights_checksum": encoder.weights.checksum,
-            "preprocessing": encoder.preprocessing.key()}
+    meta = {k: v for k, v in encoder.provenance.items() if k != "embedding_key"}
     return EmbeddingCache(encoder.cache_key, encoder.spec.dim, root=root, meta=meta)
 
 

@@ -32,6 +32,7 @@ class Preprocessing:
     interpolation: str = "bilinear"
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    background: str = "keep"  # "keep" | "remove:<segmenter>" (fpr.encoders.background), applied before resizing
 
     def __post_init__(self) -> None:
         if self.resize_mode not in ("squash", "shortest"):
@@ -44,10 +45,18 @@ class Preprocessing:
         return self.crop or self.size
 
     def key(self) -> str:
-        """Canonical text of the whole protocol (not just its name)."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        """Canonical text of the whole protocol (not just its name); ``background: keep`` is left out, so
+        keys made before the field existed stay valid."""
+        d = asdict(self)
+        if d["background"] == "keep":
+            del d["background"]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
+        if self.background != "keep":
+            from fpr.encoders.background import remove_background
+
+            image = remove_background(image, self.background)
         return self.to_tensor(self.resize_and_crop(image))
 
     def resize_and_crop(self, image: Image.Image) -> Image.Image:

@@ -180,7 +180,7 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
            design: str = "one-at-a-time", name: str | None = None, workspace: str | Path | None = None,
            weights: str | None = None, device: str = "auto", batch_size: int = 64, workers: int | None = None,
            skip_missing_identities: bool = False, plot: str | Path | None = None, overwrite: bool = False,
-           store: bool = True) -> AblationResult:
+           store: bool = True, background: str = "keep") -> AblationResult:
     """Evaluate gallery variants with one embedding pass; store rows in the ``ablations`` table."""
     start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -212,6 +212,10 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     # ---- the one embedding pass
     t0 = time.perf_counter()
     enc = load_encoder(encoder, weights=weights, device=device)
+    if background != "keep":  # background removal is part of the protocol (Table 14: keep vs remove)
+        from fpr.encoders.background import with_background
+
+        enc = with_background(enc, background)
     paths = list(dict.fromkeys([it.path for it in pool] + [it.path for it in refs]
                                + (qdf["path"].tolist() if qdf is not None else [])))
     res = embed_paths(enc, paths, batch_size=batch_size, workers=workers, desc="embedding (once for all variants)")

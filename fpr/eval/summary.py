@@ -48,6 +48,11 @@ def _rng(seed: int, *keys: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
+def resample_indices(n: int, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT) -> np.ndarray:
+    """``(n_boot, n)`` indices of seeded bootstrap resamples of ``n`` units (the same stream as :func:`bootstrap_ci`)."""
+    return _rng(seed, *key).integers(0, n, size=(n_boot, n))
+
+
 def bootstrap_ci(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT,
                  level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean over queries; NaNs are ignored."""

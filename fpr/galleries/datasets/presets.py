@@ -25,6 +25,10 @@ group, ~10 images each), disjoint from the references.
     the most images (ties: identity name) among those with at least 5; per
     individual with n images, ``clamp(n - 10, 4, 10)`` references drawn at random
     (seeded) and up to 10 gallery images drawn from the rest.
+
+The ``*-official`` presets (:mod:`.official`) reproduce the selections of the paper's
+released code instead (``cub-official``, ``cars-official``, ``wildlife-official`` and
+``wildlife-official-ablation``); docs/real-data.md compares the two families.
 """
 from __future__ import annotations
 
@@ -209,8 +213,24 @@ PRESETS: dict[str, Callable[..., PresetResult]] = {
 }
 
 
-def build_preset(name: str, root: str | Path, *, seed: int = 0, sampling: str = "random", **options) -> PresetResult:
-    """Records + GallerySpec of a named preset (see the module docstring)."""
+def _official() -> dict[str, Callable[..., PresetResult]]:
+    from fpr.galleries.datasets import official
+
+    return {"cub-official": official.cub_official, "cars-official": official.cars_official,
+            "wildlife-official": official.wildlife_official,
+            "wildlife-official-ablation": official.wildlife_official_ablation}
+
+
+PRESETS.update(_official())
+
+
+def build_preset(name: str, root: str | Path, *, seed: int | None = None, sampling: str = "random",
+                 **options) -> PresetResult:
+    """Records + GallerySpec of a named preset (see the module docstring).
+
+    ``seed=None``: the preset's default (0 for ``*-paper``, the released seeds for ``*-official``)."""
     if name not in PRESETS:
         raise InputError(f"unknown preset '{name}'", hint=choices_hint(list(PRESETS), "presets"))
+    if seed is None and not name.endswith(("-official", "-official-ablation")):
+        seed = 0
     return PRESETS[name](root, seed=seed, sampling=sampling, **options)

@@ -1,0 +1,72 @@
+"""``fpr meta``: how well each per-query value of a run agrees with human judgments (or a truth column)."""
+from __future__ import annotations
+
+import click
+
+from fpr.cli.main import cli, format_option
+from fpr.cli.output import dumps, render_rows
+from fpr.errors import InputError
+
+META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "n_metric_ties", "n_rated", "spearman", "spearman_lo",
+                "spearman_hi", "kendall", "kendall_lo", "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]
+
+
+def _names(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+@cli.command("meta")
+@click.option("--run", required=True)
+@click.option("--human", multiple=True, type=click.Path(dir_okay=False),
+              help="Judgments file, repeatable: pairs (query_id_a,query_id_b,winner=a|b|tie) or ratings "
+                   "(query_id,rating[,rater]).")
+@click.option("--truth", default=None, help="A per-query column of the run's queries as the judge (e.g. drift).")
+@click.option("--truth-higher-better", is_flag=True, help="The truth column is better when higher (default: lower).")
+@click.option("--metrics", default=None, help="Comma-separated values to evaluate (default: all stored).")
+@click.option("--lower-better", default=None, help="Comma-separated metrics that are better when lower.")
+@click.option("--compare", default=None, metavar="A,B", help="Paired test between two metrics, e.g. ap,sim.")
+@click.option("--pair-within", default="group,identity", show_default=True,
+              help="Keys queries share to be paired when pairs come from ratings or the truth ('' = all pairs).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--n-boot", type=int, default=1000, show_default=True)
+@click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
+@format_option()
+@click.pass_context
+def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better, compare, pair_within, seed, n_boot,
+             plot_file, fmt) -> None:
+    """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
+    from fpr import api
+    from fpr.eval.meta import plot
+
+    pair = None
+    if compare:
+        pair = tuple(_names(compare))
+        if len(pair) != 2:
+            raise InputError(f"--compare needs two metrics separated by a comma, got '{compare}'", hint="e.g. ap,sim")
+    if n_boot < 1:
+        raise InputError("--n-boot must be at least 1")
+    res = api.meta(run, list(human) or None, truth, workspace=ctx.obj["workspace"], seed=seed,
+                   metrics=_names(metrics) or None, lower_better=_names(lower_better), compare=pair,
+                   truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot)
+    if plot_file:
+        plot(res, plot_file)
+    if fmt == "json":
+        click.echo(dumps(res.as_json()))
+        return
+    click.echo(render_rows(res.rows, fmt, META_COLUMNS))
+    if fmt == "table":
+        i = res.info
+        click.echo(f"\njudge {i['source']}: {i['n_pairs_used']} non-tied pairs ({i['n_pairs_tied_excluded']} ties "
+                   f"excluded), {i['n_rated_queries']} rated queries, {i['n_raters']} rater(s); 95% bootstrap "
+                   f"intervals over queries ({i['n_boot']} resamples, seed {i['seed']})")
+        c = res.comparison
+        if c:
+            line = (f"{c['metric_a']} vs {c['metric_b']}: PPA diff {c['ppa_diff']:+.3f} [{c['ppa_diff_lo']:+.3f},"
+                    f"{c['ppa_diff_hi']:+.3f}], McNemar p={c['mcnemar_p']:.3g} ({c['a_right_b_wrong']} vs "
+                    f"{c['a_wrong_b_right']} discordant pairs)")
+            if "spearman_diff" in c:
+                line += (f"; Spearman diff {c['spearman_diff']:+.3f} [{c['spearman_diff_lo']:+.3f},"
+                         f"{c['spearman_diff_hi']:+.3f}], p={c['spearman_diff_p']:.3g}")
+            click.echo(line)
+        if plot_file:
+            click.echo(f"figure: {plot_file}")
