@@ -14,6 +14,7 @@ import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -137,6 +138,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.state.config, app.state.jobs, app.state.dispatcher = config, jobs, dispatcher
     app.state.device = config.device
     bearer = HTTPBearer(auto_error=False, description="A token from FPR_API_TOKENS_FILE.")
+    report_lock = threading.Lock()
 
     # ------------------------------------------------------------------ errors
     @app.exception_handler(FprError)
@@ -373,12 +375,17 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.get("/v1/runs/{run}/report.html", tags=["runs"], response_class=FileResponse)
     def run_report_html(run: str, user: str = Depends(caller)):
-        """The run's HTML report, when one was written to <workspace>/reports/<run>.html."""
+        """The run's self-contained HTML report ('fpr report --run R --html'), written on first request to
+        <workspace>/reports/<run>.html; 404 while the run is not done."""
         check_run_name(run)
         path = config.reports_dir / f"{run}.html"
         if not path.is_file():
-            raise NotFoundError(f"run '{run}' has no HTML report",
-                                hint=f"write one to <workspace>/reports/{run}.html")
+            job = jobs.get(run)
+            if job is not None and job["status"] != DONE:
+                raise NotFoundError(f"run '{run}' has no HTML report: it is {job['status']}")
+            with report_lock:  # one report at a time: it embeds every query's images
+                if not path.is_file():
+                    api.html_report(run, path, workspace=ws, device=config.device)
         return FileResponse(path, media_type="text/html")
 
     @app.delete("/v1/runs/{run}", tags=["runs"])
@@ -397,6 +404,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             if job is None:
                 raise
         shutil.rmtree(config.uploads_dir / run, ignore_errors=True)
+        (config.reports_dir / f"{run}.html").unlink(missing_ok=True)
         log_line(event="run_deleted", run=run, user=user)
         return {"run": run, "deleted": True}
 
