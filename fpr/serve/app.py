@@ -33,9 +33,8 @@ from starlette.requests import ClientDisconnect
 
 import fpr
 from fpr import api
-from fpr.cli.encoders import encoder_row
+
 from fpr.cli.output import to_jsonable
-from fpr.encoders.registry import all_specs
 from fpr.errors import BusyError, ConflictError, FprError, InputError, NotFoundError
 from fpr.eval.scorers import parse_scorer_list
 from fpr.serve.auth import AuthError, TokenStore
@@ -192,7 +191,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     @app.get("/v1/encoders", tags=["listings"])
     def encoders(user: str = Depends(caller)) -> list[dict]:
         """Registered encoders and their weights status (as 'fpr encoders list --format json')."""
-        return to_jsonable([encoder_row(spec) for spec in all_specs().values()])
+        return to_jsonable(api.list_encoders())
 
     @app.get("/v1/galleries", tags=["listings"])
     def galleries(user: str = Depends(caller)) -> list[dict]:
