@@ -431,8 +431,11 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               scope: str = "group", scorers: Sequence[str] | str | None = (),
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
-              overwrite: bool = False, scorer_options: dict | None = None) -> RunResult:
-    """Evaluate generated images (queries) against an index; store and return the run."""
+              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False) -> RunResult:
+    """Evaluate generated images (queries) against an index; store and return the run.
+
+    ``oracle``: also query with the gallery's reference images (method ``oracle``, see
+    :mod:`fpr.eval.oracle`), the paper's real-images row."""
     if scope not in SCOPES:
         raise InputError(f"unknown scope '{scope}'", hint=f"valid: {', '.join(SCOPES)}")
     scorer_names = parse_scorer_list(scorers)
@@ -443,6 +446,9 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
             raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
     gi, items = load_index(index, workspace=ws.root, encoder=encoder)
     qdf = read_queries(queries)
+    if oracle:
+        from fpr.eval.oracle import append_oracle
+        qdf = append_oracle(qdf, items)
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
 
     by_id = {it.item_id: it for it in items}

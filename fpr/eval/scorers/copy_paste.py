@@ -300,7 +300,7 @@ class CopyPaste(Scorer):
                    "recoloured, on a new background) instead of re-rendering the subject")
     needs = frozenset({"image", "references"})
     metrics = ("score", "flag", "pixel", "pixel_matches", "mirrored", "appearance")
-    primary_metric = "score"
+    primary_metric = "flag"  # what a keep-rule means by `copy_paste`
     options = {
         "copy-paste.encoder": f"general encoder for the appearance signal (default {DEFAULT_ENCODER})",
         "copy-paste.max_refs": f"references pixel-checked per query, most similar first (default {DEFAULTS['max_refs']})",
