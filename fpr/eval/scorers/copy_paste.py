@@ -83,6 +83,7 @@ MAX_ROTATION = np.deg2rad(12.0)
 SCALE_SLACK = 0.12  # a consistent set may be this much larger/smaller than its scale level
 MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a high fraction by chance
 MAX_PATCHES_PER_SCALE = 48  # the most textured ones
+SEARCH_PATCHES = 16  # of which these are searched everywhere; all are verified
 DEFAULTS = {"max_refs": 5, "threshold": 0.35, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
@@ -142,11 +143,12 @@ class ReferencePatches:
     centres: np.ndarray  # (K,) complex x + iy, at that scale
     scale_index: np.ndarray  # (K,)
     n_textured: np.ndarray  # (len(SCALES),) patches kept per scale
+    rank: np.ndarray  # (K,) texture rank within its scale (0 = most textured)
 
     @classmethod
     def of(cls, image: Image.Image) -> "ReferencePatches":
         grey = image.convert("L")
-        temps, cents, scs, counts = [], [], [], []
+        temps, cents, scs, counts, ranks = [], [], [], [], []
         for si, s in enumerate(SCALES):
             r = _grey(grey, WORK_SIDE * s)
             if min(r.shape) < PATCH:
@@ -161,12 +163,16 @@ class ReferencePatches:
             if len(keep) > MAX_PATCHES_PER_SCALE:
                 keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
             yy, xx = np.divmod(keep, nx)
+            order = np.argsort(-tn[keep], kind="stable")
+            rank = np.empty(len(keep), int)
+            rank[order] = np.arange(len(keep))
+            ranks.append(rank)
             temps.append(t[keep] / tn[keep, None])
             cents.append((xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2))
             scs.append(np.full(len(keep), si))
             counts.append(len(keep))
         return cls(np.concatenate(temps).astype(np.float32), np.concatenate(cents), np.concatenate(scs),
-                   np.array(counts))
+                   np.array(counts), np.concatenate(ranks))
 
 
 def _subpixel(ncc: np.ndarray, idx: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -222,29 +228,42 @@ def best_transform(p: np.ndarray, q: np.ndarray) -> tuple[int, complex, complex]
     return best
 
 
-def verify(ncc: np.ndarray, centres: np.ndarray, a: complex, b: complex, width: int, height: int
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """Templates found where the transform puts them: the NCC peak within 1 px, sub-pixel, within TOLERANCE.
+def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Sub-pixel offset of a peak from a parabola through three samples (0 where a neighbour is missing)."""
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
+    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
+    den = lo - 2 * mid + hi
+    ok &= den < -1e-6
+    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
 
-    This recovers patches whose best match elsewhere was a look-alike (repeated spots or stripes).
-    Returns (inlier mask, refined query positions).
+
+def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
+           a: complex, b: complex) -> tuple[np.ndarray, np.ndarray]:
+    """Templates found where the transform ``z -> a z + b`` puts them: the NCC peak within 1 px of the
+    prediction is >= NCC_MIN and, located to a sub-pixel, within TOLERANCE of it.
+
+    NCC is computed only on the 5x5 windows around each prediction (cheap), so every patch of
+    the scale is checked; this also recovers patches whose best match elsewhere was a look-alike
+    (repeated spots or stripes). Returns (inlier mask, refined query positions).
     """
     pred = a * centres + b
     x0 = np.rint(pred.real - PATCH / 2).astype(int)
     y0 = np.rint(pred.imag - PATCH / 2).astype(int)
+    d = np.arange(-2, 3)
+    xs = x0[:, None, None] + d[None, None, :]
+    ys = y0[:, None, None] + d[None, :, None]
+    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
+    local = np.einsum("kd,kabd->kab", templates, windows[np.where(inside, ys * width + xs, 0)])
+    local = np.where(inside, local, -np.inf)
     rows = np.arange(len(centres))
-    best_v = np.full(len(centres), -np.inf, np.float32)
-    best_i = np.zeros(len(centres), int)
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            x, y = x0 + dx, y0 + dy
-            inside = (x >= 0) & (x < width) & (y >= 0) & (y < height)
-            idx = np.where(inside, y * width + x, 0)
-            v = np.where(inside, ncc[rows, idx], -np.inf)
-            better = v > best_v
-            best_v, best_i = np.where(better, v, best_v), np.where(better, idx, best_i)
-    pos = _subpixel(ncc, best_i, width, height)
-    return (best_v >= NCC_MIN) & (np.abs(pos - pred) <= TOLERANCE), pos
+    inner = local[:, 1:4, 1:4].reshape(len(centres), 9)
+    j = inner.argmax(axis=1)
+    v = inner[rows, j]
+    cy, cx = j // 3 + 1, j % 3 + 1
+    dx = _offset(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
+    dy = _offset(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
+    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
+    return (v >= NCC_MIN) & (np.abs(pos - pred) <= TOLERANCE), pos
 
 
 def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
@@ -256,28 +275,36 @@ def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
 
 
 def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int, bool]:
-    """(fraction, count, mirrored) of the reference's textured patches found in the query in one arrangement."""
+    """(fraction, count, mirrored) of the reference's textured patches found in the query in one arrangement.
+
+    Search: the SEARCH_PATCHES most textured patches per scale are matched everywhere (their best
+    matches propose a transform per scale and mirror); verification then checks every patch of
+    that scale where the transform puts it.
+    """
     if len(ref.templates) == 0:
         return 0.0, 0, False
     best = (0.0, 0, False)
+    search = ref.rank < SEARCH_PATCHES
+    temps, cen, scale = ref.templates[search], ref.centres[search], ref.scale_index[search]
     for mirrored in (False, True):
-        ncc = ref.templates @ query.windows[int(mirrored)].T  # (K, L)
+        windows = query.windows[int(mirrored)]
+        ncc = temps @ windows.T  # (K, L)
         idx = ncc.argmax(axis=1)
         val = ncc[np.arange(len(idx)), idx]
         q = _subpixel(ncc, idx, query.width, query.height)
         good = val >= NCC_MIN
-        for si in np.unique(ref.scale_index[good]):
-            sel = good & (ref.scale_index == si)
-            n0, a, b = best_transform(ref.centres[sel], q[sel])
+        for si in np.unique(scale[good]):
+            sel = good & (scale == si)
+            n0, a, b = best_transform(cen[sel], q[sel])
             if n0 < 2:
                 continue
             at = ref.scale_index == si
-            cen, sub = ref.centres[at], ncc[at]
-            inl, pos = verify(sub, cen, a, b, query.width, query.height)
+            t_at, c_at = ref.templates[at], ref.centres[at]
+            inl, pos = verify(t_at, windows, query.width, query.height, c_at, a, b)
             if inl.sum() >= 3:  # refine the transform on the verified patches, verify again
-                a2, b2 = _refit(cen[inl], pos[inl])
+                a2, b2 = _refit(c_at[inl], pos[inl])
                 if abs(abs(a2) - 1) <= SCALE_SLACK and abs(np.angle(a2)) <= MAX_ROTATION:
-                    inl2, _ = verify(sub, cen, a2, b2, query.width, query.height)
+                    inl2, _ = verify(t_at, windows, query.width, query.height, c_at, a2, b2)
                     inl = inl2 if inl2.sum() > inl.sum() else inl
             count = int(inl.sum())
             frac = count / max(int(ref.n_textured[si]), MIN_DENOMINATOR)
