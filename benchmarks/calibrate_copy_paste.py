@@ -97,6 +97,7 @@ def baseline_module(rev: str):
     path.write_text(src)
     spec = importlib.util.spec_from_file_location("copy_paste_baseline", path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["copy_paste_baseline"] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
