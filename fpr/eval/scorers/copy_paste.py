@@ -84,6 +84,7 @@ SCALE_SLACK = 0.12  # a consistent set may be this much larger/smaller than its 
 MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a high fraction by chance
 MAX_PATCHES_PER_SCALE = 48  # the most textured ones
 SEARCH_PATCHES = 16  # of which these are searched everywhere; all are verified
+HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
 DEFAULTS = {"max_refs": 5, "threshold": 0.35, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
@@ -122,17 +123,21 @@ def _windows(q: np.ndarray) -> np.ndarray:
 
 @dataclass
 class QueryWindows:
-    """Every PATCH x PATCH window of the query and of its mirror image, detrended, unit rows, at WORK_SIDE."""
+    """Every PATCH x PATCH window of the query, detrended, unit rows, at WORK_SIDE; and every second one."""
 
-    windows: np.ndarray  # (2, L, PATCH*PATCH) float32: [plain, mirrored]
+    windows: np.ndarray  # (L, PATCH*PATCH) float32, row-major over positions
     width: int  # windows per row
     height: int  # windows per column
+    coarse: np.ndarray  # (L2, PATCH*PATCH): positions (2i, 2j), for the search
+    coarse_width: int
 
     @classmethod
     def of(cls, image: Image.Image) -> "QueryWindows":
         q = _grey(image, WORK_SIDE)
-        both = np.stack([_windows(q), _windows(np.ascontiguousarray(q[:, ::-1]))])
-        return cls(np.ascontiguousarray(both, dtype=np.float32), q.shape[1] - PATCH + 1, q.shape[0] - PATCH + 1)
+        win = np.ascontiguousarray(_windows(q), dtype=np.float32)
+        h, w = q.shape[0] - PATCH + 1, q.shape[1] - PATCH + 1
+        coarse = np.ascontiguousarray(win.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH))
+        return cls(win, w, h, coarse, (w + 1) // 2)
 
 
 @dataclass
@@ -144,16 +149,18 @@ class ReferencePatches:
     scale_index: np.ndarray  # (K,)
     n_textured: np.ndarray  # (len(SCALES),) patches kept per scale
     rank: np.ndarray  # (K,) texture rank within its scale (0 = most textured)
+    flipped: np.ndarray  # (K, PATCH*PATCH): the templates mirrored left-right (a mirrored copy's patches)
+    flipped_centres: np.ndarray  # (K,) their centres in the mirrored reference
 
     @classmethod
     def of(cls, image: Image.Image) -> "ReferencePatches":
         grey = image.convert("L")
-        temps, cents, scs, counts, ranks = [], [], [], [], []
+        temps, cents, scs, counts, ranks, fcents = [], [], [], [], [], []
         for si, s in enumerate(SCALES):
             r = _grey(grey, WORK_SIDE * s)
             if min(r.shape) < PATCH:
                 counts.append(0)
-                continue
+                continue  # (nothing else to append: no patches at this scale)
             # patches on a half-overlapping grid: enough of them fall inside the subject
             win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
             ny, nx = win.shape[:2]
@@ -169,33 +176,18 @@ class ReferencePatches:
             ranks.append(rank)
             temps.append(t[keep] / tn[keep, None])
             cents.append((xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2))
+            fcents.append((r.shape[1] - (xx * STRIDE + PATCH / 2)) + 1j * (yy * STRIDE + PATCH / 2))
             scs.append(np.full(len(keep), si))
             counts.append(len(keep))
-        return cls(np.concatenate(temps).astype(np.float32), np.concatenate(cents), np.concatenate(scs),
-                   np.array(counts), np.concatenate(ranks))
+        t = np.concatenate(temps).astype(np.float32)
+        # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
+        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
+        return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
+                   flipped, np.concatenate(fcents))
 
 
-def _subpixel(ncc: np.ndarray, idx: np.ndarray, width: int, height: int) -> np.ndarray:
-    """Window centres of the NCC maxima ``idx``, refined by a parabola through the neighbours (complex x + iy)."""
-    rows = np.arange(len(idx))
-    y, x = np.divmod(idx, width)
-
-    def offset(step, pos, size):
-        inside = (pos > 0) & (pos < size - 1)
-        lo = ncc[rows, np.where(inside, idx - step, idx)]
-        hi = ncc[rows, np.where(inside, idx + step, idx)]
-        mid = ncc[rows, idx]
-        den = lo - 2 * mid + hi
-        d = np.where(inside & (den < -1e-6), 0.5 * (lo - hi) / np.where(den < -1e-6, den, -1.0), 0.0)
-        return np.clip(d, -0.5, 0.5)
-
-    return (x + offset(1, x, width) + PATCH / 2) + 1j * (y + offset(width, y, height) + PATCH / 2)
-
-
-
-
-def best_transform(p: np.ndarray, q: np.ndarray) -> tuple[int, complex, complex]:
-    """The similarity ``z -> a z + b`` (complex) that maps most correspondences ``p -> q`` within TOLERANCE.
+def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3) -> tuple[int, complex, complex]:
+    """The similarity ``z -> a z + b`` (complex) that maps most correspondences ``p -> q`` within ``tol`` px.
 
     Hypotheses: every pair (rotation <= MAX_ROTATION, scale within SCALE_SLACK of 1) and
     every single point as a pure shift. Returns (inliers, a, b).
@@ -204,7 +196,7 @@ def best_transform(p: np.ndarray, q: np.ndarray) -> tuple[int, complex, complex]
     if n == 0:
         return 0, 1 + 0j, 0j
     shifts = q - p
-    votes = (np.abs(shifts[:, None] - shifts[None, :]) <= TOLERANCE).sum(axis=1)
+    votes = (np.abs(shifts[:, None] - shifts[None, :]) <= tol).sum(axis=1)
     k = int(votes.argmax())
     best = (int(votes[k]), 1 + 0j, complex(shifts[k]))
     if n < 2:
@@ -221,7 +213,7 @@ def best_transform(p: np.ndarray, q: np.ndarray) -> tuple[int, complex, complex]
         return best
     a, i = a[ok], i[ok]
     b = q[i] - a * p[i]
-    counts = (np.abs(a[:, None] * p[None, :] + b[:, None] - q[None, :]) <= TOLERANCE).sum(axis=1)
+    counts = (np.abs(a[:, None] * p[None, :] + b[:, None] - q[None, :]) <= tol).sum(axis=1)
     h = int(counts.argmax())
     if counts[h] > best[0]:
         best = (int(counts[h]), complex(a[h]), complex(b[h]))
@@ -238,9 +230,9 @@ def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
-           a: complex, b: complex) -> tuple[np.ndarray, np.ndarray]:
+           a: complex, b: complex, tol: float = TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
     """Templates found where the transform ``z -> a z + b`` puts them: the NCC peak within 1 px of the
-    prediction is >= NCC_MIN and, located to a sub-pixel, within TOLERANCE of it.
+    prediction is >= NCC_MIN and, located to a sub-pixel, within ``tol`` (default TOLERANCE) of it.
 
     NCC is computed only on the 5x5 windows around each prediction (cheap), so every patch of
     the scale is checked; this also recovers patches whose best match elsewhere was a look-alike
@@ -263,7 +255,7 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     dx = _offset(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
     dy = _offset(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
     pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
-    return (v >= NCC_MIN) & (np.abs(pos - pred) <= TOLERANCE), pos
+    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
 
 
 def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
@@ -277,35 +269,50 @@ def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
 def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int, bool]:
     """(fraction, count, mirrored) of the reference's textured patches found in the query in one arrangement.
 
-    Search: the SEARCH_PATCHES most textured patches per scale are matched everywhere (their best
-    matches propose a transform per scale and mirror); verification then checks every patch of
-    that scale where the transform puts it.
+    Search: the SEARCH_PATCHES most textured patches per scale (and their mirror images, for a
+    mirrored copy) are matched at every second query position; their best matches propose a
+    transform per scale and mirror (within HYPOTHESIS_TOLERANCE). Verification then checks every
+    patch of that scale at full resolution where the transform puts it.
     """
     if len(ref.templates) == 0:
         return 0.0, 0, False
     best = (0.0, 0, False)
     search = ref.rank < SEARCH_PATCHES
-    temps, cen, scale = ref.templates[search], ref.centres[search], ref.scale_index[search]
+    n = int(search.sum())
+    ncc = np.concatenate([ref.templates[search], ref.flipped[search]]) @ query.coarse.T  # (2n, L2)
+    idx = ncc.argmax(axis=1)
+    val = ncc[np.arange(len(idx)), idx]
+    y, x = np.divmod(idx, query.coarse_width)
+    q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
+    scale = ref.scale_index[search]
     for mirrored in (False, True):
-        windows = query.windows[int(mirrored)]
-        ncc = temps @ windows.T  # (K, L)
-        idx = ncc.argmax(axis=1)
-        val = ncc[np.arange(len(idx)), idx]
-        q = _subpixel(ncc, idx, query.width, query.height)
-        good = val >= NCC_MIN
+        part = slice(n, 2 * n) if mirrored else slice(0, n)
+        q, good = q_all[part], val[part] >= NCC_MIN
+        cen = (ref.flipped_centres if mirrored else ref.centres)[search]
         for si in np.unique(scale[good]):
             sel = good & (scale == si)
-            n0, a, b = best_transform(cen[sel], q[sel])
+            n0, a, b = best_transform(cen[sel], q[sel], HYPOTHESIS_TOLERANCE)
             if n0 < 2:
                 continue
             at = ref.scale_index == si
-            t_at, c_at = ref.templates[at], ref.centres[at]
-            inl, pos = verify(t_at, windows, query.width, query.height, c_at, a, b)
-            if inl.sum() >= 3:  # refine the transform on the verified patches, verify again
+            t_at = (ref.flipped if mirrored else ref.templates)[at]
+            c_at = (ref.flipped_centres if mirrored else ref.centres)[at]
+            # the proposal is coarse: collect loosely, refit, then verify strictly (twice at most)
+            inl, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b, HYPOTHESIS_TOLERANCE)
+            if inl.sum() < 3:
+                continue
+            a, b = _refit(c_at[inl], pos[inl])
+            inl, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b)
+            for _ in range(2):
+                if inl.sum() < 3:
+                    break
                 a2, b2 = _refit(c_at[inl], pos[inl])
-                if abs(abs(a2) - 1) <= SCALE_SLACK and abs(np.angle(a2)) <= MAX_ROTATION:
-                    inl2, _ = verify(t_at, windows, query.width, query.height, c_at, a2, b2)
-                    inl = inl2 if inl2.sum() > inl.sum() else inl
+                if abs(abs(a2) - 1) > SCALE_SLACK or abs(np.angle(a2)) > MAX_ROTATION:
+                    break
+                inl2, pos2 = verify(t_at, query.windows, query.width, query.height, c_at, a2, b2)
+                if inl2.sum() <= inl.sum():
+                    break
+                inl, pos = inl2, pos2
             count = int(inl.sum())
             frac = count / max(int(ref.n_textured[si]), MIN_DENOMINATOR)
             if (count, frac) > (best[1], best[0]):

@@ -51,7 +51,7 @@ from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 from fpr.galleries.world.patterns import CANVAS, KINDS, SPECIES, Markings, seeded_rng
 from fpr.galleries.world.render import (FAMILIES, GALLERY_FAMILIES, NOVEL_FAMILIES, View, animal_layer, compose,
-                                        paste_view, place_layer, render_view, sample_view)
+                                        place_layer, render_view, sample_view)
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
            "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
@@ -239,8 +239,6 @@ class World:
         """A copy-like generation made from reference ``ref_k`` (its pose, its pixels)."""
         c = self.config
         ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
-        if method == "paste":  # cut out, pasted on a new background with a small shift
-            return render_view(base, paste_view(ref_view, rng))
         if method == "near-copy":  # the reference's whole scene, part of the markings redrawn
             drift_seed = _DRIFT_SEED_BASE + int(seeded_rng("near", c.seed, species, ident, ref_k).integers(1_000_000))
             m = base.with_layer(drift_seed, NEAR_COPY_DRIFT, f"near-{c.seed}-{ident}-{ref_k}")
@@ -248,7 +246,10 @@ class World:
         new_bg = replace(ref_view, family=str(NOVEL_FAMILIES[int(rng.integers(len(NOVEL_FAMILIES)))]),
                          bg_seed=int(rng.integers(2 ** 31)), occlusion=None, noise_seed=int(rng.integers(2 ** 31)))
         layer = animal_layer(base, replace(ref_view, occlusion=None))
-        if method == "paste-mirror":  # flipped, small shift
+        if method == "paste":  # cut out, pasted on a new background with a small shift and scale change
+            layer = place_layer(layer, scale=float(rng.uniform(0.97, 1.03)),
+                                shift=tuple(float(v) for v in rng.uniform(-0.03, 0.03, 2)))
+        elif method == "paste-mirror":  # flipped, small shift
             layer = place_layer(layer, mirror=True, shift=tuple(float(v) for v in rng.uniform(-0.03, 0.03, 2)))
         elif method == "paste-rescale":  # rescaled by 0.7-0.85 or 1.15-1.35, moved
             f = float(rng.uniform(0.7, 0.85) if rng.random() < 0.5 else rng.uniform(1.15, 1.35))
