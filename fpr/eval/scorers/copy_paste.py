@@ -15,16 +15,18 @@ default 5), both in greyscale at 96 px on the longer side, lightly blurred:
 
 1. the reference is cut into 8x8 patches (half-overlapping) at 9 scales
    (x1.41 .. x0.35, steps of 2^(1/4)); the 48 most textured per scale are kept;
-2. each is matched everywhere in the query *and in the mirrored query* by
+2. the 16 most textured patches per scale, and their mirror images (for a
+   mirrored copy), are matched at every second position of the query by
    normalised cross-correlation after removing each window's mean and linear
    gradient (flat areas and smooth gradients match nothing; brightness, contrast
-   and mild colour changes do not matter); the best match (NCC >= 0.8, located
-   to a sub-pixel) is a correspondence;
-3. per scale and mirror, the similarity transform (rotation up to 12 degrees,
-   scale within 12% of the level) that the most correspondences agree with is
-   found, and every patch is *verified* at the position it predicts: it counts
-   when its NCC peak within 1 px is >= 0.8 and lies within 0.3 px of the
-   prediction (this also recovers patches whose best match was a look-alike).
+   and mild colour changes do not matter); best matches with NCC >= 0.8 propose,
+   per scale and mirror, the similarity transform (rotation up to 12 degrees,
+   scale within 12% of the level) most of them agree with (within 2 px);
+3. every patch of that scale is then *verified* at full resolution where the
+   transform puts it: collected loosely (within 2 px), the transform refitted,
+   and counted when its NCC peak within 1 px is >= 0.8 and lies, located to a
+   sub-pixel, within 0.3 px of the prediction (this also recovers patches whose
+   best match was a look-alike, e.g. repeated spots).
 
 Metrics
 ``score``
@@ -32,7 +34,7 @@ Metrics
     patches (at least 24 counted) verified in one arrangement, max over the
     checked references, scales and mirror. Also reported as ``pixel``.
 ``flag``
-    1 when ``score >= copy-paste.threshold`` (default 0.35).
+    1 when ``score >= copy-paste.threshold`` (default: see DEFAULTS, calibrated).
 ``pixel_matches``
     the number of verified patches behind the score.
 ``mirrored``
@@ -85,7 +87,7 @@ MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a hig
 MAX_PATCHES_PER_SCALE = 48  # the most textured ones
 SEARCH_PATCHES = 16  # of which these are searched everywhere; all are verified
 HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
-DEFAULTS = {"max_refs": 5, "threshold": 0.35, "appearance_threshold": 0.98}  # threshold: see the calibration
+DEFAULTS = {"max_refs": 5, "threshold": 0.219, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
 _BASIS: dict[int, np.ndarray] = {}
