@@ -97,11 +97,13 @@ def test_methods_have_ground_truth_drift_and_paste_copies_a_reference():
         def corr(method):
             g = np.asarray(w.query_image(method, sp, ident, 1)[0].convert("L"), float)
             g = g[:, ::-1] if method == "paste-mirror" else g
-            return np.corrcoef(g[mask], lum[mask])[0, 1]
+            # pastes move the animal by up to 3% of the side: best over small shifts (for every method alike)
+            return max(np.corrcoef(np.roll(g, (dy, dx), axis=(0, 1))[mask], lum[mask])[0, 1]
+                       for dy in range(-3, 4) for dx in range(-3, 4))
 
         c = {m: corr(m) for m in ("edit", "near-copy", "paste", "paste-mirror", "faithful", "generic")}
         assert c["edit"] >= 0.85 and c["near-copy"] >= 0.5, (sp, c)
-        assert min(c["paste"], c["paste-mirror"]) >= 0.2 and max(c["faithful"], c["generic"]) <= 0.15, (sp, c)
+        assert min(c["paste"], c["paste-mirror"]) >= 0.7 and max(c["faithful"], c["generic"]) <= 0.15, (sp, c)
 
 
 def test_generations_take_new_views():
