@@ -18,17 +18,22 @@ identity (:func:`check_disjoint` enforces it):
 Simulated personalization methods (queries for a reference identity, each with a
 ground-truth ``drift``, see :data:`METHODS`):
 
-- ``faithful`` (drift 0): the same markings, a new pose, a background family
-  that no real image has (:data:`NOVEL_FAMILIES`);
+- ``faithful`` (drift 0): the same markings in a *novel view* (a new pose and
+  viewpoint, size, position, possibly mirrored, new lighting; ``render.POSES``)
+  on a background family that no real image has (:data:`NOVEL_FAMILIES`);
 - ``drift-0.1``/``drift-0.25``/``drift-0.5``: that fraction of the markings
   resampled, calibrated per species by changed pixels (see
   :func:`fpr.galleries.world.patterns.calibrated_region`);
 - ``generic`` (drift 1): another individual of the same species that is *not*
   in the gallery -- what a generator that ignores the subject produces ("a photo
   of a zebra"); its mAP is the chance level of the group;
-- ``paste`` (drift 0): one of the reference images, the animal cut out and
-  pasted on a new background with a small shift -- the copy-paste failure that
-  retrieval rewards and the copy-paste scorer must flag.
+- copy-like methods (:data:`COPY_METHODS`), made from one reference image:
+  ``paste`` (its animal cut out and pasted on a new background with a small
+  shift/scale), ``paste-mirror`` (flipped), ``paste-rescale`` (rescaled by
+  0.7-0.85 or 1.15-1.35 and moved), ``edit`` (in place, background replaced,
+  mild colour changes) and ``near-copy`` (the whole reference scene kept, 25% of
+  the markings redrawn) -- the failures that retrieval rewards and the
+  copy-paste scorer must flag.
 
 Query ``k`` of an identity shares its pose, background, lighting and occlusion
 across ``faithful``/``drift-*``/``generic``, and the drift levels resample nested

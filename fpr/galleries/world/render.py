@@ -2,8 +2,8 @@
 
 All randomness comes from the ``rng`` passed in, so an image is a pure function
 of (markings, seed). :func:`sample_view` draws the nuisance parameters and
-:func:`render_view` applies them; ``paste`` re-renders a reference view's
-animal with the same pose on a new background.
+:func:`render_view` applies them; :func:`place_layer` moves, rescales or flips
+a rendered animal layer (the copy-like methods paste a reference's own pixels).
 """
 from __future__ import annotations
 
@@ -212,6 +212,35 @@ def compose(layer: np.ndarray, v: View) -> Image.Image:
 
 def render_view(markings: Markings, v: View) -> Image.Image:
     return compose(animal_layer(markings, v), v)
+
+
+def place_layer(layer: np.ndarray, *, scale: float = 1.0, shift: tuple[float, float] = (0.0, 0.0),
+                mirror: bool = False) -> np.ndarray:
+    """A rendered RGBA layer flipped, rescaled about its centre and moved (fractions of the side): a pasted copy.
+
+    Colours are resized premultiplied by alpha, so edges do not darken; what leaves the frame is cropped.
+    """
+    size = layer.shape[0]
+    lay = layer[:, ::-1] if mirror else layer
+    if abs(scale - 1.0) > 1e-6:
+        n = max(2, int(round(size * scale)))
+        pre = np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+        chans = [np.asarray(Image.fromarray(np.ascontiguousarray(pre[..., c]), "F").resize((n, n), Image.BILINEAR))
+                 for c in range(4)]
+        pre = np.stack(chans, axis=-1)
+    else:
+        n, pre = size, np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+    out = np.zeros((size, size, 4), np.float32)
+    y0 = int(round((size - n) / 2 + shift[1] * size))
+    x0 = int(round((size - n) / 2 + shift[0] * size))
+    ys, xs = max(0, y0), max(0, x0)
+    ye, xe = min(size, y0 + n), min(size, x0 + n)
+    if ye > ys and xe > xs:
+        out[ys:ye, xs:xe] = pre[ys - y0:ye - y0, xs - x0:xe - x0]
+    a = np.clip(out[..., 3:4], 0, 1)
+    out[..., :3] = np.where(a > 1e-6, out[..., :3] / np.maximum(a, 1e-6), 0)
+    out[..., 3:4] = a
+    return np.clip(out, 0, 1)
 
 
 def place_layer(layer: np.ndarray, *, scale: float = 1.0, shift: tuple[float, float] = (0.0, 0.0),
