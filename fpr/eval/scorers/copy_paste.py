@@ -15,7 +15,7 @@ default 5), both in greyscale at 96 px on the longer side, lightly blurred:
 
 1. the reference is cut into 8x8 patches (half-overlapping) at 9 scales
    (x1.41 .. x0.35, steps of 2^(1/4)); the 48 most textured per scale are kept;
-2. the 16 most textured patches per scale, and their mirror images (for a
+2. the 24 most textured patches per scale, and their mirror images (for a
    mirrored copy), are matched at every second position of the query by
    normalised cross-correlation after removing each window's mean and linear
    gradient (flat areas and smooth gradients match nothing; brightness, contrast
@@ -85,7 +85,7 @@ MAX_ROTATION = np.deg2rad(12.0)
 SCALE_SLACK = 0.12  # a consistent set may be this much larger/smaller than its scale level
 MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a high fraction by chance
 MAX_PATCHES_PER_SCALE = 48  # the most textured ones
-SEARCH_PATCHES = 16  # of which these are searched everywhere; all are verified
+SEARCH_PATCHES = 24  # of which these are searched everywhere; all are verified
 HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
 DEFAULTS = {"max_refs": 5, "threshold": 0.219, "appearance_threshold": 0.98}  # threshold: see the calibration
 
