@@ -32,6 +32,7 @@ from fpr.eval import pipeline
 from fpr.eval.ablate import ablate
 from fpr.eval.ablate_official import ablate_official
 from fpr.eval.filter import filter_queries
+from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
 from fpr.eval.summary import aux_columns, paired_comparison, summarize, with_aux
@@ -394,8 +395,11 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               scope: str = "group", scorers: Sequence[str] | str | None = (),
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
-              overwrite: bool = False, scorer_options: dict | None = None) -> RunResult:
-    """Evaluate generated images (queries) against an index; store and return the run."""
+              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False) -> RunResult:
+    """Evaluate generated images (queries) against an index; store and return the run.
+
+    ``oracle``: also query with the gallery's reference images (method ``oracle``, see
+    :mod:`fpr.eval.oracle`), the paper's real-images row."""
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -406,6 +410,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     opened = pipeline.open_index(ws, index, encoder=encoder)
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
     qdf = pipeline.normalize_queries(queries)
+    if oracle:
+        qdf = append_oracle(qdf, opened.items)
     # Missing identities are an error before any model is loaded.
     pipeline.missing_identities(qdf, opened.labels.relevance(qdf, scope)[1].any(axis=1),
                                 skip=skip_missing_identities, where=where)

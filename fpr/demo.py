@@ -3,11 +3,16 @@
 1. render a world (per species a group of identities with gallery and reference
    images) and each simulated method's queries, whose identity drift is known;
 2. import the gallery into the workspace, build the index with the shipped
-   encoder ``fpr-world-v1``, evaluate every method -- a normal run that
+   encoder ``fpr-world-v2``, evaluate every method plus the ``oracle`` row (the
+   gallery's reference images as queries: real images, the paper's Table 1
+   ceiling) with the ``copy-paste`` scorer -- a normal run that
    ``fpr report --run R`` shows again;
 3. check the metric: the Spearman correlation of mAP with the ground-truth drift
-   (across methods, and per query) should be strongly negative; ``paste`` (a
-   copy of a reference) shows what retrieval alone rewards.
+   (across methods, and per query) should be strongly negative; the copy-like
+   methods (``paste``, ``paste-mirror``, ``paste-rescale``, ``edit``,
+   ``near-copy``) show what retrieval alone rewards, and the copy-paste flag
+   rates and the documented keep-rule (:data:`KEEP_RULE`) show that the filter
+   keeps faithful generations and drops the copies.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import pandas as pd
 
 from fpr import progress
 
-DEMO_ENCODER = "fpr-world-v1"
+DEMO_ENCODER = "fpr-world-v2"
+KEEP_RULE = "top1 and ap >= 0.5 and not copy_paste"  # the rule docs/workflows.md documents
 FULL = dict(identities=10, gallery=10, references=3, queries=3)
 QUICK = dict(identities=5, gallery=6, references=2, queries=2)
 
@@ -43,21 +49,24 @@ class DemoResult:
                 "validity": self.validity, "timings": self.timings}
 
 
-def validity(per_query: pd.DataFrame) -> dict:
-    """Spearman of AP with ground-truth drift, across methods (method means) and per query; paste's scores.
+def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
+    """Spearman of AP with ground-truth drift, across methods (method means) and per query; copies; oracle.
 
-    ``paste`` is left out of both correlations: it is a copy, not a generation with
-    some drift, and is reported on its own.
+    The copy-like methods (:data:`fpr.galleries.world.COPY_METHODS`) and the ``oracle``
+    row are left out of both correlations: they are not generations with some
+    drift, and are reported on their own. With ``aux`` (the run's ``copy-paste``
+    scores), the flag rate and mean score per method and the share of each method
+    that :data:`KEEP_RULE` keeps are added.
     """
     from scipy.stats import spearmanr
 
-    from fpr.galleries.world import METHOD_DRIFT
+    from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT
 
     df = per_query[per_query["status"] == "ok"].copy() if "status" in per_query else per_query.copy()
     df["drift"] = pd.to_numeric(df["drift"], errors="coerce")
     df["ap"] = pd.to_numeric(df["ap"], errors="coerce")
     df["sim"] = pd.to_numeric(df["sim"], errors="coerce")
-    gen = df[df["method"] != "paste"]
+    gen = df[~df["method"].isin(COPY_METHODS + ("oracle",))]
     by_method = gen.groupby("method").agg(drift=("drift", "first"), map=("ap", "mean"), sim=("sim", "mean"))
     by_method = by_method.reindex([m for m in METHOD_DRIFT if m in by_method.index])
     out: dict = {"methods": list(by_method.index)}
@@ -73,7 +82,7 @@ def validity(per_query: pd.DataFrame) -> dict:
     out["spearman_sim_drift_queries"] = rho(gen["drift"].to_numpy(), gen["sim"].to_numpy())
     out["n_queries"] = int(len(gen))
     maps = by_method["map"].to_dict()
-    order = [m for m in METHOD_DRIFT if m in maps and m != "paste"]
+    order = [m for m in METHOD_DRIFT if m in maps and m not in COPY_METHODS]
     out["ordering_holds"] = all(maps[a] > maps[b] for a, b in zip(order, order[1:]))
     out["map_by_method"] = {m: float(v) for m, v in maps.items()}
     paste = df[df["method"] == "paste"]
@@ -82,13 +91,54 @@ def validity(per_query: pd.DataFrame) -> dict:
         out["paste_sim"] = float(paste["sim"].mean())
         if "faithful" in maps:
             out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["faithful"])
+    copies = df[df["method"].isin(COPY_METHODS)]
+    if len(copies):
+        out["copy_map_by_method"] = {m: float(g["ap"].mean()) for m, g in copies.groupby("method")}
+    oracle = df[df["method"] == "oracle"]
+    if len(oracle):
+        out["oracle_map"] = float(oracle["ap"].mean())
+        out["oracle_sim"] = float(oracle["sim"].mean())
+    if aux is not None and len(aux):
+        out.update(copy_paste_rates(df, aux))
     return out
+
+
+def copy_paste_rates(per_query: pd.DataFrame, aux: pd.DataFrame) -> dict:
+    """Per method: copy-paste flag rate and mean score, and the share :data:`KEEP_RULE` keeps."""
+    from fpr.eval.rules import parse_rule
+
+    cp = aux[aux["scorer"] == "copy-paste"].pivot_table(index="query_id", columns="metric", values="value",
+                                                         aggfunc="first")
+    if cp.empty or "flag" not in cp:
+        return {}
+    df = per_query.set_index("query_id").join(cp[["flag", "score"]], how="left")
+    values = {"top1": pd.to_numeric(df["cmc1"], errors="coerce").to_numpy(float),
+              "ap": pd.to_numeric(df["ap"], errors="coerce").to_numpy(float),
+              "copy_paste": df["flag"].to_numpy(float)}
+    df["kept"] = parse_rule(KEEP_RULE, list(values)).apply(values).keep
+    methods = _method_order(df["method"].unique())
+    g = df.groupby("method")
+    return {"copy_paste_flag_rate": {m: float(g.get_group(m)["flag"].mean()) for m in methods},
+            "copy_paste_mean_score": {m: float(g.get_group(m)["score"].mean()) for m in methods},
+            "keep_rule": KEEP_RULE,
+            "kept_share": {m: float(g.get_group(m)["kept"].mean()) for m in methods}}
+
+
+def _method_order(methods) -> list[str]:
+    from fpr.galleries.world import METHOD_DRIFT
+
+    known = [m for m in ("oracle", *METHOD_DRIFT) if m in set(methods)]
+    return known + sorted(set(methods) - set(known))
 
 
 def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool = False, out: str | Path | None = None,
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
-             run: str | None = None) -> DemoResult:
-    """Render the world, import it, index it, query every method, and compute the validity figures."""
+             run: str | None = None, copy_paste: bool = True, config: dict | None = None) -> DemoResult:
+    """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
+
+    ``copy_paste``: also run the copy-paste scorer (flag rates, keep-rule shares);
+    ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes.
+    """
     from fpr import api
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World, WorldConfig
@@ -96,7 +146,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    config = WorldConfig(seed=seed, siblings=siblings, size=size, **(QUICK if quick else FULL))
+    config = WorldConfig(seed=seed, siblings=siblings, size=size, **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
     tag = f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
     name = f"world-demo-{tag}"
@@ -117,9 +167,9 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     t = time.perf_counter()
     queries = pd.DataFrame(build.queries)
     res = api.run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
-                        overwrite=run is not None)
+                        overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
     timings["query_s"] = round(time.perf_counter() - t, 2)
-    val = validity(res.per_query)
+    val = validity(res.per_query, res.aux)
     timings["total_s"] = round(time.perf_counter() - t0, 2)
     world = {"seed": seed, "species": list(config.species), "identities_per_species": config.identities,
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,
@@ -142,7 +192,7 @@ def paper_table(summary: list[dict], metric: str) -> list[dict]:
     from fpr.eval import report as rep
     from fpr.galleries.world import METHOD_DRIFT
 
-    p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), list(METHOD_DRIFT)))
+    p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT]))
     key = p.columns[0].key
     rows = []
     for m in p.methods:
@@ -157,7 +207,11 @@ def validity_lines(v: dict) -> list[str]:
     def f(x):
         return "n/a" if x is None else f"{x:+.3f}"
 
-    lines = [f"validity: Spearman(mAP, drift) across methods {f(v.get('spearman_map_drift_methods'))}, "
+    lines = []
+    if "oracle_map" in v:
+        lines.append(f"oracle (the reference images as queries: real images, the ceiling): mAP {v['oracle_map']:.3f}, "
+                     f"Sim {v['oracle_sim']:.3f}")
+    lines += [f"validity: Spearman(mAP, drift) across methods {f(v.get('spearman_map_drift_methods'))}, "
              f"per query {f(v.get('spearman_ap_drift_queries'))} (n={v.get('n_queries')}); "
              f"Sim: {f(v.get('spearman_sim_drift_methods'))} / {f(v.get('spearman_sim_drift_queries'))}; "
              f"ordering faithful > drift-0.1 > drift-0.25 > drift-0.5 > generic "
@@ -166,4 +220,9 @@ def validity_lines(v: dict) -> list[str]:
         lines.append(f"paste (a reference cut out and pasted on a new background): mAP {v['paste_map']:.3f}, "
                      f"Sim {v['paste_sim']:.3f} ({v.get('paste_minus_faithful_map', 0):+.3f} mAP vs faithful) -- "
                      "retrieval rewards copying; flag it with the copy-paste scorer")
+    if "copy_paste_flag_rate" in v:
+        rates, scores, kept = v["copy_paste_flag_rate"], v["copy_paste_mean_score"], v["kept_share"]
+        lines.append("copy-paste flag rate (mean score) per method: "
+                     + ", ".join(f"{m} {rates[m]:.2f} ({scores[m]:.2f})" for m in rates))
+        lines.append(f"kept by '{v['keep_rule']}': " + ", ".join(f"{m} {kept[m]:.2f}" for m in kept))
     return lines

@@ -1,4 +1,5 @@
-"""``fpr demo --quick`` end to end on the shipped encoder: ordering by drift, paste reported, run stored."""
+"""``fpr demo --quick`` end to end on the shipped encoder: ordering by drift, oracle and copy-paste reported, the
+keep-rule keeps faithful over drifted and no copies, run stored."""
 from __future__ import annotations
 
 import json
@@ -39,6 +40,46 @@ def test_quick_demo_reports_paste_and_sim(quick_demo):
     assert all(r["map_lo"] <= r["map"] <= r["map_hi"] for r in out["summary"])
 
 
+def test_quick_demo_json_carries_the_oracle_and_flag_rates(quick_demo):
+    _, out = quick_demo
+    oracle = [r for r in out["summary"] if r["method"] == "oracle"]
+    assert {r["group"] for r in oracle} == {"zebra", "leopard", "giraffe", "*"}
+    overall = next(r for r in oracle if r["group"] == "*")
+    assert overall["n_queries"] == 3 * 5 * 2  # every reference image of the quick world, once
+    assert overall["map"] >= 0.9 and out["validity"]["oracle_map"] == pytest.approx(overall["map"])
+    assert out["encoder"] == "fpr-world-v2"
+    v = out["validity"]
+    rates = v["copy_paste_flag_rate"]
+    assert set(rates) == {"oracle", "faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic", "paste",
+                          "paste-mirror", "paste-rescale", "edit", "near-copy"}
+    # measured on this world (30 queries per method): faithful 0.0; paste 0.9, paste-mirror 0.9,
+    # paste-rescale 0.833, edit 1.0, near-copy 0.933
+    assert rates["faithful"] == 0.0 and rates["edit"] == 1.0, rates
+    assert min(rates[m] for m in ("paste", "paste-mirror", "paste-rescale", "near-copy")) >= 25 / 30, rates
+    assert max(rates[m] for m in ("drift-0.1", "drift-0.25", "drift-0.5", "generic")) <= 1 / 30, rates
+    # the summary rows carry the same flag rate as the mean of the per-query flags
+    paste = next(r for r in out["summary"] if r["method"] == "paste" and r["group"] == "*")
+    assert paste["copy-paste.flag"] == pytest.approx(rates["paste"])
+
+
+def test_keep_rule_prefers_faithful_and_drops_copies(quick_demo):
+    """The documented rule 'top1 and ap >= 0.5 and not copy_paste' keeps a larger share of faithful generations
+    than of each drift level, in drift order, and far fewer copies than faithful generations.
+
+    Measured (30 queries per method): faithful 0.933 > drift-0.1 0.8 > drift-0.25 0.733 > drift-0.5 0.5 >
+    generic 0.133; copies: edit 0, near-copy 0.067, paste 0.1, paste-mirror 0.1, paste-rescale 0.167 (the
+    unflagged copies; the issue's target of none kept is not reached yet)."""
+    _, out = quick_demo
+    v = out["validity"]
+    kept = v["kept_share"]
+    assert v["keep_rule"] == "top1 and ap >= 0.5 and not copy_paste"
+    order = ["faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"]
+    assert [kept[m] for m in order] == sorted((kept[m] for m in order), reverse=True), kept
+    assert all(kept["faithful"] > kept[m] for m in order[1:]), kept
+    assert kept["edit"] == 0 and max(kept[m] for m in ("paste", "paste-mirror", "paste-rescale",
+                                                        "near-copy")) <= 5 / 30, kept
+
+
 def test_demo_run_is_stored_like_any_run(quick_demo):
     ws, out = quick_demo
     runner = CliRunner()
@@ -55,8 +96,9 @@ def test_demo_run_is_stored_like_any_run(quick_demo):
 
 def test_demo_table_output(tmp_path):
     r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "demo", "--quick", "--seed", "1",
-                                 "--out", str(tmp_path / "imgs")], obj={})
+                                 "--out", str(tmp_path / "imgs"), "--no-copy-paste"], obj={})
     assert r.exit_code == 0, r.output
     assert "mAP [95% CI]" in r.output and "Sim [95% CI]" in r.output
-    assert "Spearman" in r.output and "paste" in r.output
+    assert "Spearman" in r.output and "paste" in r.output and "oracle" in r.output
+    assert "copy-paste per method" not in r.output  # skipped on request
     assert (tmp_path / "imgs" / "queries.csv").exists()

@@ -12,19 +12,20 @@ from fpr.cli.output import dumps, render_rows
 @click.option("--seed", type=int, default=0, show_default=True, help="World and bootstrap seed.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the rendered images (default: <workspace>/demo/<gallery>).")
-@click.option("--encoder", default="fpr-world-v1", show_default=True)
+@click.option("--encoder", default="fpr-world-v2", show_default=True)
 @click.option("--siblings", type=float, default=0.0, show_default=True,
               help="Share of markings the gallery identities of a species have in common (harder).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
 @click.option("--device", default="auto", show_default=True)
+@click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
 @format_option()
 @click.pass_context
-def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, fmt) -> None:
+def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
-                   siblings=siblings, device=device, run=run)
+                   siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste)
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
@@ -38,8 +39,14 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, fmt) -> None
                f"identity and method; {res.timings['total_s']:.0f} s)")
     click.echo("\nmAP [95% CI] (gallery retrieval within the species)")
     click.echo(render_rows(paper_table(res.summary, "map"), "table"))
-    click.echo("\nSim [95% CI] (mean cosine to the reference images)")
+    click.echo("\nSim [95% CI] (mean cosine to the reference images; oracle: to the identity's other references)")
     click.echo(render_rows(paper_table(res.summary, "sim"), "table"))
+    if "copy_paste_flag_rate" in res.validity:
+        v = res.validity
+        click.echo("\ncopy-paste per method: flag rate, mean score, and the share the keep-rule keeps")
+        click.echo(render_rows([{"method": m, "flag_rate": round(v["copy_paste_flag_rate"][m], 3),
+                                 "mean_score": round(v["copy_paste_mean_score"][m], 3),
+                                 "kept": round(v["kept_share"][m], 3)} for m in v["copy_paste_flag_rate"]], "table"))
     click.echo("")
     for line in validity_lines(res.validity):
         click.echo(line)

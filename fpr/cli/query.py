@@ -55,11 +55,12 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
+@click.option("--oracle", is_flag=True, help="Also query with the gallery's reference images (method 'oracle').")
 @format_option()
 @click.pass_context
 def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights, scope, scorers, scorer_options,
               skip_missing_identities, skip_unreadable, top_k, seed, device, batch_size, workers, overwrite,
-              fmt) -> None:
+              oracle, fmt) -> None:
     """Rank generated images against an index (or under several encoders); store per-query results; print
     the summary."""
     if encoders or gallery:
@@ -86,7 +87,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
                         weights=weights, scope=scope, scorers=scorers, skip_missing_identities=skip_missing_identities,
                         skip_unreadable=skip_unreadable, top_k_store=top_k, seed=seed, device=device,
                         batch_size=batch_size, workers=workers, overwrite=overwrite,
-                        scorer_options=parse_options(scorer_options))
+                        scorer_options=parse_options(scorer_options), oracle=oracle)
     print_run(res, fmt)
 
 

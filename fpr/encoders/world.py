@@ -1,9 +1,12 @@
-"""``fpr-world-v1``: the encoder trained on the built-in world, shipped inside the package.
+"""The encoders trained on the built-in world, shipped inside the package.
 
-It lets the whole flow (``fpr demo``) run on a fresh machine with no download and
-no GPU. Its card (``weights/fpr-world-v1.json``) records the architecture,
-preprocessing, training data, metrics and the exact command that reproduces it;
-``docs/world.md`` repeats that command.
+``fpr-world-v2`` (the default, :data:`WORLD_ENCODER_ID`) is trained on world
+version 2, whose generations take new views (pose, size, position, mirror,
+lighting); ``fpr-world-v1`` (world version 1, reference-like poses) stays
+loadable so older runs and indices can be reproduced. They let the whole flow
+(``fpr demo``) run on a fresh machine with no download and no GPU. Each card
+(``weights/<id>.json``) records the architecture, preprocessing, training data,
+metrics and the exact command that reproduces it; ``docs/world.md`` repeats it.
 """
 from __future__ import annotations
 
@@ -13,28 +16,31 @@ from importlib import resources
 from fpr.encoders.registry import register
 from fpr.encoders.weights import WeightsSource
 
-WORLD_ENCODER_ID = "fpr-world-v1"
+WORLD_ENCODER_ID = "fpr-world-v2"
+SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2")
 PACKAGE_WEIGHTS = f"encoders/weights/{WORLD_ENCODER_ID}.safetensors"
 PACKAGE_CARD = f"encoders/weights/{WORLD_ENCODER_ID}.json"
 
 
-def shipped_card() -> dict | None:
-    path = resources.files("fpr").joinpath(PACKAGE_CARD)
+def shipped_card(encoder_id: str = WORLD_ENCODER_ID) -> dict | None:
+    path = resources.files("fpr").joinpath(f"encoders/weights/{encoder_id}.json")
     if not path.is_file():
         return None
     return json.loads(path.read_text())
 
 
 def _register() -> None:
-    card = shipped_card()
-    if card is None:  # a source tree before the weights were trained
-        return
     from fpr.encoders.trained import spec_from_card
 
-    card = dict(card, family="builtin-cnn")
-    register(spec_from_card(card, WeightsSource(kind="package", package_path=PACKAGE_WEIGHTS,
-                                                files=(f"{WORLD_ENCODER_ID}.safetensors",)),
-                            tags=("builtin", "world")), replace=True)
+    for encoder_id in SHIPPED_IDS:
+        card = shipped_card(encoder_id)
+        if card is None:  # a source tree before the weights were trained
+            continue
+        card = dict(card, family="builtin-cnn")
+        register(spec_from_card(card, WeightsSource(kind="package",
+                                                    package_path=f"encoders/weights/{encoder_id}.safetensors",
+                                                    files=(f"{encoder_id}.safetensors",)),
+                                tags=("builtin", "world")), replace=True)
 
 
 _register()

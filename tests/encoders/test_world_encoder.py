@@ -1,4 +1,4 @@
-"""The shipped encoder fpr-world-v1: registered, loads from the package, embeds (dim, unit norm), documented."""
+"""The shipped encoder (fpr-world-v2; v1 stays registered): registered, loads from the package, embeds (dim, unit norm), documented."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,7 +19,7 @@ def test_shipped_encoder_is_registered_and_available():
 def test_shipped_card_documents_its_reproduction():
     card = shipped_card()
     assert card is not None and card["id"] == WORLD_ENCODER_ID
-    assert card["command"].startswith("fpr encoders train") and "--id fpr-world-v1" in card["command"]
+    assert card["command"].startswith("fpr encoders train") and f"--id {WORLD_ENCODER_ID}" in card["command"]
     assert card["seed"] == 0 and card["training_data"]["name"] == "world"
     assert card["metrics"]["val_map"] is not None
 
@@ -46,3 +46,13 @@ def test_shipped_encoder_oracle_map_on_unseen_identities():
     src = WorldSource(identities=2, val_identities=10, val_images=8)
     res = validate(enc.model, src.validation(), enc.preprocessing, torch.device("cpu"), leave_one_out_map)
     assert res["*"] >= 0.8, res
+
+
+def test_v1_stays_loadable_next_to_v2():
+    from fpr.encoders.world import SHIPPED_IDS, shipped_card as card_of
+
+    assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2") and WORLD_ENCODER_ID == "fpr-world-v2"
+    assert card_of("fpr-world-v1")["training_data"]["world_version"] == "1"
+    assert card_of("fpr-world-v2")["training_data"]["world_version"] == "2"
+    enc = registry.load_encoder("fpr-world-v1", device="cpu")
+    assert enc.spec.dim == 128

@@ -13,27 +13,10 @@ import numpy as np
 import pandas as pd
 
 from fpr.encoders.embed import embed_paths
-from fpr.encoders.registry import Encoder, get_spec, load_encoder
+from fpr.eval.encoding import cached_encoder
 from fpr.eval.scorers import QueryBatch, Scorer, register_scorer
 
 DEFAULT_ENCODER = "clip-vit-b-32"
-
-
-_ENCODERS: dict[tuple, Encoder] = {}
-
-
-def cached_encoder(encoder_id: str, device: str) -> Encoder:
-    """Load an encoder once per process (filtering calls scorers chunk after chunk).
-
-    A missing-weights error is the registry's own one-line :class:`~fpr.errors.NotFoundError`.
-    """
-    spec = get_spec(encoder_id)
-    key = (encoder_id, device, id(spec))
-    if key not in _ENCODERS:
-        if len(_ENCODERS) >= 2:
-            _ENCODERS.pop(next(iter(_ENCODERS)))
-        _ENCODERS[key] = load_encoder(encoder_id, device=device)
-    return _ENCODERS[key]
 
 
 class ClipT(Scorer):

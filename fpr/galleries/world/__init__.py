@@ -18,17 +18,22 @@ identity (:func:`check_disjoint` enforces it):
 Simulated personalization methods (queries for a reference identity, each with a
 ground-truth ``drift``, see :data:`METHODS`):
 
-- ``faithful`` (drift 0): the same markings, a new pose, a background family
-  that no real image has (:data:`NOVEL_FAMILIES`);
+- ``faithful`` (drift 0): the same markings in a *novel view* (a new pose and
+  viewpoint, size, position, possibly mirrored, new lighting; ``render.POSES``)
+  on a background family that no real image has (:data:`NOVEL_FAMILIES`);
 - ``drift-0.1``/``drift-0.25``/``drift-0.5``: that fraction of the markings
   resampled, calibrated per species by changed pixels (see
   :func:`fpr.galleries.world.patterns.calibrated_region`);
 - ``generic`` (drift 1): another individual of the same species that is *not*
   in the gallery -- what a generator that ignores the subject produces ("a photo
   of a zebra"); its mAP is the chance level of the group;
-- ``paste`` (drift 0): one of the reference images, the animal cut out and
-  pasted on a new background with a small shift -- the copy-paste failure that
-  retrieval rewards and the copy-paste scorer must flag.
+- copy-like methods (:data:`COPY_METHODS`), made from one reference image:
+  ``paste`` (its animal cut out and pasted on a new background with a small
+  shift/scale), ``paste-mirror`` (flipped), ``paste-rescale`` (rescaled by
+  0.7-0.85 or 1.15-1.35 and moved), ``edit`` (in place, background replaced,
+  mild colour changes) and ``near-copy`` (the whole reference scene kept, 25% of
+  the markings redrawn) -- the failures that retrieval rewards and the
+  copy-paste scorer must flag.
 
 Query ``k`` of an identity shares its pose, background, lighting and occlusion
 across ``faithful``/``drift-*``/``generic``, and the drift levels resample nested
@@ -41,7 +46,7 @@ fraction of their markings with one common pattern: harder galleries.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +55,11 @@ from PIL import Image
 from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 from fpr.galleries.world.patterns import CANVAS, KINDS, SPECIES, Markings, seeded_rng
-from fpr.galleries.world.render import (FAMILIES, GALLERY_FAMILIES, NOVEL_FAMILIES, View, paste_view, render_view,
-                                        sample_view)
+from fpr.galleries.world.render import (FAMILIES, GALLERY_FAMILIES, NOVEL_FAMILIES, View, animal_layer, compose,
+                                        place_layer, render_view, sample_view)
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
-           "VAL_RANGE", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
+           "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
            "identity_name", "parse_identity", "build_world", "WorldBuild", "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
 
 EVAL_RANGE = range(0, 100_000)
@@ -65,11 +70,16 @@ TRAIN_RANGE = range(1_000_000, 2_000_000)
 _FAMILY_SEED_BASE = 10_000_000  # shared sibling patterns
 _DRIFT_SEED_BASE = 20_000_000  # resampled markings of drift queries
 
-WORLD_VERSION = "1"  # bump when rendering changes: part of training-data fingerprints
+WORLD_VERSION = "2"  # bump when rendering changes: part of training-data fingerprints
+# 2: generations take new views (pose, viewpoint, size, position, mirror, lighting); real images
+#    may face either way; copy-like methods paste-mirror, paste-rescale, edit, near-copy.
 
+NEAR_COPY_DRIFT = 0.25  # share of the markings a near-copy redraws
 METHOD_DRIFT = {"faithful": 0.0, "drift-0.1": 0.1, "drift-0.25": 0.25, "drift-0.5": 0.5, "generic": 1.0,
-                "paste": 0.0}
+                "paste": 0.0, "paste-mirror": 0.0, "paste-rescale": 0.0, "edit": 0.0, "near-copy": NEAR_COPY_DRIFT}
 METHODS = tuple(METHOD_DRIFT)
+# Methods that reproduce a reference image (its pixels, its pose) instead of re-rendering the subject.
+COPY_METHODS = ("paste", "paste-mirror", "paste-rescale", "edit", "near-copy")
 
 
 def identity_name(species: str, ident: int) -> str:
@@ -119,11 +129,17 @@ def identity_markings(species: str, ident: int, *, siblings: float = 0.0, family
 
 
 def render_identity(species: str, ident: int, seed, *, size: int = 96, families=GALLERY_FAMILIES,
-                    siblings: float = 0.0, family: int = 0) -> Image.Image:
-    """One image of an identity; deterministic in (species, ident, seed, size, families, siblings)."""
+                    siblings: float = 0.0, family: int = 0, poses: str = "mixed") -> Image.Image:
+    """One image of an identity; deterministic in (species, ident, seed, size, families, siblings, poses).
+
+    ``poses``: "real" (photographs), "novel" (generations' new views) or "mixed" (either, half
+    each: what the trainer renders, so the encoder knows the poses of both).
+    """
     rng = seeded_rng("view", species, int(ident), seed, size)
+    if poses == "mixed":
+        poses = "novel" if rng.random() < 0.5 else "real"
     return render_view(identity_markings(species, ident, siblings=siblings, family=family),
-                       sample_view(rng, size, families))
+                       sample_view(rng, size, families, poses=poses))
 
 
 @dataclass(frozen=True)
@@ -195,7 +211,7 @@ class World:
 
     def _view(self, species: str, ident: int, role: str, k: int, families) -> View:
         rng = seeded_rng("view", self.config.seed, species, ident, role, k, self.config.size)
-        return sample_view(rng, self.config.size, families)
+        return sample_view(rng, self.config.size, families, poses="real")
 
     def real_image(self, species: str, ident: int, role: str, k: int) -> Image.Image:
         return render_view(self.markings(species, ident), self._view(species, ident, role, k, GALLERY_FAMILIES))
@@ -210,21 +226,46 @@ class World:
         view_rng = seeded_rng("query-view", c.seed, species, ident, k)
         ref_k = int(k % c.references)
         base = self.markings(species, ident)
+        drift = METHOD_DRIFT[method]
         if method == "faithful":
             m = base
         elif method.startswith("drift-"):
-            frac = METHOD_DRIFT[method]
             drift_seed = _DRIFT_SEED_BASE + int(seeded_rng("drift", c.seed, species, ident, k).integers(1_000_000))
-            m = base.with_layer(drift_seed, frac, f"drift-{c.seed}-{ident}-{k}")
+            m = base.with_layer(drift_seed, drift, f"drift-{c.seed}-{ident}-{k}")
         elif method == "generic":
             i = self.ids[species].index(ident) * c.queries + k
             m = self.markings(species, self.generic_ids[species][i])
-        elif method == "paste":
-            ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
-            return render_view(base, paste_view(ref_view, rng)), METHOD_DRIFT[method], ref_k
+        else:
+            return self._copy_image(method, base, species, ident, ref_k, rng), drift, ref_k
+        return render_view(m, sample_view(view_rng, c.size, NOVEL_FAMILIES, poses="novel")), drift, ref_k
+
+    def _copy_image(self, method: str, base: Markings, species: str, ident: int, ref_k: int,
+                    rng: np.random.Generator) -> Image.Image:
+        """A copy-like generation made from reference ``ref_k`` (its pose, its pixels)."""
+        c = self.config
+        ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
+        if method == "near-copy":  # the reference's whole scene, part of the markings redrawn
+            drift_seed = _DRIFT_SEED_BASE + int(seeded_rng("near", c.seed, species, ident, ref_k).integers(1_000_000))
+            m = base.with_layer(drift_seed, NEAR_COPY_DRIFT, f"near-{c.seed}-{ident}-{ref_k}")
+            return render_view(m, replace(ref_view, noise_seed=int(rng.integers(2 ** 31))))
+        new_bg = replace(ref_view, family=str(NOVEL_FAMILIES[int(rng.integers(len(NOVEL_FAMILIES)))]),
+                         bg_seed=int(rng.integers(2 ** 31)), occlusion=None, noise_seed=int(rng.integers(2 ** 31)))
+        layer = animal_layer(base, replace(ref_view, occlusion=None))
+        if method == "paste":  # cut out, pasted on a new background with a small shift and scale change
+            layer = place_layer(layer, scale=float(rng.uniform(0.97, 1.03)),
+                                shift=tuple(float(v) for v in rng.uniform(-0.03, 0.03, 2)))
+        elif method == "paste-mirror":  # flipped, small shift
+            layer = place_layer(layer, mirror=True, shift=tuple(float(v) for v in rng.uniform(-0.03, 0.03, 2)))
+        elif method == "paste-rescale":  # rescaled by 0.7-0.85 or 1.15-1.35, moved
+            f = float(rng.uniform(0.7, 0.85) if rng.random() < 0.5 else rng.uniform(1.15, 1.35))
+            layer = place_layer(layer, scale=f, shift=tuple(float(v) for v in rng.uniform(-0.15, 0.15, 2)))
+        elif method == "edit":  # same place, new background, mild colour changes
+            b, g, d, *tint = ref_view.light
+            new_bg = replace(new_bg, light=(b * float(rng.uniform(0.88, 1.12)), g, d,
+                                            *(t * float(rng.uniform(0.92, 1.08)) for t in tint)))
         else:  # pragma: no cover - validated in WorldConfig
             raise InputError(f"unknown world method '{method}'")
-        return render_view(m, sample_view(view_rng, c.size, NOVEL_FAMILIES)), METHOD_DRIFT[method], ref_k
+        return compose(layer, new_bg)
 
     # -- writing
     def write(self, root: str | Path, *, progress_desc: str = "rendering world") -> WorldBuild:
@@ -268,7 +309,7 @@ class World:
                 queries.append({"query_id": f"{what}/{name}/{k}", "path": str(path), "identity": name, "group": sp,
                                 "method": what, "prompt": f"a photo of [V] {sp}",
                                 "reference_paths": ";".join(refs), "drift": drift,
-                                "source_reference": refs[ref_k] if what == "paste" else ""})
+                                "source_reference": refs[ref_k] if what in COPY_METHODS else ""})
         write_table(pd.DataFrame([{"path": r.path, "identity": r.identity, "group": r.group, "role": r.role}
                                   for r in records]), root / "gallery.csv")
         write_table(pd.DataFrame(queries), root / "queries.csv")

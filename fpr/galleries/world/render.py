@@ -2,8 +2,8 @@
 
 All randomness comes from the ``rng`` passed in, so an image is a pure function
 of (markings, seed). :func:`sample_view` draws the nuisance parameters and
-:func:`render_view` applies them; ``paste`` re-renders a reference view's
-animal with the same pose on a new background.
+:func:`render_view` applies them; :func:`place_layer` moves, rescales or flips
+a rendered animal layer (the copy-like methods paste a reference's own pixels).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class View:
 
     size: int
     angle: float  # degrees
-    scale: float  # animal canvas side / image side
+    scale: float  # canvas side / image side: above 1 the animal is smaller
     shift: tuple[float, float]  # fraction of the image side
     persp: tuple[float, float]
     mesh: tuple  # elastic offsets of the inner mesh vertices, canvas pixels
@@ -89,38 +89,55 @@ class View:
     blur: float
     noise: float
     noise_seed: int
+    mirror: bool = False  # the animal faces left (its canvas flipped before posing)
 
 
 _OCCLUDER_COLOURS = np.array([[0.25, 0.38, 0.15], [0.40, 0.30, 0.18], [0.35, 0.33, 0.30], [0.18, 0.25, 0.10]])
 MESH = 4  # the elastic warp is piecewise projective over MESH x MESH cells
 
 
-def sample_view(rng: np.random.Generator, size: int, families=GALLERY_FAMILIES, *, occlusion_p: float = 0.4,
-                strength: float = 1.0) -> View:
-    """Draw nuisance parameters; ``strength`` scales pose/warp ranges (1 = the default world)."""
+# Pose ranges. "real" views are the look of photographs (gallery, references); "novel" views
+# are what a generator produces for a new prompt (lying down, running, on a beach): a new
+# viewpoint, size, position and lighting. Both can face either way (mirror).
+POSES = {
+    #         angle  scale         shift  persp        light (brightness, gradient, tint)   occlusion_p
+    "real": (18.0, (0.78, 1.05), 0.08, (0.25, 0.15), ((0.75, 1.2), 0.35, 0.08), 0.4),
+    "novel": (28.0, (0.75, 1.45), 0.12, (0.40, 0.25), ((0.62, 1.3), 0.55, 0.14), 0.25),
+}
+
+
+def sample_view(rng: np.random.Generator, size: int, families=GALLERY_FAMILIES, *, occlusion_p: float | None = None,
+                strength: float = 1.0, poses: str = "real") -> View:
+    """Draw nuisance parameters from pose set ``poses`` (:data:`POSES`); ``strength`` scales pose/warp ranges."""
     s = strength
+    angle_r, (scale_lo, scale_hi), shift_r, (px, py), ((b_lo, b_hi), grad_hi, tint), occ_p = POSES[poses]
+    occ_p = occ_p if occlusion_p is None else occlusion_p
     mesh = tuple(float(v) for v in rng.normal(0, 2.2 * s, (MESH + 1) * (MESH + 1) * 2))
     occ = None
-    if rng.random() < occlusion_p:
+    if rng.random() < occ_p:
         occ = (float(rng.uniform(0.2, 0.8)), float(rng.uniform(0.3, 0.9)), float(rng.uniform(0.06, 0.16)),
                float(rng.uniform(0.12, 0.35)), float(rng.uniform(-30, 30)),
                *(float(c) for c in _OCCLUDER_COLOURS[int(rng.integers(len(_OCCLUDER_COLOURS)))]
                                 * rng.uniform(0.8, 1.2)))
+    scale = float(rng.uniform(scale_lo, scale_hi))
+    # (scale > 1: a smaller animal) a smaller animal can move further without leaving the frame
+    shift_r = shift_r * s * (1.0 + 0.8 * max(0.0, scale - 1.0))
     return View(
         size=size,
-        angle=float(rng.uniform(-18, 18) * s),
-        scale=float(rng.uniform(0.78, 1.05)),
-        shift=(float(rng.uniform(-0.08, 0.08) * s), float(rng.uniform(-0.08, 0.08) * s)),
-        persp=(float(rng.uniform(-0.25, 0.25) * s), float(rng.uniform(-0.15, 0.15) * s)),
+        angle=float(rng.uniform(-angle_r, angle_r) * s),
+        scale=scale,
+        shift=(float(rng.uniform(-shift_r, shift_r)), float(rng.uniform(-shift_r, shift_r) * 0.7)),
+        persp=(float(rng.uniform(-px, px) * s), float(rng.uniform(-py, py) * s)),
         mesh=mesh,
         family=str(families[int(rng.integers(len(families)))]),
         bg_seed=int(rng.integers(2 ** 31)),
-        light=(float(rng.uniform(0.75, 1.2)), float(rng.uniform(0, 0.35)), float(rng.uniform(0, 2 * np.pi)),
-               *(float(c) for c in rng.uniform(0.92, 1.08, 3))),
+        light=(float(rng.uniform(b_lo, b_hi)), float(rng.uniform(0, grad_hi)), float(rng.uniform(0, 2 * np.pi)),
+               *(float(c) for c in rng.uniform(1 - tint, 1 + tint, 3))),
         occlusion=occ,
         blur=float(rng.uniform(0.0, 0.9)),
         noise=float(rng.uniform(0.0, 0.035)),
         noise_seed=int(rng.integers(2 ** 31)),
+        mirror=bool(rng.random() < 0.5),
     )
 
 
@@ -132,6 +149,8 @@ def _homography(v: View) -> np.ndarray:
     th = np.deg2rad(v.angle)
     c, s = np.cos(th), np.sin(th)
     C = np.array([[1, 0, -CANVAS / 2], [0, 1, -CANVAS / 2], [0, 0, 1]], np.float64)
+    if v.mirror:
+        C = C @ np.array([[-1, 0, CANVAS], [0, 1, 0], [0, 0, 1]], np.float64)
     R = np.array([[k * c, -k * s, 0], [k * s, k * c, 0], [0, 0, 1]], np.float64)
     Pm = np.array([[1, 0, 0], [0, 1, 0], [v.persp[0] / size, v.persp[1] / size, 1]], np.float64)
     T = np.array([[1, 0, size / 2 + v.shift[0] * size], [0, 1, size / 2 + v.shift[1] * size], [0, 0, 1]],
@@ -193,6 +212,64 @@ def compose(layer: np.ndarray, v: View) -> Image.Image:
 
 def render_view(markings: Markings, v: View) -> Image.Image:
     return compose(animal_layer(markings, v), v)
+
+
+def place_layer(layer: np.ndarray, *, scale: float = 1.0, shift: tuple[float, float] = (0.0, 0.0),
+                mirror: bool = False) -> np.ndarray:
+    """A rendered RGBA layer flipped, rescaled about its centre and moved (fractions of the side): a pasted copy.
+
+    Colours are resized premultiplied by alpha, so edges do not darken; what leaves the frame is cropped.
+    """
+    size = layer.shape[0]
+    lay = layer[:, ::-1] if mirror else layer
+    if abs(scale - 1.0) > 1e-6:
+        n = max(2, int(round(size * scale)))
+        pre = np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+        chans = [np.asarray(Image.fromarray(np.ascontiguousarray(pre[..., c]), "F").resize((n, n), Image.BILINEAR))
+                 for c in range(4)]
+        pre = np.stack(chans, axis=-1)
+    else:
+        n, pre = size, np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+    out = np.zeros((size, size, 4), np.float32)
+    y0 = int(round((size - n) / 2 + shift[1] * size))
+    x0 = int(round((size - n) / 2 + shift[0] * size))
+    ys, xs = max(0, y0), max(0, x0)
+    ye, xe = min(size, y0 + n), min(size, x0 + n)
+    if ye > ys and xe > xs:
+        out[ys:ye, xs:xe] = pre[ys - y0:ye - y0, xs - x0:xe - x0]
+    a = np.clip(out[..., 3:4], 0, 1)
+    out[..., :3] = np.where(a > 1e-6, out[..., :3] / np.maximum(a, 1e-6), 0)
+    out[..., 3:4] = a
+    return np.clip(out, 0, 1)
+
+
+def place_layer(layer: np.ndarray, *, scale: float = 1.0, shift: tuple[float, float] = (0.0, 0.0),
+                mirror: bool = False) -> np.ndarray:
+    """A rendered RGBA layer flipped, rescaled about its centre and moved (fractions of the side): a pasted copy.
+
+    Colours are resized premultiplied by alpha, so edges do not darken; what leaves the frame is cropped.
+    """
+    size = layer.shape[0]
+    lay = layer[:, ::-1] if mirror else layer
+    if abs(scale - 1.0) > 1e-6:
+        n = max(2, int(round(size * scale)))
+        pre = np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+        chans = [np.asarray(Image.fromarray(np.ascontiguousarray(pre[..., c]), "F").resize((n, n), Image.BILINEAR))
+                 for c in range(4)]
+        pre = np.stack(chans, axis=-1)
+    else:
+        n, pre = size, np.concatenate([lay[..., :3] * lay[..., 3:4], lay[..., 3:4]], axis=-1)
+    out = np.zeros((size, size, 4), np.float32)
+    y0 = int(round((size - n) / 2 + shift[1] * size))
+    x0 = int(round((size - n) / 2 + shift[0] * size))
+    ys, xs = max(0, y0), max(0, x0)
+    ye, xe = min(size, y0 + n), min(size, x0 + n)
+    if ye > ys and xe > xs:
+        out[ys:ye, xs:xe] = pre[ys - y0:ye - y0, xs - x0:xe - x0]
+    a = np.clip(out[..., 3:4], 0, 1)
+    out[..., :3] = np.where(a > 1e-6, out[..., :3] / np.maximum(a, 1e-6), 0)
+    out[..., 3:4] = a
+    return np.clip(out, 0, 1)
 
 
 def paste_view(ref_view: View, rng: np.random.Generator, families=NOVEL_FAMILIES) -> View:
