@@ -21,9 +21,9 @@ from fpr.galleries.records import ImageRecord
 
 class _WorldEpochs(torch.utils.data.Dataset):
     def __init__(self, items: list[tuple[str, int]], per_identity: int, seed: int, render_size: int,
-                 preprocess):
+                 preprocess, poses: str = "mixed"):
         self.items, self.k, self.seed = items, per_identity, seed
-        self.render_size, self.preprocess = render_size, preprocess
+        self.render_size, self.preprocess, self.poses = render_size, preprocess, poses
 
     def __len__(self) -> int:
         return len(self.items) * self.k
@@ -34,7 +34,8 @@ class _WorldEpochs(torch.utils.data.Dataset):
         epoch, i = index
         c, k = divmod(i, self.k)
         species, ident = self.items[c]
-        img = render_identity(species, ident, f"train|{self.seed}|{epoch}|{k}", size=self.render_size)
+        img = render_identity(species, ident, f"train|{self.seed}|{epoch}|{k}", size=self.render_size,
+                              poses=self.poses)
         return self.preprocess(img), c
 
 
@@ -42,19 +43,23 @@ class WorldSource:
     """The built-in world: training identities rendered afresh every epoch (no fixed image set)."""
 
     def __init__(self, *, species: Sequence[str] | None = None, identities: int = 400, per_identity: int = 4,
-                 render_size: int = 96, seed: int = 0, val_identities: int = 10, val_images: int = 8):
+                 render_size: int = 96, seed: int = 0, val_identities: int = 10, val_images: int = 8,
+                 poses: str = "mixed"):
+        """``poses``: what training images show (``mixed``: photographs and generations' new views, half
+        each; ``real``: photographs only; see :func:`fpr.galleries.world.render_identity`)."""
         from fpr.galleries.world import SPECIES, WORLD_VERSION, train_identities
 
         self.species = tuple(species or SPECIES)
         self.identities, self.per_identity, self.render_size = identities, per_identity, render_size
         self.seed, self.val_identities, self.val_images = seed, val_identities, val_images
+        self.poses = poses
         self.version = WORLD_VERSION
         self.items = [(sp, i) for sp in self.species for i in train_identities(sp, identities, seed)]
         self.classes = [f"{sp}/{i}" for sp, i in self.items]
         self.name = "world"
 
     def dataset(self, preprocess, seed):
-        return _WorldEpochs(self.items, self.per_identity, seed, self.render_size, preprocess)
+        return _WorldEpochs(self.items, self.per_identity, seed, self.render_size, preprocess, self.poses)
 
     def validation(self):
         from fpr.galleries.world import render_identity, val_identities
@@ -63,14 +68,16 @@ class WorldSource:
         for sp in self.species:
             for ident in val_identities(sp, self.val_identities, 0):
                 for k in range(self.val_images):
-                    out.append((render_identity(sp, ident, f"val|{k}", size=self.render_size), f"{sp}/{ident}", sp))
+                    out.append((render_identity(sp, ident, f"val|{k}", size=self.render_size, poses=self.poses),
+                                f"{sp}/{ident}", sp))
         return out
 
     def describe(self):
         return {"name": "world", "world_version": self.version, "species": list(self.species),
                 "identities_per_species": self.identities, "images_per_identity_per_epoch": self.per_identity,
                 "render_size": self.render_size, "identity_seed": self.seed, "n_classes": len(self.classes),
-                "validation": f"{self.val_identities} held-out identities x {self.val_images} images per species"}
+                "validation": f"{self.val_identities} held-out identities x {self.val_images} images per species",
+                **({"poses": self.poses} if self.poses != "mixed" else {})}
 
     def fingerprint(self):
         return "sha256:" + hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()

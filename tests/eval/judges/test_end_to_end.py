@@ -19,7 +19,7 @@ def small_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("world")
     ws = root / "ws"
     build = World(WorldConfig(seed=0, species=("zebra", "leopard"), identities=3, gallery=2, references=1,
-                              queries=1, methods=("faithful", "drift-0.5", "generic"), size=64)).write(root / "img")
+                              queries=1, methods=("paste", "drift-0.5", "generic"), size=64)).write(root / "img")
     api.import_gallery("w", build.records, GallerySpec(seed=0), workspace=ws, source="world")
     api.build_index("w", "fpr-world-v1", name="w-idx", workspace=ws, device="cpu")
     return ws, build.queries_csv
@@ -38,14 +38,14 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     n_queries = 2 * 3 * 3
     assert judge_env.count() == 2 * n_queries  # a pair request and a choice request per query
     rows = {(row["method"], row["group"]): row for row in json.loads(r.output)["summary"]}
-    overall = {m: rows[(m, "*")] for m in ("faithful", "drift-0.5", "generic")}
+    overall = {m: rows[(m, "*")] for m in ("paste", "drift-0.5", "generic")}
     for m in overall:
         assert 0 <= overall[m]["dreambench-concept.score"] <= 1
         assert overall[m]["dreambench-concept.calls"] == 2 and overall[m]["dreambench-concept.missing"] == 0
-    # the server's pixel judge, like mAP, ranks faithful renderings above generic ones
-    assert overall["faithful"]["dreambench-concept.score"] > overall["generic"]["dreambench-concept.score"]
-    assert overall["faithful"]["map"] > overall["generic"]["map"]
-    assert overall["faithful"]["dreambench-concept.choice_in_options"] == 1.0
+    # the server's pixel judge compares pixels: since world v2 only a copy (paste) still matches them
+    assert overall["paste"]["dreambench-concept.score"] > overall["generic"]["dreambench-concept.score"]
+    assert overall["paste"]["map"] > overall["generic"]["map"]
+    assert overall["paste"]["dreambench-concept.choice_in_options"] == 1.0
 
     r = _cli(ws, "report", "--run", "judged")
     assert r.exit_code == 0 and "dreambench-concept.score" in r.output and "mAP" in r.output
@@ -66,8 +66,8 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     assert r.exit_code == 0, r.output
     assert judge_env.count() == 0
     out = {(row["method"], row["group"]): row for row in json.loads(r.output)["summary"]}
-    assert out[("faithful", "*")]["dreambench-concept.score"] == overall["faithful"]["dreambench-concept.score"]
-    assert out[("faithful", "*")]["dreambench-concept.cached"] == 1
+    assert out[("paste", "*")]["dreambench-concept.score"] == overall["paste"]["dreambench-concept.score"]
+    assert out[("paste", "*")]["dreambench-concept.cached"] == 1
     assert list((ws / "judge-cache").rglob("*.json"))
 
 
