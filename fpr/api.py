@@ -389,7 +389,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
     qdf = pipeline.normalize_queries(queries)
     # Missing identities are an error before any model is loaded.
-    pipeline.missing_identities(qdf, opened.labels.relevance(qdf, scope)[1].any(axis=1),
+    pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
     enc = load_encoder(opened.index.card.encoder, weights=weights, device=device)
     if enc.weights.checksum != opened.index.card.weights_checksum:
@@ -397,7 +397,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                             hint="pass --weights with the original file, or rebuild the index")
     # queries get the index's protocol, background step included
     enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, _embedder(enc, batch_size, workers),
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,

@@ -200,15 +200,32 @@ def average_precision(scores: np.ndarray, relevant: np.ndarray) -> float:
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and scores of the k best items per row (finite scores only; -1 pads)."""
+    """Indices and scores of the k best items per row (finite scores only; -1 pads).
+
+    Tie rule: score descending, then column ascending, so the result never depends on how
+    a partial sort breaks ties (the streamed evaluation's FAISS top-k follows the same rule).
+    """
+    scores = np.asarray(scores)
     q, g = scores.shape
     k = min(k, g)
-    if k == 0:
-        return np.zeros((q, 0), np.int64), np.zeros((q, 0))
+    if k == 0 or q == 0:
+        return np.zeros((q, k), np.int64), np.zeros((q, k), dtype=scores.dtype)
     part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    part_scores = np.take_along_axis(scores, part, axis=1)
-    order = np.argsort(-part_scores, axis=1, kind="stable")
-    idx = np.take_along_axis(part, order, axis=1)
-    val = np.take_along_axis(part_scores, order, axis=1)
-    idx = np.where(np.isfinite(val), idx, -1)
-    return idx.astype(np.int64), val
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)  # the k-th best score
+    fin = np.isfinite(kth)
+    above = scores > kth[:, None]
+    at = (scores == kth[:, None]) & fin[:, None]
+    need = k - above.sum(axis=1)
+    take = above | (at & (np.cumsum(at, axis=1) <= need[:, None]))  # lowest columns of the tie at the k-th place
+    take &= np.isfinite(scores)
+    rows, cols = np.nonzero(take)
+    vals = scores[rows, cols]
+    order = np.lexsort((cols, -vals.astype(np.float64), rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(rows, np.arange(q))
+    pos = np.arange(len(rows)) - start[rows]
+    idx = np.full((q, k), -1, dtype=np.int64)
+    val = np.full((q, k), -np.inf, dtype=scores.dtype)
+    idx[rows, pos] = cols
+    val[rows, pos] = vals
+    return idx, val

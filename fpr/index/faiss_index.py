@@ -50,6 +50,16 @@ class IndexCard:
     versions: dict = field(default_factory=dict)
     built_on: str = "cpu"
     card_version: int = CARD_VERSION
+    # The search index for top-k lookups: "flat" (exact, the default and what 0.1 cards mean), or an
+    # approximate "ivf"/"hnsw" index stored next to the flat one (AP always uses the flat vectors).
+    index_type: str = "flat"
+    nlist: int = 0  # IVF: number of lists
+    nprobe: int = 0  # IVF: lists visited per query
+    hnsw_m: int = 0  # HNSW: neighbours per node
+    ef_search: int = 0  # HNSW: search breadth
+    recall_k: int = 0  # the k recall was measured at
+    recall_at_k: float | None = None  # mean |approx top-k ∩ flat top-k| / k over recall_queries gallery vectors
+    recall_queries: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -57,13 +67,15 @@ class IndexCard:
 
 class GalleryIndex:
     def __init__(self, card: IndexCard, index, item_ids: np.ndarray, ref_vectors: np.ndarray,
-                 ref_ids: np.ndarray):
+                 ref_ids: np.ndarray, approx=None):
         self.card = card
         self.index = index
         self.item_ids = np.asarray(item_ids, dtype=np.int64)
         self.ref_vectors = np.asarray(ref_vectors, dtype=np.float32)
         self.ref_ids = np.asarray(ref_ids, dtype=np.int64)
         self._search_index = None
+        self.approx = approx  # an IVF or HNSW index over the same rows, for top-k lookups
+        self._approx_search = None
 
     @property
     def ntotal(self) -> int:
@@ -71,23 +83,39 @@ class GalleryIndex:
 
     def _searcher(self):
         if self._search_index is None:
-            faiss = _faiss()
-            self._search_index = self.index
-            if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
-                res = faiss.StandardGpuResources()
-                self._search_index = faiss.index_cpu_to_gpu(res, 0, self.index)
-                self._gpu_resources = res  # keep alive as long as the GPU index
+            self._search_index = _to_gpu(self.index)
         return self._search_index
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, gallery item ids) per query; ids are -1 where fewer than k exist."""
+        scores, rows = self.search_rows(queries, k)
+        ids = np.where(rows >= 0, self.item_ids[np.clip(rows, 0, None)], -1)
+        return scores, ids
+
+    def search_rows(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, FAISS rows) per query from the search index: the approximate one
+        (IVF/HNSW) when the index has one, the exact flat one otherwise; rows are -1 padded."""
+        q = self._check(queries)
+        k = min(k, self.ntotal)
+        if self.approx is not None:
+            return self._approx_searcher().search(q, k)
+        return self._searcher().search(q, k)
+
+    @property
+    def exact_search(self) -> bool:
+        """True when :meth:`search_rows` is exhaustive (a flat index)."""
+        return self.approx is None
+
+    def _approx_searcher(self):
+        if self._approx_search is None:
+            self._approx_search = _to_gpu(self.approx) if self.card.index_type == "ivf" else self.approx
+        return self._approx_search
+
+    def _check(self, queries: np.ndarray) -> np.ndarray:
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.card.dim:
             raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
-        k = min(k, self.ntotal)
-        scores, rows = self._searcher().search(q, k)
-        ids = np.where(rows >= 0, self.item_ids[np.clip(rows, 0, None)], -1)
-        return scores, ids
+        return q
 
     def vectors(self) -> np.ndarray:
         """The stored gallery vectors (FAISS row order)."""
@@ -102,10 +130,49 @@ class GalleryIndex:
         A flat index is exactly its vectors, so one BLAS product gives the same numbers as
         ``search(k=ntotal)`` without sorting every row (the metric engine needs no sorted input).
         """
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.card.dim:
-            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
-        return q @ self.vectors().T
+        return self._check(queries) @ self.vectors().T
+
+
+def gpu_available() -> bool:
+    faiss = _faiss()
+    return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+
+
+class _GpuIndex:
+    """A FAISS GPU index together with the resources it needs alive."""
+
+    def __init__(self, index, resources):
+        self.index, self.resources = index, resources
+
+    def search(self, q, k):
+        return self.index.search(q, k)
+
+
+def _to_gpu(index):
+    """The index on GPU 0 when FAISS sees a GPU, else the CPU index itself."""
+    if not gpu_available():
+        return index
+    faiss = _faiss()
+    res = faiss.StandardGpuResources()
+    return _GpuIndex(faiss.index_cpu_to_gpu(res, 0, index), res)
+
+
+def flat_searcher(vectors: np.ndarray):
+    """An exact inner-product searcher over ``vectors`` (a subset of a gallery), GPU when available:
+    ``searcher.search(q, k) -> (scores, local rows)``."""
+    faiss = _faiss()
+    v = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = faiss.IndexFlatIP(v.shape[1])
+    index.add(v)
+    return _to_gpu(index)
+
+
+def _set_search_params(index, card: IndexCard) -> None:
+    """The card's query-time parameters on a CPU approximate index (copied along to a GPU)."""
+    if card.index_type == "hnsw":
+        index.hnsw.efSearch = card.ef_search
+    elif card.index_type == "ivf":
+        index.nprobe = card.nprobe
 
 
 def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, ref_ids: np.ndarray,
