@@ -209,6 +209,8 @@ class IndexInfo:
     n_from_cache: int = 0
     n_computed: int = 0
     version: str = ""
+    index_type: str = "flat"
+    recall_at_k: float | None = None
 
     def as_row(self) -> dict:
         return dict(self.__dict__)
@@ -220,8 +222,12 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = 64,
-                workers: int | None = None, overwrite: bool = False, background: str = "keep") -> IndexInfo:
+                workers: int | None = None, overwrite: bool = False, background: str = "keep",
+                index_type: str = "flat") -> IndexInfo:
     """Embed a gallery's images (cached) and write a new index version, then point the name at it.
+
+    ``index_type`` flat (exact) | ivf | hnsw: an approximate search index for top-k lookups on
+    large galleries, next to the flat vectors (AP stays exact); its recall@k is on the card.
 
     Readers see the old version or the new one, never a mix: the files go to a fresh
     version folder and one transaction moves the pointer. A build that finds the name
@@ -257,7 +263,7 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
         weights_checksum=enc.weights.checksum, preprocessing=enc.preprocessing.key(), dim=enc.spec.dim,
         n_items=len(gal), n_references=len(refs), **_card_numerics(enc))
     gi = faiss_index.build(vecs[:len(gal)], np.array([it.item_id for it in gal]), vecs[len(gal):],
-                           np.array([it.item_id for it in refs]), card)
+                           np.array([it.item_id for it in refs]), card, index_type=index_type)
     root = ws.index_dir(name)
     versions.collect_garbage(root, keep=db.index_versions_in_use(ws, name))
     version = versions.new_version()
@@ -272,7 +278,8 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
         raise
     versions.collect_garbage(root, keep={version})
     return IndexInfo(name, gallery, enc.id, enc.spec.dim, len(gal), len(refs), row.path, enc.weights.checksum,
-                     time.perf_counter() - start, res.n_from_cache, res.n_computed, version)
+                     time.perf_counter() - start, res.n_from_cache, res.n_computed, version, gi.card.index_type,
+                     gi.card.recall_at_k)
 
 
 def _card_numerics(enc: Encoder) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fpr.errors import ConflictError, FprError, NotFoundError
+from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 
 CARD_VERSION = 1
 
@@ -175,9 +175,18 @@ def _set_search_params(index, card: IndexCard) -> None:
         index.nprobe = card.nprobe
 
 
+INDEX_TYPES = ("flat", "ivf", "hnsw")
+RECALL_K = 10
+RECALL_QUERIES = 1000
+
+
 def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, ref_ids: np.ndarray,
-          card: IndexCard) -> GalleryIndex:
+          card: IndexCard, *, index_type: str = "flat", seed: int = 0) -> GalleryIndex:
+    """Build the exact flat index and, for ``index_type`` ivf/hnsw, an approximate search index
+    over the same rows whose recall@k against the flat one is measured and written in the card."""
     faiss = _faiss()
+    if index_type not in INDEX_TYPES:
+        raise InputError(f"unknown index type '{index_type}'", hint=f"valid: {', '.join(INDEX_TYPES)}")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[1] != card.dim:
         raise ValueError(f"vectors {vectors.shape} do not match dim {card.dim}")
@@ -186,8 +195,49 @@ def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, re
     card.n_items = int(index.ntotal)
     card.n_references = int(len(ref_ids))
     card.versions = {**library_versions(), **card.versions}
-    card.built_on = "cuda" if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0 else "cpu"
-    return GalleryIndex(card, index, item_ids, ref_vectors.reshape(-1, card.dim), ref_ids)
+    card.built_on = "cuda" if gpu_available() else "cpu"
+    card.index_type = index_type
+    approx = None
+    if index_type != "flat" and len(vectors):
+        approx = _build_approx(vectors, card, index_type)
+        _measure_recall(index, approx, vectors, card, seed)
+    elif index_type != "flat":
+        card.index_type = "flat"  # nothing to approximate
+    return GalleryIndex(card, index, item_ids, ref_vectors.reshape(-1, card.dim), ref_ids, approx)
+
+
+def _build_approx(vectors: np.ndarray, card: IndexCard, index_type: str):
+    faiss = _faiss()
+    n, d = vectors.shape
+    if index_type == "ivf":
+        card.nlist = card.nlist or int(max(1, min(round(4 * np.sqrt(n)), n // 39 or 1)))
+        card.nprobe = min(card.nlist, card.nprobe or max(1, card.nlist // 8))
+        quantizer = faiss.IndexFlatIP(d)
+        approx = faiss.IndexIVFFlat(quantizer, d, card.nlist, faiss.METRIC_INNER_PRODUCT)
+        approx.train(vectors)
+        approx.add(vectors)
+    else:
+        card.hnsw_m = card.hnsw_m or 32
+        card.ef_search = card.ef_search or 64
+        approx = faiss.IndexHNSWFlat(d, card.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        approx.hnsw.efConstruction = 80
+        approx.add(vectors)
+    _set_search_params(approx, card)
+    return approx
+
+
+def _measure_recall(flat, approx, vectors: np.ndarray, card: IndexCard, seed: int) -> None:
+    """recall@k = mean over sampled gallery vectors (as queries) of |approx top-k ∩ flat top-k| / k."""
+    n = len(vectors)
+    k = min(RECALL_K, n)
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.choice(n, size=min(RECALL_QUERIES, n), replace=False))
+    q = vectors[sample]
+    _, exact = flat.search(q, k)
+    _, got = approx.search(q, k)
+    hits = sum(len(set(a[a >= 0].tolist()) & set(b.tolist())) for a, b in zip(got, exact))
+    card.recall_k, card.recall_queries = int(k), int(len(sample))
+    card.recall_at_k = float(hits / (k * len(sample)))
 
 
 def save(gi: GalleryIndex, folder: Path) -> None:
@@ -198,6 +248,8 @@ def save(gi: GalleryIndex, folder: Path) -> None:
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".tmp-{folder.name}-"))
     try:
         faiss.write_index(gi.index, str(tmp / "index.faiss"))
+        if gi.approx is not None:
+            faiss.write_index(gi.approx, str(tmp / "approx.faiss"))
         np.save(tmp / "item_ids.npy", gi.item_ids)
         np.save(tmp / "references.npy", gi.ref_vectors)
         np.save(tmp / "reference_ids.npy", gi.ref_ids)
@@ -236,8 +288,12 @@ def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str |
     index = faiss.read_index(str(folder / "index.faiss"))
     if index.d != card.dim:
         raise ConflictError(f"index file has dim {index.d} but its card says {card.dim}", where=str(folder))
+    approx = None
+    if card.index_type != "flat":
+        approx = faiss.read_index(str(folder / "approx.faiss"))
+        _set_search_params(approx, card)
     return GalleryIndex(card, index, np.load(folder / "item_ids.npy"), np.load(folder / "references.npy"),
-                        np.load(folder / "reference_ids.npy"))
+                        np.load(folder / "reference_ids.npy"), approx)
 
 
 def library_versions() -> dict:
