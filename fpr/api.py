@@ -18,20 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.encoders.background import background_of_key, with_background
-from fpr.encoders.embed import EmbedResult, embed_paths
-from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
-from fpr.eval.ablate import ablate
-from fpr.eval.ablate_official import ablate_official
-from fpr.eval.filter import filter_queries
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
 from fpr.eval.summary import aux_columns, paired_comparison, summarize, with_aux
@@ -47,6 +41,58 @@ from fpr.store import schema
 from fpr.store.schema import TABLES
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table, resolve_path, write_table
+
+if TYPE_CHECKING:
+    from fpr.encoders.embed import EmbedResult
+    from fpr.encoders.registry import Encoder
+
+
+# Model code (torch, timm, open_clip) is imported on first use, never when the API or the CLI
+# is imported: `fpr --help`, `runs`, `report`, `sql` and `export` start without it.
+
+def load_encoder(*args, **kwargs):
+    from fpr.encoders.registry import load_encoder as load
+
+    return load(*args, **kwargs)
+
+
+def embed_paths(*args, **kwargs):
+    from fpr.encoders.embed import embed_paths as embed_fn
+
+    return embed_fn(*args, **kwargs)
+
+
+def with_background(*args, **kwargs):
+    from fpr.encoders.background import with_background as wrap
+
+    return wrap(*args, **kwargs)
+
+
+def background_of_key(*args, **kwargs):
+    from fpr.encoders.background import background_of_key as of_key
+
+    return of_key(*args, **kwargs)
+
+
+def ablate(*args, **kwargs):
+    """See :func:`fpr.eval.ablate.ablate`."""
+    from fpr.eval.ablate import ablate as run
+
+    return run(*args, **kwargs)
+
+
+def ablate_official(*args, **kwargs):
+    """See :func:`fpr.eval.ablate_official.ablate_official`."""
+    from fpr.eval.ablate_official import ablate_official as run
+
+    return run(*args, **kwargs)
+
+
+def filter_queries(*args, **kwargs):
+    """See :func:`fpr.eval.filter.filter_queries`."""
+    from fpr.eval.filter import filter_queries as run
+
+    return run(*args, **kwargs)
 
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",

@@ -7,13 +7,36 @@ loads with a strict key match.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from fpr import progress
 from fpr.cli.main import cli, format_option
 from fpr.cli.output import dumps, render_rows
 from fpr.encoders import weights as W
-from fpr.encoders.registry import EncoderSpec, all_specs, describe, get_spec
+
+if TYPE_CHECKING:
+    from fpr.encoders.registry import EncoderSpec
+
+
+# The registry imports torch: loaded on first use so `fpr --help` and friends start without it.
+def all_specs():
+    from fpr.encoders.registry import all_specs as specs
+
+    return specs()
+
+
+def describe(spec):
+    from fpr.encoders.registry import describe as desc
+
+    return desc(spec)
+
+
+def get_spec(encoder_id):
+    from fpr.encoders.registry import get_spec as get
+
+    return get(encoder_id)
 from fpr.errors import InputError
 
 TABLE_COLUMNS = ("id", "dim", "input", "status", "where", "checksum")

@@ -296,15 +296,28 @@ def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str |
                         np.load(folder / "reference_ids.npy"), approx)
 
 
+# version key -> the distributions that may provide it (first one installed wins)
+_DISTRIBUTIONS = {"numpy": ("numpy",), "torch": ("torch",),
+                  "faiss": ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11", "faiss"),
+                  "duckdb": ("duckdb",), "timm": ("timm",), "open_clip": ("open_clip_torch", "open-clip-torch"),
+                  "PIL": ("pillow", "Pillow")}
+
+
 def library_versions() -> dict:
+    """Versions of the libraries results depend on, read from package metadata (importing torch,
+    timm or open_clip just to read a version string costs seconds)."""
     import platform
     import sys
+    from importlib import metadata
 
-    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for mod in ("fpr", "numpy", "torch", "faiss", "duckdb", "timm", "open_clip", "PIL"):
-        try:
-            m = __import__(mod)
-            versions[mod] = getattr(m, "__version__", "?")
-        except ImportError:
-            continue
+    import fpr
+
+    versions = {"python": sys.version.split()[0], "platform": platform.platform(), "fpr": fpr.__version__}
+    for key, dists in _DISTRIBUTIONS.items():
+        for dist in dists:
+            try:
+                versions[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return versions
