@@ -590,42 +590,57 @@ def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, e
                  ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
     """Sim per query: mean cosine to its Sim references (see :data:`SIM_SOURCES` for which).
 
-    Computed as one matrix product per distinct reference set, not per query.
+    Vectorised: each distinct reference set is reduced once to its mean vector (float64;
+    identity sets all at once with one scatter-add over the gallery's reference vectors),
+    and Sim = q . mean(refs), one row-wise product for every query. Memory is Q x dim,
+    never Q x references.
     """
+    n = len(qdf)
+    dim = qvecs.shape[1] if qvecs.ndim == 2 else 0
     explicit = sorted({p for refs in qdf["reference_list"] for p in refs} | {p for p in qdf["sim_reference"] if p})
-    explicit_vecs: dict[str, np.ndarray] = {}
+    ex_pos: dict[str, int] = {p: i for i, p in enumerate(explicit)}
+    ex_vecs = np.zeros((0, dim))
     if explicit:
-        res = embed(explicit, on_error="raise", desc="embedding references")
-        explicit_vecs = dict(zip(explicit, res.vectors))
-    ref_keys = _keys(gallery.ref_groups, gallery.ref_identities)
-    sources: list[str | None] = []
-    sets: list[tuple] = []
-    for sim_ref, refs, key in zip(qdf["sim_reference"], qdf["reference_list"],
-                                  _keys(qdf["group"], qdf["identity"])):
-        if sim_ref:
-            sources.append("sim_reference")
-            sets.append(("p", sim_ref))
-        elif refs:
-            sources.append("reference_paths")
-            sets.append(("p", *refs))
-        else:
-            sources.append("identity")
-            sets.append(("k", key))
-    sims = np.full(len(qdf), np.nan)
-    nrefs = np.zeros(len(qdf), dtype=np.int64)
-    q64 = qvecs.astype(np.float64)
-    groups: dict[tuple, list[int]] = {}
-    for j, s in enumerate(sets):
-        groups.setdefault(s, []).append(j)
-    for s, rows in groups.items():
-        if s[0] == "p":
-            r = np.stack([explicit_vecs[p] for p in s[1:]])
-        else:
-            r = gallery.ref_vectors[ref_keys == s[1]] if len(ref_keys) else np.zeros((0, q64.shape[1]))
-        if len(r):
-            sims[rows] = (q64[rows] @ r.astype(np.float64).T).mean(axis=1)
-            nrefs[rows] = len(r)
-    sources = [src if n else None for src, n in zip(sources, nrefs)]
+        ex_vecs = np.asarray(embed(explicit, on_error="raise", desc="embedding references").vectors, np.float64)
+    sim_ref = qdf["sim_reference"].to_numpy(dtype=object)
+    ref_lists = qdf["reference_list"].tolist()
+    use_ref = np.array([bool(p) for p in sim_ref], dtype=bool)
+    use_list = ~use_ref & np.array([len(r) > 0 for r in ref_lists], dtype=bool)
+    use_key = ~use_ref & ~use_list
+    means = np.zeros((n, dim))
+    nrefs = np.zeros(n, dtype=np.int64)
+    # the query's own sim_reference: one vector
+    rows = np.flatnonzero(use_ref)
+    if len(rows):
+        means[rows] = ex_vecs[[ex_pos[p] for p in sim_ref[rows]]]
+        nrefs[rows] = 1
+    # reference_paths: the mean of each distinct list, computed once per list
+    rows = np.flatnonzero(use_list)
+    if len(rows):
+        codes, lists = pd.factorize(pd.Series([";".join(ref_lists[i]) for i in rows], dtype=object))
+        first = np.unique(codes, return_index=True)[1]  # a query of each distinct list
+        set_means = np.stack([ex_vecs[[ex_pos[p] for p in ref_lists[rows[j]]]].mean(axis=0) for j in first])
+        means[rows] = set_means[codes]
+        nrefs[rows] = [len(ref_lists[i]) for i in rows]
+    # identity: every reference image of the query's (group, identity) in the gallery
+    rows = np.flatnonzero(use_key)
+    if len(rows) and len(gallery.ref_groups):
+        all_keys = pd.Series(list(_keys(gallery.ref_groups, gallery.ref_identities))
+                             + list(_keys(qdf["group"].to_numpy()[rows], qdf["identity"].to_numpy()[rows])),
+                             dtype=object)
+        codes = pd.factorize(all_keys)[0]
+        r_codes, q_codes = codes[:len(gallery.ref_groups)], codes[len(gallery.ref_groups):]
+        n_codes = int(codes.max()) + 1
+        counts = np.bincount(r_codes, minlength=n_codes)
+        sums = np.zeros((n_codes, dim))
+        np.add.at(sums, r_codes, np.asarray(gallery.ref_vectors, np.float64))
+        key_means = sums / np.maximum(counts, 1)[:, None]
+        means[rows] = key_means[q_codes]
+        nrefs[rows] = counts[q_codes]
+    sims = np.einsum("ij,ij->i", np.asarray(qvecs, np.float64), means)
+    sims[nrefs == 0] = np.nan
+    names = np.where(use_ref, "sim_reference", np.where(use_list, "reference_paths", "identity"))
+    sources = [str(src) if k else None for src, k in zip(names, nrefs)]
     return sims, nrefs, sources
 
 

@@ -107,3 +107,36 @@ def test_evaluate_streams_with_the_index(tmp_path):
     first = ev.rankings[ev.rankings["query_id"] == qdf["query_id"][ok[0]]]
     assert first["item_id"].tolist() == (labels.item_ids[idx[0]]).tolist()
     assert first["rank"].tolist() == [1, 2, 3, 4]
+
+
+def test_vectorised_sim_equals_the_per_query_definition(tmp_path):
+    rng = np.random.default_rng(4)
+    d = 6
+    refs = rng.normal(size=(12, d)).astype(np.float32)
+    labels = P.GalleryLabels(np.arange(3), np.array(["a", "a", "b"], object), np.array(["x", "y", "x"], object),
+                             refs, np.array(["a"] * 6 + ["b"] * 6, object),
+                             np.array(["x", "x", "y", "y", "y", "z", "x", "x", "x", "x", "q", "q"], object),
+                             [f"r{i}.png" for i in range(12)], ["p0", "p1", "p2"])
+    ex = {f"/e{i}.png": rng.normal(size=d) for i in range(4)}
+    qdf = pd.DataFrame({"group": ["a", "a", "b", "a", "b", "a", "b"], "identity": ["x", "y", "x", "z", "x", "x", "w"],
+                        "sim_reference": ["", "", "", "/e0.png", "", "", ""],
+                        "reference_list": [[], [], [], [], ["/e1.png", "/e2.png"], ["/e1.png", "/e2.png"], []]})
+    qv = rng.normal(size=(7, d)).astype(np.float32)
+
+    class Res:
+        def __init__(self, paths):
+            self.vectors = np.stack([ex[p] for p in paths]).astype(np.float32)
+
+    sims, nrefs, sources = P.pairwise_sim(qdf, qv, labels, lambda paths, **kw: Res(paths))
+    exf = {p: v.astype(np.float32).astype(np.float64) for p, v in ex.items()}
+    q64 = qv.astype(np.float64)
+    rk = P._keys(labels.ref_groups, labels.ref_identities)
+    expect = [np.mean(refs[rk == "a\x1fx"].astype(np.float64) @ q64[0]),
+              np.mean(refs[rk == "a\x1fy"].astype(np.float64) @ q64[1]),
+              np.mean(refs[rk == "b\x1fx"].astype(np.float64) @ q64[2]),
+              exf["/e0.png"] @ q64[3],
+              np.mean([exf["/e1.png"] @ q64[4], exf["/e2.png"] @ q64[4]]),
+              np.mean([exf["/e1.png"] @ q64[5], exf["/e2.png"] @ q64[5]]), np.nan]
+    np.testing.assert_allclose(sims, expect, rtol=0, atol=1e-12)
+    assert nrefs.tolist() == [2, 3, 4, 1, 2, 2, 0]
+    assert sources == ["identity", "identity", "identity", "sim_reference", "reference_paths", "reference_paths", None]
