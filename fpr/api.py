@@ -453,6 +453,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
+    if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
+        provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
               "skip_missing_identities": skip_missing_identities, "skip_unreadable": skip_unreadable,
               "scorer_options": dict(scorer_options or {}), "skipped": ev.reasons}
@@ -527,7 +529,14 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, extra columns, scores."""
     res = load_run(run_id, workspace=workspace)
     df = with_aux(res.per_query, res.aux)
-    return write_table(df[export_columns(res.per_query, res.aux)], out)
+    cols = export_columns(res.per_query, res.aux)
+    noted = res.aux[res.aux["note"].notna()] if "note" in res.aux.columns else res.aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values) as '<scorer>.<metric>.note' columns
+        notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
+            index="query_id", columns="col", values="note", aggfunc="first")
+        df = df.merge(notes, left_on="query_id", right_index=True, how="left")
+        cols += sorted(notes.columns)
+    return write_table(df[cols], out)
 
 
 def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,

@@ -1,46 +1,178 @@
-"""Writing files atomically: a reader sees the old file or the new one, never half of one.
+"""The one way fpr writes files and folders: atomically, respecting the umask, failing in one line.
 
-Results respect the umask (``tempfile`` creates files 0600 and folders 0700).
+Every file fpr creates is first written to a hidden temporary name in the *same*
+folder (so the final ``os.replace`` is a rename on one filesystem) and renamed
+over the destination only once complete: a reader sees the old file or the new
+one, never half a file, and a crash leaves at most a ``.tmp-*`` file behind.
+``tempfile.mkstemp``/``mkdtemp`` create 0600/0700 entries; fpr's outputs are
+ordinary user files, so they are given the mode ``open()``/``mkdir()`` would
+give them: ``0o666 & ~umask`` for files and ``0o777 & ~umask`` for folders
+(0644/0755 under umask 022, 0640/0750 under 027).
+
+API (all take the destination path and return it):
+
+- :func:`atomic_write_path` ``(path, write_fn)``: ``write_fn(tmp_path)`` writes the content
+  to ``tmp_path`` (e.g. ``df.to_parquet``); the result replaces ``path``.
+- :func:`atomic_write` ``(path, write_fn)``: the same, ``write_fn(fp)`` writing to an
+  open binary file (e.g. ``np.save(fp, arr)``).
+- :func:`atomic_write_bytes` / :func:`atomic_write_text`: the same for bytes / text.
+- :func:`atomic_write_dir` ``(folder, fill_fn)``: ``fill_fn(tmp_dir)`` fills a fresh
+  folder which then replaces ``folder`` (the old one is renamed aside and removed
+  only after the new one is in place).
+- :func:`new_temp_dir` ``(dest)``: a fresh hidden folder beside ``dest`` (umask mode),
+  and :func:`swap_in_dir` ``(tmp, dest)``: the rename step, for callers that fill
+  the folder themselves.
+- :func:`ensure_dir` ``(folder)``: create a folder (and parents) or fail in one line.
+
+Any OS failure to create, write or rename (permission denied, read-only
+filesystem, a path through a regular file, disk full) becomes an
+:class:`~fpr.errors.InputError` naming the folder and what to do; pass ``hint=``
+for a better one (e.g. ``"set FPR_CACHE_DIR to a writable folder"``).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import IO, Callable
 
 from fpr.errors import InputError
 
+DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
 
-def _umask() -> int:
-    mask = os.umask(0)
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux /proc), else set and restored."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
-def atomic_write_path(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Call ``write(temp path)`` for a temp file in ``path``'s folder, then rename it over ``path``."""
-    p = Path(path)
+def file_mode() -> int:
+    return 0o666 & ~current_umask()
+
+
+def dir_mode() -> int:
+    return 0o777 & ~current_umask()
+
+
+def write_error(folder: Path, exc: OSError, hint: str | None = None, what: str = "cannot write to folder"
+                ) -> InputError:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, (NotADirectoryError, FileExistsError)) and _file_on_path(folder):
+        reason = "a file is in the way of this folder"
+    return InputError(f"{what} ({reason})", where=str(folder), hint=hint or DEFAULT_HINT)
+
+
+def _file_on_path(folder: Path) -> bool:
+    return any(p.exists() and not p.is_dir() for p in (folder, *folder.parents))
+
+
+def ensure_dir(folder: str | Path, *, hint: str | None = None) -> Path:
+    """Create ``folder`` (and parents) if needed; an unusable location is one InputError."""
+    folder = Path(folder)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-        os.close(fd)
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot write to this folder: {exc.strerror or exc}", where=str(p.parent),
-                         hint="choose a folder you can write") from None
+        raise write_error(folder, exc, hint, "cannot create folder") from None
+    if not folder.is_dir():
+        raise InputError("cannot create folder (a file is in the way)", where=str(folder), hint=hint or DEFAULT_HINT)
+    return folder
+
+
+def atomic_write_path(path: str | Path, write_fn: Callable[[Path], object], *, hint: str | None = None) -> Path:
+    """Write ``path`` by calling ``write_fn(tmp_path)`` then renaming the temp file over ``path``."""
+    path = Path(path)
+    folder = ensure_dir(path.parent, hint=hint)
+    tmp = None
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+        fd, name = tempfile.mkstemp(dir=folder, prefix=f".tmp-{path.name}.")
+        os.close(fd)
+        tmp = Path(name)
+        write_fn(tmp)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise write_error(folder, exc, hint) from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+    return path
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write ``path`` through ``write(binary file)``, atomically."""
-    def to_path(tmp: str) -> None:
+def atomic_write(path: str | Path, write_fn: Callable[[IO[bytes]], object], *, hint: str | None = None) -> Path:
+    """Write ``path`` through ``write_fn(binary file)``, atomically."""
+    def to_path(tmp: Path) -> None:
         with open(tmp, "wb") as fp:
-            write(fp)
-    return atomic_write_path(path, to_path)
+            write_fn(fp)
+
+    return atomic_write_path(path, to_path, hint=hint)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, hint: str | None = None) -> Path:
+    return atomic_write_path(path, lambda tmp: tmp.write_bytes(data), hint=hint)
+
+
+def atomic_write_text(path: str | Path, text: str, *, hint: str | None = None) -> Path:
+    return atomic_write_path(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), hint=hint)
+
+
+def new_temp_dir(dest: str | Path, *, hint: str | None = None) -> Path:
+    """A fresh, empty hidden folder beside ``dest`` (same filesystem), with the umask's folder mode."""
+    dest = Path(dest)
+    folder = ensure_dir(dest.parent, hint=hint)
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=f".tmp-{dest.name}-"))
+        os.chmod(tmp, dir_mode())
+    except OSError as exc:
+        raise write_error(folder, exc, hint) from None
+    return tmp
+
+
+def swap_in_dir(tmp: str | Path, dest: str | Path, *, hint: str | None = None) -> Path:
+    """Replace ``dest`` by ``tmp`` with renames only: a crash leaves the old or the new folder (old in ``.old-*``)."""
+    tmp, dest = Path(tmp), Path(dest)
+    old = None
+    try:
+        if dest.exists():
+            old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+            os.replace(dest, old)
+        try:
+            os.replace(tmp, dest)
+        except BaseException:
+            if old is not None:
+                os.replace(old, dest)
+            raise
+    except OSError as exc:
+        raise write_error(dest.parent, exc, hint) from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def atomic_write_dir(dest: str | Path, fill_fn: Callable[[Path], object], *, hint: str | None = None) -> Path:
+    """Build a folder with ``fill_fn(tmp_dir)`` and swap it in over ``dest``; nothing is left behind on failure."""
+    dest = Path(dest)
+    tmp = new_temp_dir(dest, hint=hint)
+    try:
+        try:
+            fill_fn(tmp)
+            for p in tmp.rglob("*"):  # files written by libraries (faiss, numpy) follow the umask already;
+                os.chmod(p, dir_mode() if p.is_dir() else file_mode())  # mkstemp-made ones do not
+        except OSError as exc:
+            raise write_error(dest.parent, exc, hint) from None
+        swap_in_dir(tmp, dest, hint=hint)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest

@@ -2,7 +2,15 @@
 
 EXIF orientation is applied and every PIL mode (L, P, RGBA, CMYK, I;16, ...) is
 converted to RGB, so an image embeds the same whether it came from a camera, a
-PNG with transparency or a palette GIF. The content hash (SHA-256 of the file's
+PNG with transparency or a palette GIF. 16-bit greyscale is scaled by its bit
+depth (65535 -> 255), never by the image's own maximum, so a 16-bit copy of a
+picture decodes to the same RGB as its 8-bit version.
+
+Decompression bombs: an image declaring more than :data:`MAX_PIXELS` pixels is
+refused (InputError naming the file) before its pixels are decoded, whether
+fpr's check or PIL's own ``DecompressionBombError`` sees it first; PIL's
+``DecompressionBombWarning`` (below that limit) is silenced because fpr
+enforces its own limit. The content hash (SHA-256 of the file's
 bytes) is the image's identity in caches and galleries: renaming a file does not
 invalidate its embedding, editing it does.
 """
@@ -10,14 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
+import warnings
 from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from fpr.errors import InputError
 
-# Decompression bombs are refused above this many pixels (PIL's default warns only).
-MAX_PIXELS = 20_000 * 20_000
+# Decompression bombs are refused above this many pixels: PIL's own error threshold
+# (2 x Image.MAX_IMAGE_PIXELS by default), so both checks agree; about 179 megapixels.
+MAX_PIXELS = 2 * 89_478_485
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -41,12 +53,15 @@ def decode_rgb(data: bytes, where: str = "<bytes>") -> Image.Image:
     try:
         with Image.open(io.BytesIO(data)) as im:
             if im.width * im.height > MAX_PIXELS:
-                raise InputError(f"image is too large ({im.width}x{im.height})", where=where)
+                raise _too_large(f"{im.width}x{im.height}", where)
             im.load()
             im = ImageOps.exif_transpose(im)
             return to_rgb(im)
     except InputError:
         raise
+    except Image.DecompressionBombError as exc:
+        numbers = re.findall(r"\d+", str(exc))  # "Image size (900000000 pixels) exceeds limit of ..."
+        raise _too_large(f"{numbers[0] if numbers else 'too many'} pixels", where) from None
     except UnidentifiedImageError:
         raise InputError("not a readable image (unknown format)", where=where,
                          hint="remove it or convert it to JPEG/PNG") from None
@@ -65,13 +80,36 @@ def to_rgb(im: Image.Image) -> Image.Image:
         canvas.paste(rgba, mask=rgba.getchannel("A"))
         return canvas
     if im.mode.startswith("I;16") or im.mode == "I":
-        # 16/32-bit greyscale: scale to 8 bits instead of clipping.
+        # 16-bit greyscale (or 32-bit integer): scale by the bit depth, like any viewer, so the
+        # same picture in 8 and 16 bits decodes alike (v8 * 257 -> v8).
         import numpy as np
 
-        arr = np.asarray(im, dtype=np.float64)
-        hi = arr.max() or 1.0
-        return Image.fromarray((arr / hi * 255.0).astype("uint8"), mode="L").convert("RGB")
+        bits = bit_depth(im)
+        arr = np.asarray(im).astype(np.float64)
+        scaled = np.rint(np.clip(arr, 0, 2 ** bits - 1) * (255.0 / (2 ** bits - 1)))
+        return Image.fromarray(scaled.astype("uint8"), mode="L").convert("RGB")
     return im.convert("RGB")
+
+
+def bit_depth(im: Image.Image) -> int:
+    """Bits per sample of an integer greyscale image: 16 for I;16*, the TIFF tag for a TIFF in mode I, else 16.
+
+    PIL opens 16-bit greyscale PNG/PGM/TIFF as I;16* or I; mode I from a 32-bit TIFF says so in its tags.
+    """
+    if im.mode.startswith("I;16"):
+        return 16
+    tags = getattr(im, "tag_v2", None)
+    if tags is not None:
+        bps = tags.get(258)
+        bps = bps[0] if isinstance(bps, tuple) else bps
+        if isinstance(bps, int) and 1 <= bps <= 32:
+            return bps
+    return 16
+
+
+def _too_large(size: str, where: str) -> InputError:
+    return InputError(f"image declares {size} (more than {MAX_PIXELS} pixels: refused as a possible "
+                      "decompression bomb)", where=where, hint="downscale it, or remove it from the manifest")
 
 
 def load_rgb(path: str | Path) -> Image.Image:

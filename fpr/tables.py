@@ -1,13 +1,12 @@
 """Reading and writing the tabular files users hand to fpr (CSV or Parquet)."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.files import atomic_write_path
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".tsv")
 
@@ -55,21 +54,16 @@ def resolve_path(value: str, base: Path) -> str:
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write CSV or Parquet (by suffix) atomically: a reader never sees half a file."""
+    """Write CSV or Parquet (by suffix) atomically (a reader never sees half a file), mode per the umask."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
         raise InputError("output must end in .csv, .tsv or .parquet", where=str(p))
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+
+    def write(tmp: Path) -> None:
         if suffix in (".parquet", ".pq"):
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+
+    return atomic_write_path(p, write, hint="choose an output path in a writable folder")

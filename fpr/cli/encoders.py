@@ -1,9 +1,10 @@
 """``fpr encoders ...``: list encoders and their weights, fetch weights, import downloaded weights.
 
-``list`` never loads a model; ``fetch`` is the only command that uses the network
+``list`` never loads a model (a trained encoder whose card is unusable is listed
+as ``broken`` with the reason); ``fetch`` is the only command that uses the network
 (and refuses when ``FPR_OFFLINE``/``HF_HUB_OFFLINE`` is set); ``import`` copies a
-file or a Hugging Face snapshot folder into the weights folder after proving it
-loads with a strict key match.
+file or a Hugging Face snapshot folder into the weights folder, converting pickled
+checkpoints to safetensors, after proving the stored copy loads with a strict key match.
 """
 from __future__ import annotations
 
@@ -37,6 +38,18 @@ def get_spec(encoder_id):
     from fpr.encoders.registry import get_spec as get
 
     return get(encoder_id)
+
+
+def broken_encoders():
+    from fpr.encoders.registry import broken_encoders as broken
+
+    return broken()
+
+
+def describe_broken(*args, **kwargs):
+    from fpr.encoders.registry import describe_broken as desc
+
+    return desc(*args, **kwargs)
 from fpr.errors import InputError
 
 TABLE_COLUMNS = ("id", "dim", "input", "status", "where", "checksum")
@@ -51,8 +64,17 @@ def encoder_row(spec: EncoderSpec) -> dict:
         where = f"{row['found_in']}: {row['weights']}"
     else:
         where = "looked in " + "; ".join(W.candidate_locations(spec.id, spec.weights))
+    if row["status"] == "incomplete":
+        where = row["reason"]
     row["where"] = where
     row["source"] = spec.weights.repo or spec.weights.kind
+    return row
+
+
+def broken_row(broken) -> dict:
+    row = describe_broken(broken)
+    row["where"] = f"{broken.where}: {broken.reason}"
+    row["source"] = "local"
     return row
 
 
@@ -73,6 +95,8 @@ def encoders() -> None:
 def list_cmd(fmt: str) -> None:
     """Registered encoders with dimension, input size and weights status (available/missing, where, checksum)."""
     rows = [encoder_row(spec) for spec in all_specs().values()]
+    rows += [broken_row(b) for b in broken_encoders().values()]
+    rows.sort(key=lambda r: r["id"])
     if fmt == "table":
         click.echo(render_rows([_short(r) for r in rows], fmt, TABLE_COLUMNS))
     else:
@@ -114,13 +138,14 @@ def fetch_cmd(encoder_id: str, overwrite: bool, fmt: str) -> None:
 def import_cmd(encoder_id: str, path: str, overwrite: bool, fmt: str) -> None:
     """Copy downloaded weights (a file, or a Hugging Face snapshot folder) into the weights folder.
 
-    The weights are loaded first (strict key match); nothing is copied unless they load.
+    Pickled checkpoints (.pth/.bin/.pt/.ckpt) are converted to safetensors. The staged copy is
+    loaded first (strict key match); nothing is stored unless it loads.
     """
     spec = get_spec(encoder_id)
     _need_weights(spec)
     resolved = W.resolve_weights(spec.id, spec.weights, explicit=path)
-    _verify(spec, resolved)
-    dest = W.import_files(spec.id, spec.weights, resolved, overwrite=overwrite)
+    dest = W.import_files(spec.id, spec.weights, resolved, overwrite=overwrite,
+                          verify=lambda staged: _verify(spec, staged))
     progress.log(f"imported into {dest}")
     _print_row(spec, fmt)
 

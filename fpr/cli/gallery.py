@@ -18,10 +18,10 @@ def curation_options(f):
     f = click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")(f)
     f = click.option("--encoder", default=None, help="Encoder for k-means sampling.")(f)
     f = click.option("--sampling", type=click.Choice(SAMPLINGS), default="random", show_default=True)(f)
-    f = click.option("--identities-per-group", type=int, default=None, help="N identities per group (default all).")(f)
-    f = click.option("--per-identity", "gallery_per_identity", type=int, default=None,
+    f = click.option("--identities-per-group", type=click.IntRange(min=1), default=None, help="N identities per group (default all).")(f)
+    f = click.option("--per-identity", "gallery_per_identity", type=click.IntRange(min=1), default=None,
                      help="M gallery images per identity (default all).")(f)
-    f = click.option("--references", "references_per_identity", type=int, default=0, show_default=True,
+    f = click.option("--references", "references_per_identity", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Reference images per identity taken from images without a role.")(f)
     return f
 

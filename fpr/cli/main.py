@@ -20,6 +20,29 @@ COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query",
 
 
 class FprGroup(click.Group):
+    def main(self, *args, **kwargs):
+        """Usage errors (bad option values, unknown commands) as one line too, exit 2."""
+        kwargs.pop("standalone_mode", None)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            if type(exc).__name__ in ("NoArgsIsHelpError", "NoArgsIsHelp"):  # no arguments: the help
+                click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+                sys.exit(0)
+            cmd = exc.ctx.command_path if exc.ctx else "fpr"
+            click.echo(f"fpr: error: {exc.format_message().rstrip('.')}; see '{cmd} --help'".replace("\n", " "),
+                       err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"fpr: error: {exc.format_message()}".replace("\n", " "), err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("fpr: aborted", err=True)
+            sys.exit(1)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
+        sys.exit(0)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)

@@ -42,11 +42,11 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @scorer_option()
 @click.option("--skip-missing-identities", is_flag=True, help="Skip (and report) queries with no relevant item.")
 @click.option("--skip-unreadable", is_flag=True, help="Skip (and report) unreadable query images.")
-@click.option("--top-k", type=int, default=10, show_default=True, help="Ranking entries stored per query.")
+@click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Ranking entries stored per query.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @format_option()
 @click.pass_context
@@ -134,8 +134,8 @@ def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output .npy (rows in file order).")
 @click.option("--weights", default=None)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 def embed_cmd(encoder, images, out, weights, device, batch_size, workers) -> None:
     """Write L2-normalised embeddings of the listed images."""
     res = api.embed(encoder, images, out=out, weights=weights, device=device, batch_size=batch_size,

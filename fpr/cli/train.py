@@ -18,27 +18,27 @@ from fpr.cli.output import dumps, render_rows
 @click.option("--id", "encoder_id", required=True, help="Encoder id to create (e.g. effnetv2-cars).")
 @click.option("--arch", default="fpr-cnn-grid", show_default=True,
               help="fpr-cnn-grid, fpr-cnn-s, fpr-cnn, or any timm model name (e.g. efficientnetv2_rw_m).")
-@click.option("--size", type=int, default=64, show_default=True, help="Network input side in pixels.")
-@click.option("--dim", type=int, default=128, show_default=True, help="Embedding dimension.")
-@click.option("--epochs", type=int, default=20, show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--size", type=click.IntRange(min=1), default=64, show_default=True, help="Network input side in pixels.")
+@click.option("--dim", type=click.IntRange(min=1), default=128, show_default=True, help="Embedding dimension.")
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--lr", type=float, default=3e-3, show_default=True)
 @click.option("--margin", type=float, default=0.1, show_default=True,
               help="Additive cosine margin (0 = plain normalised softmax).")
 @click.option("--scale", type=float, default=24.0, show_default=True, help="Cosine-classifier scale.")
 @click.option("--pretrained", is_flag=True, help="Start a timm model from its ImageNet weights (may download).")
-@click.option("--identities", type=int, default=400, show_default=True,
+@click.option("--identities", type=click.IntRange(min=1), default=400, show_default=True,
               help="World only: training identities per species.")
-@click.option("--per-identity", type=int, default=4, show_default=True,
+@click.option("--per-identity", type=click.IntRange(min=1), default=4, show_default=True,
               help="World only: images rendered per identity and epoch.")
-@click.option("--render-size", type=int, default=96, show_default=True, help="World only: rendered image side.")
+@click.option("--render-size", type=click.IntRange(min=1), default=96, show_default=True, help="World only: rendered image side.")
 @click.option("--val-fraction", type=float, default=0.2, show_default=True,
               help="Manifest/gallery only: share of identities held out for validation.")
-@click.option("--steps-per-epoch", type=int, default=None, help="Cap on batches per epoch (smoke tests).")
+@click.option("--steps-per-epoch", type=click.IntRange(min=1), default=None, help="Cap on batches per epoch (smoke tests).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
-@click.option("--workers", type=int, default=None, help="Data loader processes (default: 1 when 2+ CPUs).")
-@click.option("--threads", type=int, default=None,
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Data loader processes (default: 1 when 2+ CPUs).")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
               help="PyTorch CPU threads (default: one per CPU not used by a loader worker).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Output folder (default: the weights folder's <id>/, where the registry discovers it).")

@@ -49,7 +49,7 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 @click.option("--identities", default="2,5,10", show_default=True,
               help="Identities each query competes against (itself + N-1 of its group; 'all').")
 @click.option("--sampling", default="random,kmeans", show_default=True, help="random and/or kmeans.")
-@click.option("--repeats", type=int, default=5, show_default=True, help="Repeats per variant (seed + r).")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Repeats per variant (seed + r).")
 @click.option("--seed", type=int, default=None, help="Base seed (default 0; official protocol: 101).")
 @click.option("--design", type=click.Choice(["one-at-a-time", "grid"]), default="one-at-a-time", show_default=True,
               help="Vary one factor at a time around the baseline (10, 10, random), or the full grid.")
@@ -60,8 +60,8 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 @click.option("--weights", default=None)
 @click.option("--skip-missing-identities", is_flag=True)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored ablation with the same id.")
 @click.option("--protocol", type=click.Choice(["fpr", "official"]), default="fpr", show_default=True,
               help="official: the released code's settings grid and k-means/random galleries "
@@ -178,15 +178,15 @@ def _isna(v) -> bool:
               help="Copy kept images to DIR/<group>/<identity>/ (a tree 'fpr gallery import --folder' reads).")
 @click.option("--scorers", default="", help="Extra scorers to run (those the rule names run anyway).")
 @scorer_option()
-@click.option("--chunk-size", type=int, default=1000, show_default=True, help="Rows per chunk (unit of resume).")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Rows per chunk (unit of resume).")
 @click.option("--scope", type=click.Choice(["group", "all"]), default="group", show_default=True)
 @click.option("--skip-missing-identities", is_flag=True, help="Reject (instead of refusing) queries whose "
                                                               "identity has no gallery image.")
 @click.option("--restart", is_flag=True, help="Ignore the saved progress of an interrupted run.")
 @click.option("--list-names", is_flag=True, help="List the names a keep-rule can use, and exit.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True)
-@click.option("--workers", type=int, default=None)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None)
 @format_option()
 @click.pass_context
 def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,

@@ -4,21 +4,31 @@ Layout: ``<root>/<key>/shard-*.npz`` where ``key`` is
 :func:`fpr.encoders.registry.embedding_key` (encoder id + weights checksum +
 preprocessing protocol). Each shard holds image content hashes and their float32
 embeddings exactly as computed, so a cached vector equals the fresh one bit for
-bit. Writers only ever add a new shard (temp file + rename), so concurrent
-writers never clash and an interrupted run loses at most its unwritten batch.
-Many small shards are merged by :meth:`EmbeddingCache.compact`.
+bit. Writers only ever add a new shard (temp file + rename, :mod:`fpr.files`), so
+concurrent writers never clash and an interrupted run loses at most its unwritten
+batch. Many small shards are merged by :meth:`EmbeddingCache.compact`.
+
+A shard that cannot be read (truncated, not a zip, wrong arrays or dimension) is
+reported once on stderr, renamed to ``*.damaged`` (so it is never read again and
+stays available for inspection) and its images are simply embedded again.
+An unwritable cache folder is one error naming it and ``FPR_CACHE_DIR``.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
-import tempfile
 import uuid
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from fpr import progress
+from fpr.files import atomic_write_bytes, ensure_dir
+
 COMPACT_AFTER_SHARDS = 64
+CACHE_HINT = "set FPR_CACHE_DIR to a writable folder (or check the permissions and free space of this one)"
 
 
 def default_cache_root() -> Path:
@@ -48,13 +58,29 @@ class EmbeddingCache:
                     hashes, vectors = z["hashes"], z["vectors"]
             except FileNotFoundError:  # merged away by a concurrent compaction
                 continue
-            except (OSError, ValueError, KeyError):
-                continue  # a damaged shard is ignored: its images are simply re-embedded
-            if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                self._set_aside(shard, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                continue
+            if vectors.ndim != 2 or vectors.shape[1] != self.dim or hashes.shape != (len(vectors),):
+                self._set_aside(shard, f"arrays of shape {hashes.shape} and {vectors.shape}, expected (n,) and "
+                                       f"(n, {self.dim})")
                 continue
             for h, v in zip(hashes.astype(str), vectors):
                 self._vectors[h] = v
             self._seen_shards.add(shard.name)
+
+    def _set_aside(self, shard: Path, reason: str) -> None:
+        """Report a damaged shard once and rename it to ``*.damaged`` so that nobody reads it again."""
+        target = shard.with_name(shard.name + ".damaged")
+        try:
+            os.replace(shard, target)
+            moved = f"moved aside to {target.name}"
+        except FileNotFoundError:  # another process set it aside first (and reported it)
+            return
+        except OSError as exc:
+            moved = f"could not move it aside ({exc.strerror})"
+        self._seen_shards.add(shard.name)
+        progress.log(f"damaged embedding-cache shard {shard} ({reason}); {moved}; its images are recomputed")
 
     def __len__(self) -> int:
         self._refresh()
@@ -69,10 +95,10 @@ class EmbeddingCache:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         assert vectors.shape == (len(hashes), self.dim), (vectors.shape, len(hashes), self.dim)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir, hint=CACHE_HINT)
         meta_path = self.dir / "meta.json"
         if self._meta and not meta_path.exists():
-            _atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode())
+            atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode(), hint=CACHE_HINT)
         name = f"shard-{uuid.uuid4().hex}.npz"
         self._write_shard(self.dir / name, hashes, vectors)
         for h, v in zip(hashes, vectors):
@@ -82,14 +108,9 @@ class EmbeddingCache:
             self.compact()
 
     def _write_shard(self, path: Path, hashes: list[str], vectors: np.ndarray) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fp:
-                np.savez(fp, hashes=np.asarray(hashes, dtype="S64"), vectors=vectors)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        np.savez(buf, hashes=np.asarray(hashes, dtype="S64"), vectors=vectors)
+        atomic_write_bytes(path, buf.getvalue(), hint=CACHE_HINT)
 
     def compact(self) -> None:
         """Merge all shards into one; readers that race with it just re-read."""
@@ -105,9 +126,3 @@ class EmbeddingCache:
             shard.unlink(missing_ok=True)
         self._seen_shards = {name}
 
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "wb") as fp:
-        fp.write(data)
-    os.replace(tmp, path)

@@ -18,8 +18,8 @@ from PIL import Image
 
 from fpr import progress
 from fpr.encoders.cache import EmbeddingCache
-from fpr.encoders.registry import Encoder
-from fpr.errors import InputError
+from fpr.encoders.registry import Encoder, check_batch_size, check_workers
+from fpr.errors import InputError, choices_hint
 from fpr.images import content_hash, decode_rgb, read_bytes
 
 EMBED_STATS = {"images_embedded": 0}  # process-wide counter; tests read it to prove work is not repeated
@@ -91,7 +91,14 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
     """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported).
 
     ``normalize=False`` returns the encoder's raw (un-normalised) features; they never touch the
-    embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`."""
+    embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`.
+    ``batch_size`` >= 1 and ``workers`` >= 0 (None: chosen by the number of images); other values are
+    one InputError, the same one the CLI prints.
+    """
+    check_batch_size(batch_size)
+    check_workers(workers)
+    if on_error not in ("raise", "skip"):
+        raise InputError(f"on_error must be 'raise' or 'skip', not {on_error!r}", hint=choices_hint(["raise", "skip"]))
     start = time.perf_counter()
     paths = [str(p) for p in paths]
     if not normalize or amp_dtype is not None:
@@ -166,8 +173,7 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
 
 
 def cache_for(encoder: Encoder, root: str | Path | None = None) -> EmbeddingCache:
-    meta = {"encoder": encoder.id, "weights_checksum": encoder.weights.checksum,
-            "preprocessing": encoder.preprocessing.key()}
+    meta = {k: v for k, v in encoder.provenance.items() if k != "embedding_key"}
     return EmbeddingCache(encoder.cache_key, encoder.spec.dim, root=root, meta=meta)
 
 

@@ -3,11 +3,20 @@
 An encoder is one module in ``fpr/encoders/`` that calls :func:`register` with an
 :class:`EncoderSpec`, plus its name in ``BUILTIN_MODULES``. Trained encoders that
 live in the weights folder are found by *discoverers* (callables returning specs),
-so ``fpr encoders train`` output shows up without code changes.
+so ``fpr encoders train`` output shows up without code changes. A discoverer may
+also yield a :class:`BrokenEncoder` (e.g. a trained encoder whose card does not
+parse): it is listed with status ``broken`` and its reason, and loading it raises
+that reason, instead of the encoder silently vanishing.
+
+Provenance: an :class:`Encoder` knows its ``device_class`` (cpu/cuda/mps) and
+``precision`` (fp32, or bf16/fp16 autocast on CUDA); both are part of its
+embedding-cache key (:func:`embedding_key`) and of :attr:`Encoder.provenance`,
+because the same weights give different vectors in bf16 on a GPU and fp32 on a CPU.
 """
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -17,7 +26,7 @@ import torch
 
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, WeightsSource, resolve_weights
-from fpr.errors import NotFoundError, choices_hint
+from fpr.errors import InputError, NotFoundError, choices_hint
 
 # Modules whose import registers encoders. Each must import cheaply (heavy
 # libraries such as open_clip are imported inside the build functions).
@@ -50,8 +59,21 @@ class EncoderSpec:
         return self.preprocessing.output_size
 
 
+@dataclass(frozen=True)
+class BrokenEncoder:
+    """An encoder that was found but cannot be used (e.g. its card is not valid JSON): why, and where."""
+
+    id: str
+    reason: str
+    where: str = ""
+
+    def error(self) -> InputError:
+        return InputError(f"encoder '{self.id}' is broken: {self.reason}", where=self.where or None,
+                          hint="fix or remove its card, or train it again with --overwrite")
+
+
 _REGISTRY: dict[str, EncoderSpec] = {}
-_DISCOVERERS: list[Callable[[], Iterable[EncoderSpec]]] = []
+_DISCOVERERS: list[Callable[[], Iterable[EncoderSpec | BrokenEncoder]]] = []
 _LOADED = False
 _LOCK = threading.Lock()
 
@@ -67,7 +89,7 @@ def unregister(encoder_id: str) -> None:
     _REGISTRY.pop(encoder_id, None)
 
 
-def register_discoverer(fn: Callable[[], Iterable[EncoderSpec]]) -> None:
+def register_discoverer(fn: Callable[[], Iterable[EncoderSpec | BrokenEncoder]]) -> None:
     _DISCOVERERS.append(fn)
 
 
@@ -77,40 +99,91 @@ def _ensure_loaded() -> None:
         if _LOADED:
             return
         for name in BUILTIN_MODULES:
-            try:
-                importlib.import_module(f"fpr.encoders.{name}")
-            except ModuleNotFoundError as exc:
-                # A module listed but not written yet must not break the others.
-                if exc.name != f"fpr.encoders.{name}":
-                    raise
+            # A listed module that is missing is a packaging bug: let the import error surface.
+            importlib.import_module(f"fpr.encoders.{name}")
         _LOADED = True
 
 
-def all_specs() -> dict[str, EncoderSpec]:
+def _discovered() -> tuple[dict[str, EncoderSpec], dict[str, BrokenEncoder]]:
     _ensure_loaded()
     specs = dict(_REGISTRY)
+    broken: dict[str, BrokenEncoder] = {}
     for discover in _DISCOVERERS:
-        for spec in discover():
-            specs.setdefault(spec.id, spec)
-    return dict(sorted(specs.items()))
+        for found in discover():
+            if found.id in specs or found.id in broken:
+                continue
+            if isinstance(found, BrokenEncoder):
+                broken[found.id] = found
+            else:
+                specs[found.id] = found
+    return dict(sorted(specs.items())), dict(sorted(broken.items()))
+
+
+def all_specs() -> dict[str, EncoderSpec]:
+    """Every usable encoder by id (registered, then discovered)."""
+    return _discovered()[0]
+
+
+def broken_encoders() -> dict[str, BrokenEncoder]:
+    """Encoders that were found but cannot be used, with the reason (listed as ``broken``)."""
+    return _discovered()[1]
 
 
 def get_spec(encoder_id: str) -> EncoderSpec:
-    specs = all_specs()
+    specs, broken = _discovered()
+    if encoder_id in broken:
+        raise broken[encoder_id].error()
     if encoder_id not in specs:
         raise NotFoundError(f"unknown encoder '{encoder_id}'", hint=choices_hint(list(specs), "encoders")
                             + "; 'fpr encoders list' shows them")
     return specs[encoder_id]
 
 
+VALID_DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+
+
+def check_device(device: str) -> str:
+    """``device`` if it is one fpr knows (auto, cpu, cuda, cuda:N, mps), else one InputError listing them."""
+    if not isinstance(device, str) or not _DEVICE_RE.match(device):
+        raise InputError(f"unknown device '{device}'", hint=choices_hint(VALID_DEVICES, "devices"))
+    return device
+
+
 def pick_device(device: str = "auto") -> torch.device:
+    check_device(device)
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        from fpr.errors import InputError
-
-        raise InputError(f"device '{device}' requested but no CUDA device is visible", hint="use --device cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise InputError(f"device '{device}' requested but no CUDA device is visible", hint="use --device cpu")
+        n = torch.cuda.device_count()
+        if ":" in device and int(device.split(":")[1]) >= n:
+            raise InputError(f"device '{device}' requested but only {n} CUDA device(s) are visible",
+                             hint=f"use cuda:0..cuda:{n - 1}")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise InputError("device 'mps' requested but no Apple GPU (MPS) is available", hint="use --device cpu")
     return torch.device(device)
+
+
+def check_batch_size(batch_size: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch size must be a whole number >= 1, got {batch_size!r}", hint="e.g. --batch-size 32")
+    return batch_size
+
+
+def check_workers(workers: int | None) -> int | None:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise InputError(f"workers must be a whole number >= 0, got {workers!r}",
+                         hint="--workers 0 decodes in the main process")
+    return workers
+
+
+def device_precision(device: torch.device) -> str:
+    """The numeric precision :meth:`Encoder.embed_batch` runs the network in on ``device``."""
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
 
 
 class Encoder:
@@ -135,21 +208,47 @@ class Encoder:
         return self.spec.preprocessing
 
     @property
+    def device_class(self) -> str:
+        """``cpu``, ``cuda`` or ``mps``: the kind of device that computes the embeddings."""
+        return self.device.type
+
+    @property
+    def precision(self) -> str:
+        """``fp32`` (CPU, MPS), or the autocast dtype on CUDA: ``bf16`` (or ``fp16`` without bf16 support)."""
+        return device_precision(self.device)
+
+    @property
     def cache_key(self) -> str:
-        return embedding_key(self.spec, self.weights)
+        """The embedding-cache key: encoder id, weights checksum, protocol, device class and precision."""
+        return embedding_key(self.spec, self.weights, device=self.device_class, precision=self.precision)
+
+    @property
+    def provenance(self) -> dict:
+        """What the vectors depend on, for index cards and runs."""
+        return {"encoder": self.id, "weights_checksum": self.weights.checksum,
+                "preprocessing": self.preprocessing.key(), "device": self.device_class,
+                "precision": self.precision, "embedding_key": self.cache_key}
 
     def embed_batch(self, batch: torch.Tensor, *, normalize: bool = True,
                     amp_dtype: torch.dtype | None = None) -> np.ndarray:
         """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim); ``normalize=False``: the raw features.
 
-        ``amp_dtype`` picks the CUDA autocast type (default bfloat16 where supported, else float16)."""
+        ``amp_dtype`` picks the CUDA autocast type (default :attr:`precision`: bfloat16 where
+        supported, else float16). On a CPU the network runs one image at a time: CPU kernels
+        choose their blocking by batch size, which changes the last bits of an image's features
+        with its batch-mates; one image per forward pass makes every embedding independent of
+        its batch, bit for bit (docs/architecture.md, "Embedding determinism"). On CUDA the
+        batch runs as one.
+        """
         with torch.inference_mode():
             x = batch.to(self.device, non_blocking=True)
             if self.device.type == "cuda":
                 x = x.contiguous(memory_format=torch.channels_last)
-                dtype = amp_dtype or (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+                dtype = amp_dtype or (torch.bfloat16 if self.precision == "bf16" else torch.float16)
                 with torch.autocast("cuda", dtype=dtype):
                     feats = self.model(x)
+            elif self.device.type == "cpu" and len(x) > 1:
+                feats = torch.cat([self.model(x[i:i + 1]) for i in range(len(x))])
             else:
                 feats = self.model(x)
             feats = feats.float()
@@ -172,15 +271,18 @@ class Encoder:
         return feats.cpu().numpy().astype(np.float32, copy=False)
 
 
-def embedding_key(spec: EncoderSpec, weights: ResolvedWeights) -> str:
-    """Cache key: encoder id + weights checksum + the full preprocessing protocol."""
+def embedding_key(spec: EncoderSpec, weights: ResolvedWeights, *, device: str, precision: str) -> str:
+    """Cache key: encoder id + weights checksum + the full preprocessing protocol + device class + precision."""
     import hashlib
 
-    text = "|".join([spec.id, weights.checksum, spec.preprocessing.key()])
+    text = "|".join([spec.id, weights.checksum, spec.preprocessing.key(), f"device={device}",
+                     f"precision={precision}"])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "auto") -> Encoder:
+    """Build an encoder on ``device`` (auto, cpu, cuda, cuda:N, mps); bad values are one InputError."""
+    check_device(device)
     spec = get_spec(encoder_id)
     resolved = resolve_weights(spec.id, spec.weights, explicit=weights)
     model = spec.build(resolved)
@@ -190,7 +292,7 @@ def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "
 def describe(spec: EncoderSpec) -> dict:
     """One row of ``fpr encoders list``: honest status, never raising."""
     resolved = resolve_weights(spec.id, spec.weights, required=False)
-    status = "available" if resolved.found else "missing"
+    status = "available" if resolved.found else ("incomplete" if resolved.where == "incomplete" else "missing")
     return {
         "id": spec.id,
         "family": spec.family,
@@ -203,4 +305,20 @@ def describe(spec: EncoderSpec) -> dict:
         "checksum": resolved.checksum if resolved.found else None,
         "text": spec.build_text is not None,
         "description": spec.description,
+        "reason": _incomplete_reason(spec) if status == "incomplete" else None,
     }
+
+
+def _incomplete_reason(spec: EncoderSpec) -> str:
+    from fpr.encoders.weights import weights_dir
+
+    folder = weights_dir() / (spec.weights.folder_name or spec.id)
+    missing = [n for n in spec.weights.extra_files if not (folder / n).is_file()]
+    return f"the weights folder {folder} lacks {', '.join(missing)}"
+
+
+def describe_broken(broken: BrokenEncoder) -> dict:
+    """The ``fpr encoders list`` row of a broken encoder: status ``broken`` and why."""
+    return {"id": broken.id, "family": None, "dim": None, "input": None, "preprocessing": None,
+            "status": "broken", "weights": None, "found_in": None, "checksum": None, "text": False,
+            "description": "", "reason": broken.reason, "card": broken.where}

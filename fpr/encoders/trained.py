@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from fpr.encoders.preprocess import Preprocessing
-from fpr.encoders.registry import EncoderSpec, register_discoverer
+from fpr.encoders.registry import BrokenEncoder, EncoderSpec, register_discoverer
 from fpr.encoders.weights import ResolvedWeights, WeightsSource, weights_dir
-from fpr.errors import ConflictError, InputError, NotFoundError
+from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 
 CARD_NAME = "fpr-encoder.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -143,6 +143,8 @@ def load_card(path: str | Path) -> dict:
         raise NotFoundError("encoder card not found", where=str(p)) from None
     except (OSError, ValueError) as exc:
         raise InputError(f"encoder card is not valid JSON ({exc})", where=str(p)) from None
+    if not isinstance(card, dict):
+        raise InputError(f"encoder card must be a JSON object, found {type(card).__name__}", where=str(p))
     missing = [k for k in ("id", "architecture", "dim", "preprocessing") if k not in card]
     if missing:
         raise InputError(f"encoder card lacks {', '.join(missing)}", where=str(p))
@@ -177,6 +179,14 @@ def load_network(card: dict, weights_path: str | Path) -> EmbeddingNet:
 
 
 def spec_from_card(card: dict, weights: WeightsSource, *, tags: tuple[str, ...] = ("trained",)) -> EncoderSpec:
+    """The spec of a card; a card with values fpr cannot use is one InputError saying which."""
+    try:
+        return _spec_from_card(card, weights, tags)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"encoder card has a missing or invalid value ({type(exc).__name__}: {exc})") from None
+
+
+def _spec_from_card(card: dict, weights: WeightsSource, tags: tuple[str, ...]) -> EncoderSpec:
     def build(resolved: ResolvedWeights) -> nn.Module:
         return load_network(card, resolved.path)
 
@@ -189,23 +199,27 @@ def spec_from_card(card: dict, weights: WeightsSource, *, tags: tuple[str, ...] 
         preprocessing=preprocessing_from_card(card), weights=weights, build=build, description=desc, tags=tags)
 
 
-def discover() -> list[EncoderSpec]:
-    """One spec per ``<weights_dir>/<id>/fpr-encoder.json``; unreadable cards are skipped (never raise)."""
+def discover() -> list[EncoderSpec | BrokenEncoder]:
+    """One spec per ``<weights_dir>/<id>/fpr-encoder.json``; a card that cannot be used is a BrokenEncoder.
+
+    A broken card (invalid JSON, a missing key, a bad value, an id that is not its folder's
+    name) is listed by ``fpr encoders list`` with status ``broken`` and the reason, and using
+    it raises that reason: a typo never makes an encoder silently vanish.
+    """
     root = weights_dir()
-    specs = []
+    specs: list[EncoderSpec | BrokenEncoder] = []
     if not root.is_dir():
         return specs
     for card_path in sorted(root.glob(f"*/{CARD_NAME}")):
+        folder_id = card_path.parent.name
         try:
             card = load_card(card_path)
-        except Exception:
-            continue
-        if card["id"] != card_path.parent.name:
-            continue  # a card must sit in the folder named after its id
-        try:
-            spec = spec_from_card(card, WeightsSource(kind="local", files=(WEIGHTS_NAME,),
-                                                      folder_name=card_path.parent.name))
-        except Exception:
+            if card["id"] != folder_id:
+                raise InputError(f"the card says id '{card['id']}' but sits in folder '{folder_id}' "
+                                 "(a card must sit in the folder named after its id)")
+            spec = spec_from_card(card, WeightsSource(kind="local", files=(WEIGHTS_NAME,), folder_name=folder_id))
+        except FprError as exc:
+            specs.append(BrokenEncoder(folder_id, exc.what, str(card_path)))
             continue
         specs.append(spec)
     return specs

@@ -8,8 +8,9 @@ one sub-folder per encoder id), then the Hugging Face cache (``HF_HUB_CACHE`` /
 
 Nothing here downloads except :func:`fetch_weights`, which refuses with one line
 when ``FPR_OFFLINE``/``HF_HUB_OFFLINE`` is set or no network answers.
-:func:`import_weights` copies a downloaded file or snapshot into the weights
-folder atomically (temp folder + rename) after the caller has proven it loads.
+:func:`import_files` copies a downloaded file or snapshot into the weights
+folder atomically (temp folder + rename), converting pickled checkpoints to
+safetensors, after proving that the staged copy loads.
 
 A weights *checksum* is the SHA-256 of the weights file; when a source declares
 config files that shape the network (``extra_files``/``optional_files``, e.g. an
@@ -21,14 +22,17 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
+from fpr.files import new_temp_dir, swap_in_dir, write_error
 
 _CHECKSUMS: dict[tuple[str, int, int], str] = {}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+WEIGHTS_HINT = "set FPR_WEIGHTS_DIR to a writable folder"
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class WeightsSource:
 @dataclass(frozen=True)
 class ResolvedWeights:
     path: Path | None
-    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache" | "missing"
+    where: str  # "none" | "package" | "explicit" | "weights-dir" | "hf-cache" | "missing" | "incomplete"
     checksum: str  # "sha256:<hex>" of the weights bytes (+ configs beside them), or "none"
 
     @property
@@ -233,7 +237,7 @@ def resolve_weights(encoder_id: str, source: WeightsSource, explicit: str | Path
         if hit is not None:
             return ResolvedWeights(hit, "hf-cache", _checksum(hit, source))
     if not required:
-        return ResolvedWeights(None, "missing", "missing")
+        return ResolvedWeights(None, "incomplete" if incomplete else "missing", "missing")
     if incomplete:
         raise NotFoundError(f"weights for encoder '{encoder_id}' are incomplete: missing {', '.join(incomplete)}",
                             hint=_missing_hint(encoder_id, source))
@@ -295,11 +299,11 @@ def fetch_weights(encoder_id: str, source: WeightsSource, *, overwrite: bool = F
         if missing:
             raise FprError(f"repository {source.repo} lacks {', '.join(missing)}")
         patterns = [chosen, *source.extra_files, *(f for f in source.optional_files if f in present)]
-        tmp = _tmp_dir(dest)
+        tmp = new_temp_dir(dest, hint=WEIGHTS_HINT)
         try:
             snapshot_download(source.repo, allow_patterns=patterns, local_dir=str(tmp))
             shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's local-dir metadata
-            _swap_in(tmp, dest)
+            swap_in_dir(tmp, dest, hint=WEIGHTS_HINT)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except FprError as exc:
@@ -330,12 +334,16 @@ def _probe_hub(timeout: float = 5.0) -> None:
 
 
 def import_files(encoder_id: str, source: WeightsSource, resolved: ResolvedWeights, *,
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, verify: Callable[[ResolvedWeights], object] | None = None) -> Path:
     """Copy resolved weights (+ configs beside them) into ``FPR_WEIGHTS_DIR/<id>/`` atomically.
 
-    The caller proves the weights load before calling this. The weights file is
-    stored under the source's preferred name for its format, so the weights
-    folder resolves it the next time.
+    A pickled checkpoint (``.pth``/``.bin``/``.pt``/``.ckpt``, loaded with ``weights_only=True``;
+    a bare state dict or one wrapped in ``state_dict``/``model``/``module``) is converted to
+    safetensors under the source's safetensors name. The weights file is stored under the
+    source's preferred name for its format, so the weights folder resolves it the next time.
+    ``verify`` (e.g. the encoder's build function, with its strict key check) is called on
+    the staged copy -- the exact files that will be stored -- before anything replaces the
+    weights folder: a file that does not load stores nothing.
     """
     assert resolved.path is not None
     dest = weights_dir() / (source.folder_name or encoder_id)
@@ -343,20 +351,49 @@ def import_files(encoder_id: str, source: WeightsSource, resolved: ResolvedWeigh
         raise ConflictError(f"weights for encoder '{encoder_id}' are already in the weights folder", where=str(dest),
                             hint="pass --overwrite to replace them")
     src = resolved.path
-    tmp = _tmp_dir(dest)
+    tmp = new_temp_dir(dest, hint=WEIGHTS_HINT)
     try:
         if src.is_dir():  # a source without file names (a whole folder is the weights)
             shutil.copytree(src, tmp / "x", symlinks=False)
             for child in (tmp / "x").iterdir():
                 child.rename(tmp / child.name)
             (tmp / "x").rmdir()
+            staged = tmp
+        elif src.suffix in PICKLE_SUFFIXES and _safetensors_name(source):
+            staged = tmp / _safetensors_name(source)
+            convert_to_safetensors(src, staged, encoder_id=encoder_id)
         else:
-            shutil.copy2(src, tmp / _stored_name(src, source))  # follows HF-cache symlinks
+            staged = tmp / _stored_name(src, source)
+            shutil.copy2(src, staged)  # follows HF-cache symlinks
+        if not src.is_dir():
             for extra in _extras_beside(src, source):
                 shutil.copy2(extra, tmp / extra.name)
-        _swap_in(tmp, dest)
+        if verify is not None:
+            verify(ResolvedWeights(staged, "explicit", _checksum(staged, source)))
+        swap_in_dir(tmp, dest, hint=WEIGHTS_HINT)
+    except OSError as exc:
+        raise write_error(dest.parent, exc, WEIGHTS_HINT) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _safetensors_name(source: WeightsSource) -> str | None:
+    return next((f for f in source.files if f.endswith(".safetensors")), None)
+
+
+def convert_to_safetensors(src: Path, dest: Path, *, encoder_id: str = "?") -> Path:
+    """A pickled checkpoint -> a safetensors file of the same tensors (wrappers and ``module.`` removed)."""
+    import torch
+    from safetensors.torch import save_file
+
+    state = read_state_dict(src, encoder_id=encoder_id)
+    bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise InputError(f"checkpoint for encoder '{encoder_id}' holds non-tensor values (e.g. '{bad[0]}')",
+                         where=str(src), hint="save the model's state_dict() only")
+    # clone: safetensors refuses tensors that share memory (tied weights, views)
+    save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(dest))
     return dest
 
 
@@ -365,29 +402,6 @@ def _stored_name(src: Path, source: WeightsSource) -> str:
         return src.name
     same_format = [f for f in source.files if Path(f).suffix == src.suffix]
     return same_format[0] if same_format else source.files[0]
-
-
-def _tmp_dir(dest: Path) -> Path:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".tmp-{dest.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    return tmp
-
-
-def _swap_in(tmp: Path, dest: Path) -> None:
-    """Replace ``dest`` by ``tmp`` with renames only: a crash leaves either the old or the new folder."""
-    old = None
-    if dest.exists():
-        old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
-        dest.rename(old)
-    try:
-        tmp.rename(dest)
-    except BaseException:
-        if old is not None:
-            old.rename(dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- state dicts

@@ -351,7 +351,7 @@ def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores, embed: E
     aux = empty_aux()
     if settings.scorers and len(ok):
         batch = query_batch(qdf.iloc[ok], qvecs[ok], gallery, encoder_id, settings.device, settings.scorer_options,
-                            workspace)
+                            workspace, gallery_scores=gallery_scores)
         aux = run_scorers(settings.scorers, batch)
     return Evaluation(status, per_query, aux, rankings, qvecs, reasons)
 
@@ -647,7 +647,8 @@ def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, e
 # --------------------------------------------------------------------------- scorers
 
 def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLabels | None, encoder_id: str | None,
-                device: str, options: dict | None, workspace: Path | None = None) -> QueryBatch:
+                device: str, options: dict | None, workspace: Path | None = None,
+                gallery_scores: Callable[[np.ndarray], np.ndarray] | None = None) -> QueryBatch:
     """The queries as scorers see them: explicit references, else the identity's reference set."""
     refs_by_key = gallery.references_by_key() if gallery is not None else {}
     keys = _keys(qdf["group"], qdf["identity"])
@@ -656,7 +657,11 @@ def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLab
     return QueryBatch(qdf["query_id"].tolist(), qdf["path"].tolist(), qdf["identity"].tolist(),
                       qdf["group"].tolist(), [p or None for p in qdf["prompt"]], refs, qvecs, encoder_id, device,
                       dict(options or {}), workspace=workspace,
-                      extras=[{c: qdf[c].iloc[i] for c in extras} for i in range(len(qdf))])
+                      extras=[{c: qdf[c].iloc[i] for c in extras} for i in range(len(qdf))],
+                      gallery_paths=list(gallery.paths) if gallery is not None else None,
+                      gallery_identities=[str(x) for x in gallery.identities] if gallery is not None else None,
+                      gallery_groups=[str(x) for x in gallery.groups] if gallery is not None else None,
+                      gallery_scores=gallery_scores if qvecs is not None else None)
 
 
 # --------------------------------------------------------------------------- oracle mAP for training

@@ -11,18 +11,18 @@ Search runs on a GPU when FAISS sees one, on the CPU otherwise.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-import uuid
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
+from fpr.files import atomic_write_dir
 
 CARD_VERSION = 1
+# Card fields added after fpr 0.1.0; cards written before them load with this value.
+UNKNOWN = "unknown"
 
 
 def _faiss():
@@ -50,6 +50,12 @@ class IndexCard:
     versions: dict = field(default_factory=dict)
     built_on: str = "cpu"
     card_version: int = CARD_VERSION
+    # Provenance of the vectors (fpr > 0.1.0): the device class that embedded them (cpu/cuda/mps), the
+    # numeric precision of the forward pass (fp32/bf16/fp16) and the embedding-cache key of encoder +
+    # weights + protocol + device + precision. Cards from fpr 0.1.0 lack them: "unknown".
+    device: str = UNKNOWN
+    precision: str = UNKNOWN
+    embedding_key: str = UNKNOWN
     # The search index for top-k lookups: "flat" (exact, the default and what 0.1 cards mean), or an
     # approximate "ivf"/"hnsw" index stored next to the flat one (AP always uses the flat vectors).
     index_type: str = "flat"
@@ -241,12 +247,10 @@ def _measure_recall(flat, approx, vectors: np.ndarray, card: IndexCard, seed: in
 
 
 def save(gi: GalleryIndex, folder: Path) -> None:
-    """Write atomically: a temp folder renamed over the old one (kept until the rename succeeds)."""
+    """Write atomically (:func:`fpr.files.atomic_write_dir`): a temp folder renamed over the old one."""
     faiss = _faiss()
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".tmp-{folder.name}-"))
-    try:
+
+    def fill(tmp: Path) -> None:
         faiss.write_index(gi.index, str(tmp / "index.faiss"))
         if gi.approx is not None:
             faiss.write_index(gi.approx, str(tmp / "approx.faiss"))
@@ -254,27 +258,85 @@ def save(gi: GalleryIndex, folder: Path) -> None:
         np.save(tmp / "references.npy", gi.ref_vectors)
         np.save(tmp / "reference_ids.npy", gi.ref_ids)
         (tmp / "card.json").write_text(gi.card.to_json())
-        old = None
-        if folder.exists():
-            old = folder.parent / f".old-{folder.name}-{uuid.uuid4().hex[:8]}"
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    atomic_write_dir(Path(folder), fill)
 
 
-def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str | None = None,
-         weights_checksum: str | None = None) -> GalleryIndex:
-    faiss = _faiss()
+class _Damaged(Exception):
+    def __init__(self, file: str, reason: str):
+        super().__init__(reason)
+        self.file, self.reason = file, reason
+
+
+def _damaged(folder: Path, name: str, card: dict | None, file: str, reason: str) -> ConflictError:
+    card = card or {}
+    parts = [f"--gallery {card['gallery']}" if isinstance(card.get("gallery"), str) else "--gallery GALLERY",
+             f"--encoder {card['encoder']}" if isinstance(card.get("encoder"), str) else "--encoder ENCODER"]
+    return ConflictError(f"index '{name}' is damaged ({folder / file}): {reason}",
+                         hint=f"rebuild it with 'fpr index build {' '.join(parts)} --name {name} --overwrite'")
+
+
+# A version folder (fpr/index/versions.py: indices/<name>/v<UTC time>-<hex>/) is named by its index's folder.
+_VERSION_FOLDER = re.compile(r"^v\d{8}T\d{6}-[0-9a-f]{8}$")
+
+
+def _index_name(folder: Path) -> str:
+    return folder.parent.name if _VERSION_FOLDER.match(folder.name) else folder.name
+
+
+def read_card(folder: Path, *, name: str | None = None) -> IndexCard:
+    """The card of an index folder; a damaged one is one ConflictError naming the file.
+
+    ``name``: the index's name for messages when the card cannot say it (default: the folder's
+    name, or its parent's for a version folder).
+    """
     folder = Path(folder)
+    name = name or _index_name(folder)
     card_path = folder / "card.json"
     if not card_path.exists():
         raise NotFoundError("index folder has no card.json", where=str(folder),
                             hint="rebuild it with 'fpr index build'")
-    card = IndexCard(**json.loads(card_path.read_text()))
+    raw = None
+    try:
+        raw = json.loads(card_path.read_text(encoding="utf-8"))
+        return _card_from_dict(raw)
+    except _Damaged as exc:
+        raise _damaged(folder, name, raw if isinstance(raw, dict) else None, "card.json", exc.reason) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged(folder, name, None, "card.json", f"not valid JSON ({exc})") from None
+
+
+def _card_from_dict(raw) -> IndexCard:
+    if not isinstance(raw, dict):
+        raise _Damaged("card.json", f"expected a JSON object, found {type(raw).__name__}")
+    known = {f.name: f for f in fields(IndexCard)}
+    required = [n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING]
+    missing = [k for k in required if k not in raw]
+    unknown = sorted(k for k in raw if k not in known)
+    if missing:
+        raise _Damaged("card.json", f"missing key(s) {', '.join(missing)}")
+    if unknown:
+        raise _Damaged("card.json", f"unknown key(s) {', '.join(unknown)} (written by a newer fpr, or edited)")
+    types = {"dim": int, "n_items": int, "n_references": int, "versions": dict}
+    wrong = [k for k, t in types.items() if k in raw and (not isinstance(raw[k], t) or isinstance(raw[k], bool))]
+    wrong += [k for k in ("name", "gallery", "encoder", "weights_checksum", "gallery_fingerprint")
+              if not isinstance(raw[k], str)]
+    if wrong:
+        raise _Damaged("card.json", f"key(s) of the wrong type: {', '.join(wrong)}")
+    return IndexCard(**raw)
+
+
+def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str | None = None,
+         weights_checksum: str | None = None, name: str | None = None) -> GalleryIndex:
+    """Load and check an index folder.
+
+    A missing, corrupt or truncated file, a card that is not what fpr writes, or arrays whose
+    lengths disagree with the FAISS index and the card is one ConflictError: "index 'NAME' is
+    damaged (FILE): why; rebuild it with 'fpr index build ... --overwrite'".
+    """
+    faiss = _faiss()
+    folder = Path(folder)
+    card = read_card(folder, name=name)
     if encoder is not None and encoder != card.encoder:
         raise ConflictError(f"index '{card.name}' was built with encoder '{card.encoder}', not '{encoder}'",
                             hint=f"query without --encoder, or build an index with 'fpr index build --encoder {encoder}'")
@@ -285,15 +347,67 @@ def load(folder: Path, *, encoder: str | None = None, gallery_fingerprint: str |
     if weights_checksum is not None and weights_checksum != card.weights_checksum:
         raise ConflictError(f"encoder '{card.encoder}' weights changed since index '{card.name}' was built",
                             hint="rebuild the index, or pass --weights with the original file")
-    index = faiss.read_index(str(folder / "index.faiss"))
+    try:
+        return _read_arrays(faiss, folder, card)
+    except _Damaged as exc:
+        raise _damaged(folder, card.name, asdict(card), exc.file, exc.reason) from None
+
+
+def _read_arrays(faiss, folder: Path, card: IndexCard) -> GalleryIndex:
+    path = folder / "index.faiss"
+    if not path.is_file():
+        raise _Damaged("index.faiss", "file is missing")
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:  # FAISS reports every read failure (truncated, not an index) as RuntimeError
+        # "Error in <C++ signature> at <file>:<line>: <reason>": keep the reason
+        first = (str(exc).splitlines() or [""])[0]
+        reason = first.split(": ", 1)[1] if first.startswith("Error in") and ": " in first else first
+        raise _Damaged("index.faiss", f"FAISS cannot read it ({reason.strip()[:160] or 'truncated or corrupt'})"
+                       ) from None
     if index.d != card.dim:
-        raise ConflictError(f"index file has dim {index.d} but its card says {card.dim}", where=str(folder))
+        raise _Damaged("index.faiss", f"vectors of dim {index.d} but the card says {card.dim}")
+    if index.ntotal != card.n_items:
+        raise _Damaged("index.faiss", f"{index.ntotal} vectors but the card says {card.n_items}")
+    item_ids = _read_npy(folder, "item_ids.npy", (card.n_items,), "i")
+    refs = _read_npy(folder, "references.npy", (card.n_references, card.dim), "f")
+    ref_ids = _read_npy(folder, "reference_ids.npy", (card.n_references,), "i")
     approx = None
     if card.index_type != "flat":
-        approx = faiss.read_index(str(folder / "approx.faiss"))
-        _set_search_params(approx, card)
-    return GalleryIndex(card, index, np.load(folder / "item_ids.npy"), np.load(folder / "references.npy"),
-                        np.load(folder / "reference_ids.npy"), approx)
+        approx = _read_approx(faiss, folder, card)
+    return GalleryIndex(card, index, item_ids, refs, ref_ids, approx)
+
+
+def _read_approx(faiss, folder: Path, card: IndexCard):
+    path = folder / "approx.faiss"
+    if not path.is_file():
+        raise _Damaged("approx.faiss", f"file is missing (the card says a {card.index_type} search index)")
+    try:
+        approx = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise _Damaged("approx.faiss", f"FAISS cannot read it ({str(exc).splitlines()[0][:160]})") from None
+    if approx.d != card.dim or approx.ntotal != card.n_items:
+        raise _Damaged("approx.faiss", f"{approx.ntotal} vectors of dim {approx.d}, the card says "
+                                       f"{card.n_items} of dim {card.dim}")
+    _set_search_params(approx, card)
+    return approx
+
+
+def _read_npy(folder: Path, name: str, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    path = folder / name
+    if not path.is_file():
+        raise _Damaged(name, "file is missing")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise _Damaged(name, f"not a readable array ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                       ) from None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in (kind, "u" if kind == "i" else kind):
+        raise _Damaged(name, f"holds {getattr(arr, 'dtype', type(arr).__name__)}, not "
+                             f"{'integer ids' if kind == 'i' else 'float vectors'}")
+    if arr.shape != shape:
+        raise _Damaged(name, f"shape {arr.shape} does not match the index ({shape})")
+    return arr
 
 
 # version key -> the distributions that may provide it (first one installed wins)

@@ -92,15 +92,70 @@ def test_cache_key_depends_on_preprocessing(tiny_encoder):
                         weights=WeightsSource(kind="none"), build=lambda w: TinyCNN())
     from fpr.encoders.registry import embedding_key
 
-    assert embedding_key(spec2, tiny_encoder.weights) != tiny_encoder.cache_key
+    assert embedding_key(spec2, tiny_encoder.weights, device="cpu", precision="fp32") != tiny_encoder.cache_key
 
 
-def test_damaged_cache_shard_is_ignored(tiny_encoder, images, tmp_path):
+def test_cache_key_separates_device_class_and_precision(tiny_encoder):
+    from fpr.encoders.registry import embedding_key
+
+    spec, w = tiny_encoder.spec, tiny_encoder.weights
+    assert (tiny_encoder.device_class, tiny_encoder.precision) == ("cpu", "fp32")
+    assert tiny_encoder.cache_key == embedding_key(spec, w, device="cpu", precision="fp32")
+    keys = {embedding_key(spec, w, device=d, precision=p) for d, p in
+            [("cpu", "fp32"), ("cuda", "bf16"), ("cuda", "fp16"), ("cuda", "fp32"), ("mps", "fp32")]}
+    assert len(keys) == 5
+    prov = tiny_encoder.provenance
+    assert prov == {"encoder": "test-tiny-cnn", "weights_checksum": "none", "preprocessing": spec.preprocessing.key(),
+                    "device": "cpu", "precision": "fp32", "embedding_key": tiny_encoder.cache_key}
+    meta = E.cache_for(tiny_encoder)._meta
+    assert (meta["device"], meta["precision"]) == ("cpu", "fp32")
+
+
+def test_damaged_cache_shard_is_reported_set_aside_and_recomputed(tiny_encoder, images, tmp_path, capsys):
+    from fpr import progress
+
+    fresh = E.embed_paths(tiny_encoder, images[:5], cache=None, workers=0).vectors
     cache = E.cache_for(tiny_encoder, root=tmp_path / "c")
     E.embed_paths(tiny_encoder, images[:5], cache=cache, workers=0)
-    (cache.dir / "shard-zzzz.npz").write_bytes(b"not a zip")
-    fresh = EmbeddingCache(cache.key, 16, root=tmp_path / "c")
-    assert len(fresh) == 5
+    [shard] = list(cache.dir.glob("shard-*.npz"))
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])  # truncated: the zip directory is gone
+    progress.set_enabled(True)
+    try:
+        again = E.embed_paths(tiny_encoder, images[:5], cache=E.cache_for(tiny_encoder, root=tmp_path / "c"),
+                              workers=0)
+        # a second reader does not see (nor report) it again
+        assert len(EmbeddingCache(cache.key, 16, root=tmp_path / "c")) == 5
+    finally:
+        progress.set_enabled(False)
+    err = capsys.readouterr().err
+    assert again.n_computed == 5 and again.n_from_cache == 0
+    assert again.vectors.tobytes() == fresh.tobytes()
+    assert err.count("damaged embedding-cache shard") == 1 and shard.name in err and "recomputed" in err
+    assert not shard.exists() and shard.with_name(shard.name + ".damaged").read_bytes() == data[: len(data) // 2]
+
+
+@pytest.mark.parametrize("content", ["wrong_dim", "not_zip", "no_vectors"])
+def test_any_damaged_shard_is_set_aside(tmp_path, content, capsys):
+    from fpr import progress
+
+    cache = EmbeddingCache("k", 4, root=tmp_path)
+    cache.add(["h0"], np.ones((1, 4), np.float32))
+    bad = cache.dir / "shard-bad.npz"
+    if content == "wrong_dim":
+        np.savez(bad, hashes=np.asarray(["h1"], dtype="S64"), vectors=np.ones((1, 3), np.float32))
+    elif content == "no_vectors":
+        np.savez(bad, hashes=np.asarray(["h1"], dtype="S64"))
+    else:
+        bad.write_bytes(b"not a zip")
+    progress.set_enabled(True)
+    try:
+        fresh = EmbeddingCache("k", 4, root=tmp_path)
+        assert set(fresh.get_many(["h0", "h1"])) == {"h0"}
+    finally:
+        progress.set_enabled(False)
+    assert "shard-bad.npz" in capsys.readouterr().err
+    assert (cache.dir / "shard-bad.npz.damaged").exists() and not bad.exists()
 
 
 def test_cache_compaction_keeps_every_vector(tiny_encoder, tmp_path, monkeypatch):

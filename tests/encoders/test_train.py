@@ -84,7 +84,7 @@ def test_strict_load_refuses_mismatched_weights(trained, tmp_path):
         load_network(card, res.weights_path)
 
 
-def test_discovery_skips_broken_cards():
+def test_discovery_lists_broken_cards_as_broken():
     folder = weights_dir() / "broken"
     folder.mkdir(parents=True)
     (folder / CARD_NAME).write_text("{not json")
@@ -92,7 +92,10 @@ def test_discovery_skips_broken_cards():
     (weights_dir() / "wrong-folder" / CARD_NAME).write_text(json.dumps(
         {"id": "other", "architecture": "fpr-cnn-s", "dim": 8, "preprocessing": {}}))
     specs = registry.all_specs()
-    assert "broken" not in specs and "other" not in specs
+    assert "broken" not in specs and "other" not in specs and "wrong-folder" not in specs
+    broken = registry.broken_encoders()
+    assert "not valid JSON" in broken["broken"].reason
+    assert "sits in folder 'wrong-folder'" in broken["wrong-folder"].reason
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "efficientnetv2_rw_t"])

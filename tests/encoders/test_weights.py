@@ -135,11 +135,34 @@ def test_import_is_atomic_and_refuses_to_overwrite(tmp_path):
 
 
 def test_import_follows_hf_cache_symlinks_and_renames_to_known_name(tmp_path):
-    hub = _hf_cache_file("org/model", "pytorch_model.bin", b"real-bytes")
+    hub = _hf_cache_file("org/model", "model.safetensors", b"real-bytes")
     dest = W.import_files("m", SRC, W.resolve_weights("m", SRC, explicit=hub))
-    assert not (dest / "pytorch_model.bin").is_symlink()
-    assert (dest / "pytorch_model.bin").read_bytes() == b"real-bytes"
+    assert not (dest / "model.safetensors").is_symlink()
+    assert (dest / "model.safetensors").read_bytes() == b"real-bytes"
     odd = tmp_path / "weights-v3.safetensors"
     odd.write_bytes(b"x")
     dest = W.import_files("m", SRC, W.resolve_weights("m", SRC, explicit=odd), overwrite=True)
     assert [p.name for p in dest.iterdir()] == ["model.safetensors"]
+
+
+def test_import_converts_a_pickle_to_the_safetensors_name_and_verifies_the_staged_copy(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    torch.save({"model": {"w": torch.ones(2)}}, tmp_path / "ckpt.pth")
+    seen = []
+    dest = W.import_files("m", SRC, W.resolve_weights("m", SRC, explicit=tmp_path / "ckpt.pth"),
+                          verify=lambda staged: seen.append((staged.path.name, staged.path.parent.name)))
+    assert [p.name for p in dest.iterdir()] == ["model.safetensors"]
+    assert load_file(str(dest / "model.safetensors"))["w"].tolist() == [1.0, 1.0]
+    assert seen[0][0] == "model.safetensors" and seen[0][1].startswith(".tmp-m-")  # proven before the swap
+
+    def refuse(staged):
+        raise ConflictError("does not load")
+
+    torch.save({"w": torch.zeros(2)}, tmp_path / "other.pth")
+    with pytest.raises(ConflictError):
+        W.import_files("m", SRC, W.resolve_weights("m", SRC, explicit=tmp_path / "other.pth"), overwrite=True,
+                       verify=refuse)
+    assert load_file(str(dest / "model.safetensors"))["w"].tolist() == [1.0, 1.0]  # the old weights stay
+    assert not [p for p in dest.parent.iterdir() if p.name.startswith((".tmp-", ".old-"))]

@@ -13,13 +13,15 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
 
-SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli")
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli", "dreambench_concept",
+                  "dreambench_prompt", "viescore", "cigeval", "hwpq")
 
 
 @dataclass
@@ -38,6 +40,13 @@ class QueryBatch:
     options: dict = field(default_factory=dict)  # scorer options, e.g. {"copy-paste.encoder": "pixels-16"}
     workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. model judges)
     extras: list[dict] | None = None  # per query: the queries table's other columns (expected_text, panels, ...)
+    # The gallery the run retrieves from, rows aligned (FAISS order), for gallery-aware scorers such as
+    # ``dreambench-concept.mode=choice``; ``gallery_scores(query_vectors)`` -> (Q, G) similarities
+    # under the run's encoder. None when not wired (e.g. ``fpr score``, which has no query vectors).
+    gallery_paths: list[str] | None = None
+    gallery_identities: list[str] | None = None
+    gallery_groups: list[str] | None = None
+    gallery_scores: Callable[[np.ndarray], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.query_ids)
@@ -49,8 +58,12 @@ class Scorer:
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
     metrics: tuple[str, ...] = ()
 
-    def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value
+    def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value[, note]
         raise NotImplementedError
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
+        return {}
 
     def check(self, batch: QueryBatch) -> None:
         if "prompt" in self.needs and not any(p for p in batch.prompts):
@@ -73,12 +86,8 @@ def _ensure_loaded() -> None:
     global _loaded
     if _loaded:
         return
-    for name in SCORER_MODULES:
-        try:
-            importlib.import_module(f"fpr.eval.scorers.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"fpr.eval.scorers.{name}":
-                raise
+    for name in SCORER_MODULES:  # a listed module that is missing is a packaging bug: let it raise
+        importlib.import_module(f"fpr.eval.scorers.{name}")
     _loaded = True
 
 
@@ -106,10 +115,12 @@ def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[st
 
 def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     frames = []
+    provenance = {}
     for name in names:
         scorer = get_scorer(name)
         scorer.check(batch)
         df = scorer.score(batch)
+        provenance[name] = scorer.provenance(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
         df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
@@ -120,4 +131,5 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     out = pd.concat(frames, ignore_index=True)
     out["value"] = pd.to_numeric(out["value"], errors="coerce").astype(float)
     out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
+    out.attrs["provenance"] = {k: v for k, v in provenance.items() if v}  # per scorer, for the run's provenance
     return out

@@ -1,0 +1,69 @@
+"""Embedding determinism: on a CPU in fp32 an image's embedding does not depend on its batch-mates.
+
+Each image is embedded alone and inside batches of other sizes and compositions (shuffled
+orders, duplicated neighbours, different batch sizes); every vector must be bit-identical.
+Covered: the built-in encoders fpr-world-v1 and pixels-16, and a tiny random timm CNN (timm's test_resnet).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fpr.encoders import embed as E
+from fpr.encoders.preprocess import Preprocessing
+from fpr.encoders.registry import EncoderSpec, load_encoder, register, unregister
+from fpr.encoders.weights import WeightsSource
+from fpr.images import load_rgb
+from tests.conftest import write_image
+
+
+TEST_RESNET_DIM = 96  # timm's tiny "test_resnet": a random-initialised ResNet with BatchNorm
+
+
+@pytest.fixture(scope="module")
+def timm_cnn():
+    import timm
+
+    def build(_):
+        torch.manual_seed(0)
+        return timm.create_model("test_resnet", pretrained=False, num_classes=0)
+
+    spec = EncoderSpec(id="test-timm-test_resnet", family="test", dim=TEST_RESNET_DIM,
+                       preprocessing=Preprocessing(name="squash32-imagenet", size=32),
+                       weights=WeightsSource(kind="none"), build=build)
+    register(spec, replace=True)
+    yield spec.id
+    unregister(spec.id)
+
+
+@pytest.fixture
+def images(tmp_path):
+    return [str(write_image(tmp_path / f"i{k}.png", seed=100 + k, size=40 + 3 * k)) for k in range(5)]
+
+
+@pytest.mark.parametrize("encoder_id", ["fpr-world-v1", "pixels-16", "test-timm-test_resnet"])
+def test_embedding_does_not_depend_on_the_batch(encoder_id, images, timm_cnn):
+    enc = load_encoder(encoder_id, device="cpu")
+    assert (enc.device_class, enc.precision) == ("cpu", "fp32")
+    alone = np.stack([E.embed_paths(enc, [p], cache=None, workers=0).vectors[0] for p in images])
+    rng = np.random.default_rng(0)
+    for batch_size in (2, 5):
+        order = rng.permutation(len(images))
+        got = E.embed_paths(enc, [images[i] for i in order], cache=None, batch_size=batch_size, workers=0).vectors
+        assert got.tobytes() == alone[order].tobytes(), (encoder_id, batch_size)
+    # the same image among copies of one other image, and at every position of a batch
+    for pos in (0, 3):
+        mates = [images[0]] * 3
+        mates.insert(pos, images[4])
+        got = E.embed_pil(enc, [load_rgb(p) for p in mates], batch_size=4)
+        assert got[pos].tobytes() == alone[4].tobytes()
+
+
+def test_embed_batch_equals_one_image_at_a_time():
+    """On a CPU a batched forward pass may differ in the last bits (kernels block by batch size);
+    embed_batch runs one image per pass there, so a batch equals its images one by one."""
+    enc = load_encoder("fpr-world-v1", device="cpu")
+    torch.manual_seed(0)
+    x = torch.randn(9, 3, enc.preprocessing.output_size, enc.preprocessing.output_size)
+    assert enc.embed_batch(x).tobytes() == np.concatenate([enc.embed_batch(x[i:i + 1]) for i in range(9)]).tobytes()
