@@ -232,3 +232,16 @@ def test_bad_files_raise_one_line_or_skip(tiny_encoder, tmp_path, make):
     assert str(bad) in exc.value.one_line() and "\n" not in exc.value.one_line()
     res = E.embed_paths(tiny_encoder, [good, bad], cache=None, workers=0, on_error="skip")
     assert list(res.failed) == [1] and np.isfinite(res.vectors[0]).all() and np.isnan(res.vectors[1]).all()
+
+
+def test_each_file_is_read_once_and_bytes_past_the_budget_are_reread(tiny_encoder, images, monkeypatch):
+    reads = []
+    real = E.read_bytes
+    monkeypatch.setattr(E, "read_bytes", lambda p: reads.append(str(p)) or real(p))
+    fresh = E.embed_paths(tiny_encoder, images[:6], cache=None, workers=0)
+    assert sorted(reads) == sorted(images[:6])  # hashed and decoded from one read
+    reads.clear()
+    monkeypatch.setattr(E, "KEEP_BYTES", 0)  # nothing kept: the decoder reads the files itself
+    again = E.embed_paths(tiny_encoder, images[:6], cache=None, workers=0)
+    assert sorted(reads) == sorted(images[:6] * 2)
+    assert again.vectors.tobytes() == fresh.vectors.tobytes()
