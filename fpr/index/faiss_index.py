@@ -154,12 +154,17 @@ class _GpuIndex:
         return self.index.search(q, k)
 
 
+_GPU_RESOURCES = []  # one StandardGpuResources per process, shared by every GPU index (per-group sub-indices)
+
+
 def _to_gpu(index):
     """The index on GPU 0 when FAISS sees a GPU, else the CPU index itself."""
     if not gpu_available():
         return index
     faiss = _faiss()
-    res = faiss.StandardGpuResources()
+    if not _GPU_RESOURCES:
+        _GPU_RESOURCES.append(faiss.StandardGpuResources())
+    res = _GPU_RESOURCES[0]
     return _GpuIndex(faiss.index_cpu_to_gpu(res, 0, index), res)
 
 
