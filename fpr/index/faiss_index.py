@@ -124,10 +124,19 @@ class GalleryIndex:
         return q
 
     def vectors(self) -> np.ndarray:
-        """The stored gallery vectors (FAISS row order)."""
+        """The stored gallery vectors (FAISS row order), read-only.
+
+        A flat index is viewed in place (no second copy of a large gallery in memory)."""
         if getattr(self, "_vectors", None) is None:
-            self._vectors = self.index.reconstruct_n(0, self.ntotal) if self.ntotal else \
-                np.zeros((0, self.card.dim), np.float32)
+            if not self.ntotal:
+                self._vectors = np.zeros((0, self.card.dim), np.float32)
+            elif hasattr(self.index, "get_xb"):
+                faiss = _faiss()
+                view = faiss.rev_swig_ptr(self.index.get_xb(), self.ntotal * self.card.dim)
+                self._vectors = np.asarray(view).reshape(self.ntotal, self.card.dim)
+                self._vectors.flags.writeable = False
+            else:
+                self._vectors = self.index.reconstruct_n(0, self.ntotal)
         return self._vectors
 
     def all_scores(self, queries: np.ndarray) -> np.ndarray:
