@@ -41,10 +41,10 @@ def write_images(folder: Path, n: int, seed: int, tree: bool, n_ids: int) -> lis
     return rows
 
 
-def run_peak(cmd: list[str], env: dict) -> tuple[float, float, int]:
+def run_peak(cmd: list[str], env: dict, cwd: Path) -> tuple[float, float, int]:
     """(peak RSS MiB, seconds, exit code) of a subprocess."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     err = proc.stderr.read().decode()
     code = os.waitstatus_to_exitcode(status)
@@ -67,24 +67,26 @@ def query_memory(args) -> None:
     pd.DataFrame(qrows).to_csv(tmp / "q5000.csv", index=False)
     print(f"wrote {args.gallery} gallery + 5000 query images in {time.perf_counter() - t:.0f} s", flush=True)
     codes = [("this branch", ROOT)] + ([("baseline", Path(args.baseline))] if args.baseline else [])
-    for label, code in codes:
+    if args.only_baseline:
+        codes = codes[1:]
+    for label, code in codes:  # run from the code's own folder: `python -m` puts the cwd first on sys.path
         ws = tmp / f"ws-{label.replace(' ', '-')}"
         env_cache = {"FPR_CACHE_DIR": str(tmp / f"cache-{label.replace(' ', '-')}")}
         for step in (["gallery", "import", "--name", "g", "--folder", str(tmp / "gallery"), "--references", "0"],
                      ["index", "build", "--gallery", "g", "--encoder", "pixels-16"]):
             cmd, env = fpr_cmd(code, ws, *step)
             t = time.perf_counter()
-            subprocess.run(cmd, env={**env, **env_cache}, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(cmd, env={**env, **env_cache}, check=True, stdout=subprocess.DEVNULL, cwd=code)
             print(f"[{label}] {step[0]} {step[1]}: {time.perf_counter() - t:.0f} s", flush=True)
         # warm the cache for the queries so the measured runs are about scoring
         cmd, env = fpr_cmd(code, ws, "query", "--index", "g-pixels-16", "--queries", str(tmp / "q5000.csv"),
                            "--scope", "all", "--run", "warm")
-        subprocess.run(cmd, env={**env, **env_cache}, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, env={**env, **env_cache}, check=True, stdout=subprocess.DEVNULL, cwd=code)
         peaks = {}
         for n in (500, 5000):
             cmd, env = fpr_cmd(code, ws, "query", "--index", "g-pixels-16", "--queries", str(tmp / f"q{n}.csv"),
                                "--scope", "all", "--run", f"r{n}", "--overwrite")
-            peaks[n], secs, rc = run_peak(cmd, {**env, **env_cache})
+            peaks[n], secs, rc = run_peak(cmd, {**env, **env_cache}, code)
             print(f"[{label}] fpr query --scope all, {n} queries x {args.gallery} gallery: peak RSS {peaks[n]:.0f} MiB, "
                   f"{secs:.1f} s, exit {rc}", flush=True)
         print(f"[{label}] peak RSS ratio 5000/500 queries: {peaks[5000] / peaks[500]:.2f}", flush=True)
@@ -142,6 +144,7 @@ def main() -> None:
     ap.add_argument("--big-g", type=int, default=200000)
     ap.add_argument("--big-dim", type=int, default=64)
     ap.add_argument("--skip-cli", action="store_true")
+    ap.add_argument("--only-baseline", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
     args = ap.parse_args()
     if not args.skip_cli:

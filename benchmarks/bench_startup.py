@@ -19,11 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def timed(cmd: list[str], env: dict, rounds: int) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict, rounds: int, cwd: Path = ROOT) -> tuple[float, float]:
     times = []
     for _ in range(rounds):
         t = time.perf_counter()
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
         times.append(time.perf_counter() - t)
     return statistics.median(times), max(times) - min(times)
 
@@ -41,7 +41,7 @@ def main() -> None:
     for label, code in codes:
         env = {**base_env, "PYTHONPATH": str(code)}
         for cmd in (["--version"], ["--help"], ["--workspace", str(ws), "runs"]):
-            t, s = timed([sys.executable, "-m", "fpr", *cmd], env, args.rounds)
+            t, s = timed([sys.executable, "-m", "fpr", *cmd], env, args.rounds, code)  # cwd: first on sys.path
             print(f"[{label}] fpr {' '.join(cmd[-1:] if cmd[0] == '--workspace' else cmd)}: {t:.3f} s "
                   f"(spread {s:.3f}), {t / bare:.1f}x python -c pass, {t - bare:.3f} s over it", flush=True)
 
