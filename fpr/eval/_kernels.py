@@ -34,6 +34,25 @@ def _row(s, rel, u, hist):
                 return np.nan, 0, 0, 0, True
             u[r] = v
             r += 1
+    return _finish(s, u, r, hist)
+
+
+@njit(cache=True, nogil=True)
+def _row_idx(s, idx, u, hist):
+    """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
+    r = idx.shape[0]
+    for k in range(r):
+        v = s[idx[k]]
+        if v != v:
+            return np.nan, 0, 0, 0, True
+        u[k] = v
+    return _finish(s, u, r, hist)
+
+
+@njit(cache=True, nogil=True)
+def _finish(s, u, r, hist):
+    """AP and ranks from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
+    g = s.shape[0]
     if r == 0:
         return np.nan, 0, 0, 0, False
     vals = np.sort(u[:r])  # ascending
@@ -102,17 +121,16 @@ def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
 
 
 @njit(cache=True, nogil=True)
-def metrics_labels(scores, q_codes, g_codes, ap, first, last, n_rel, start, end):
-    """Rows [start, end) with relevance = equal label codes."""
+def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, start, end):
+    """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
+    ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
     g = scores.shape[1]
     u = np.empty(g, dtype=np.float64)
     hist = np.empty(2 * g + 1, dtype=np.int64)
-    rel = np.empty(g, dtype=np.bool_)
     bad = False
     for i in range(start, end):
         c = q_codes[i]
-        for j in range(g):
-            rel[j] = g_codes[j] == c
-        ap[i], first[i], last[i], n_rel[i], b = _row(scores[i], rel, u, hist)
+        ap[i], first[i], last[i], n_rel[i], b = _row_idx(scores[i], g_order[g_start[c]:g_start[c] + g_count[c]],
+                                                         u, hist)
         bad |= b
     return bad

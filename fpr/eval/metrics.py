@@ -114,7 +114,12 @@ def retrieval_metrics_labels(scores: np.ndarray, query_labels, gallery_labels, *
     q_codes, g_codes = codes[:len(q_lab)], codes[len(q_lab):]
     k = _kernels()
     if k is not None:
-        return _compiled(k.metrics_labels, _float_scores(scores), q_codes.astype(np.int64), g_codes.astype(np.int64))
+        n_codes = len(uniq)
+        g_order = np.argsort(g_codes, kind="stable").astype(np.int64)
+        g_count = np.bincount(g_codes, minlength=n_codes).astype(np.int64)
+        g_start = (np.cumsum(g_count) - g_count).astype(np.int64)
+        return _compiled(k.metrics_labels, _float_scores(scores), q_codes.astype(np.int64), g_order, g_start,
+                         g_count)
     g_order = np.argsort(g_codes, kind="stable")
     g_sorted = g_codes[g_order]
     starts = np.searchsorted(g_sorted, q_codes, side="left")
