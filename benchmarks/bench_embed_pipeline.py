@@ -3,8 +3,8 @@
 bare: ``Encoder.embed_batch`` over tensors decoded and preprocessed beforehand (not timed);
 pipeline: ``embed_paths`` from files (hash, read once, decode + protocol in worker processes with
 one thread each, forward, normalise), no cache. Ratio = bare time / pipeline time (1.0 = the
-pipeline costs nothing beyond the forward). Encoders: the built-in ``pixels-16`` and a
-random-init resnet18 at 224 px. 3 rounds: median and spread.
+pipeline costs nothing beyond the forward). Encoders: the built-in ``fpr-world-v1``, a
+random-init resnet18 at 224 px, and ``pixels-16`` (no model: pure decode cost). 3 rounds: median and spread.
 
     python benchmarks/bench_embed_pipeline.py [--n 256] [--batch-size 32] [--workers 2] [--rounds 3]
 """
@@ -53,7 +53,7 @@ def main() -> None:
         paths.append(str(p))
     print(f"torch threads {torch.get_num_threads()}, workers {args.workers}, batch {args.batch_size}, "
           f"{args.rounds} rounds")
-    for enc_id, n in (("pixels-16", args.n), ("bench-resnet18", args.n_cnn)):
+    for enc_id, n in (("fpr-world-v1", args.n), ("bench-resnet18", args.n_cnn), ("pixels-16", args.n)):
         enc = load_encoder(enc_id, device=args.device)
         imgs = torch.stack([enc.preprocessing(decode_rgb(read_bytes(p))) for p in paths[:n]])
         if enc.device.type == "cuda":
