@@ -97,10 +97,11 @@ def filter_queries(*args, **kwargs):
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
-    "delete_index", "run_query", "read_queries", "report", "load_run", "list_runs", "export_run", "delete_run",
+    "delete_index", "run_query", "run_query_encoders", "read_queries", "report", "report_data",
+    "paper_report", "html_report", "score_from_table", "run_ids", "load_run", "list_runs", "export_run", "delete_run",
     "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
     "build_preset_gallery",
-    "training_source", "train_encoder",
+    "training_source", "train_encoder", "list_encoders", "fetch_weights", "import_weights",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
 ]
 
@@ -378,16 +379,33 @@ class RunResult:
     @property
     def sim_definition(self) -> dict[str, int]:
         """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
-        if "sim_source" not in self.per_query:
-            return {}
-        counts = self.per_query["sim_source"].dropna().value_counts()
-        return {str(k): int(v) for k, v in counts.sort_index().items()}
+        return sim_definition(self.per_query)
 
     def as_json(self) -> dict:
         return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
                 "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
-                "skipped": self.skipped_reasons, "sim_definition": self.sim_definition,
-                "provenance": self.provenance}
+                "skipped": skip_reasons(self.per_query, self.skipped_reasons),
+                "sim_definition": self.sim_definition, "provenance": self.provenance}
+
+
+def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
+    """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+    if "sim_source" not in per_query:
+        return {}
+    counts = per_query["sim_source"].dropna().value_counts()
+    return {str(k): int(v) for k, v in counts.sort_index().items()}
+
+
+def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
+    """Every skipped query id -> its status and reason (unreadable: the decoder's message)."""
+    out: dict[str, str] = {}
+    for qid, status, g, ident in zip(per_query["query_id"], per_query["status"], per_query["group"],
+                                     per_query["identity"]):
+        if status == SKIP_NO_RELEVANT:
+            out[qid] = f"{status}: no gallery image of identity '{ident}' in group '{g}' in scope"
+        elif status != "ok":
+            out[qid] = f"{status}: {reasons.get(qid, 'no reason stored')}"
+    return out
 
 
 def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -434,7 +452,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
-    run_id = check_name(run, "run") if run else _new_run_id()
+    run_id = db.check_run_id(run) if run else _new_run_id()
     ws = Workspace.open(workspace)
     if not overwrite and db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
@@ -468,12 +486,14 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                  ev.rankings.assign(run_id=run_id), overwrite=overwrite)
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
-    summary = summarize(with_aux(per_query, ev.aux), seed=seed, aux_cols=aux_columns(ev.aux))
+    summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
+                                                              aux_cols=aux_columns(ev.aux))]
     n_skipped = len(qdf) - n_ok
     if n_skipped:
         progress.log(f"skipped {n_skipped} of {len(qdf)} queries "
                      f"({int((ev.status == SKIP_NO_RELEVANT).sum())} without relevant gallery images, "
-                     f"{int((ev.status == SKIP_UNREADABLE).sum())} unreadable); see status in 'fpr export'")
+                     f"{int((ev.status == SKIP_UNREADABLE).sum())} unreadable); '--format json' lists them with "
+                     f"reasons, 'fpr export --run {run_id} --out FILE.csv' has their status")
     return RunResult(run_id, index, enc.id, summary, per_query, ev.aux, provenance, n_skipped, ev.reasons)
 
 
@@ -483,7 +503,8 @@ def load_run(run_id: str, *, workspace: str | Path | None = None) -> RunResult:
     row = db.get_run(ws, run_id)
     stored, aux = db.run_tables(ws, run_id)
     per_query = pipeline.expand_extras(stored)
-    summary = summarize(with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))
+    summary = [{"encoder": row.encoder, **r} for r in summarize(
+        with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))]
     n_skipped = int((per_query["status"] != "ok").sum())
     return RunResult(run_id, row.index_name, row.encoder, summary, per_query, aux, row.provenance, n_skipped,
                      row.params.get("skipped", {}))
@@ -512,31 +533,223 @@ def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
 
 
 def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:
-    """Delete a run with its per-query rows, scores and rankings (one transaction)."""
-    db.delete_run(Workspace.open(workspace), run_id)
-    return {"deleted": run_id}
+    """Delete a run with its per-query rows, scores and rankings (one transaction per stored run); the
+    name of a multi-encoder run deletes all its per-encoder runs."""
+    ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    for rid in ids:
+        db.delete_run(ws, rid)
+    return {"deleted": run_id, "runs": ids}
+
+
+def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str | Path | pd.DataFrame, *,
+                       run: str | None = None, workspace: str | Path | None = None, overwrite: bool = False,
+                       device: str = "auto", batch_size: int = 64, workers: int | None = None,
+                       **kwargs) -> list[RunResult]:
+    """Evaluate the same queries under several encoders: one stored run ``<run>@<encoder>`` per encoder.
+
+    The index ``<gallery>-<encoder>`` is built first where it is missing. ``fpr report --run <run>``,
+    ``fpr export --run <run>`` and the HTML report read the group as one run with an ``encoder`` column.
+    """
+    names = [e.strip() for e in (encoders.split(",") if isinstance(encoders, str) else encoders) if e.strip()]
+    if not names:
+        raise InputError("no encoders given", hint="e.g. --encoders pixels-16,fpr-world-v1")
+    if len(set(names)) != len(names):
+        raise InputError(f"an encoder is listed twice: {', '.join(names)}")
+    run_id = check_name(run, "run") if run else _new_run_id()
+    ws = Workspace.open(workspace)
+    db.get_gallery(ws, gallery)
+    if db.run_exists(ws, run_id):
+        raise ConflictError(f"run '{run_id}' already exists as a single run",
+                            hint="choose another --run, or delete it first (fpr runs delete)")
+    qdf = pipeline.normalize_queries(queries)  # one read and check, before any index is built
+    results = []
+    for enc in names:
+        index = f"{gallery}-{enc}"
+        if db.find_index(ws, index) is None:
+            progress.log(f"building missing index {index}")
+            build_index(gallery, enc, name=index, workspace=ws.root, device=device, batch_size=batch_size,
+                        workers=workers)
+        results.append(run_query(index, qdf, run=f"{run_id}{db.ENCODER_SEP}{enc}", workspace=ws.root, encoder=enc,
+                                 overwrite=overwrite, device=device, batch_size=batch_size, workers=workers,
+                                 **kwargs))
+    return results
+
+
+def run_ids(runs: Sequence[str] | str, *, workspace: str | Path | None = None) -> list[str]:
+    """The stored runs the given names stand for (a multi-encoder name stands for its per-encoder runs)."""
+    ws = Workspace.open(workspace)
+    out: list[str] = []
+    for name in [runs] if isinstance(runs, str) else list(runs):
+        ids = db.run_group(ws, name)
+        if not ids:
+            db.get_run(ws, name)  # raises, naming recent runs
+        out += [i for i in ids if i not in out]
+    return out
+
+
+@dataclass
+class ReportData:
+    """Per-query rows of one or more runs (``run_id``, ``encoder`` and drift columns), their scores and
+    top-k rankings, and summary rows per encoder."""
+
+    runs: list[str]
+    per_query: pd.DataFrame
+    aux: pd.DataFrame
+    rankings: pd.DataFrame
+    summary: list[dict]
+    items: dict  # run_id -> {item_id: GalleryItem}
+    skipped: dict
+    provenance: dict  # run_id -> provenance
+
+    @property
+    def encoders(self) -> list[str]:
+        return list(dict.fromkeys(self.per_query["encoder"].tolist()))
+
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """As :attr:`RunResult.sim_definition`, counted over the first encoder's queries."""
+        return sim_definition(self.per_query[self.per_query["encoder"] == self.encoders[0]])
+
+
+def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
+                drift: bool = True, device: str = "auto") -> ReportData:
+    """Everything a report shows, for one run, a multi-encoder run, or several runs over the same queries."""
+    from fpr.eval import report as rep
+
+    ws = Workspace.open(workspace)
+    ids = run_ids(runs, workspace=ws.root)
+    parts, auxes, ranks, items, skipped, provenance = [], [], [], {}, {}, {}
+    seed = None
+    owner: dict[tuple[str, str], str] = {}
+    for rid in ids:
+        row = db.get_run(ws, rid)
+        if not allow_stale:
+            _require_current_index(ws, row)
+        res = load_run(rid, workspace=ws.root)
+        seed = int(row.params.get("seed", 0)) if seed is None else seed
+        pq = res.per_query.copy()
+        pq["run_id"], pq["encoder"] = rid, row.encoder
+        for m in pq["method"].unique():
+            prev = owner.setdefault((row.encoder, m), rid)
+            if prev != rid:
+                raise ConflictError(f"runs '{prev}' and '{rid}' both have method '{m}' with encoder '{row.encoder}'",
+                                    hint="merge runs that evaluate different methods or encoders")
+        parts.append(pq)
+        provenance[rid] = res.provenance
+        auxes.append(res.aux.assign(run_id=rid))
+        ranks.append(db.run_rankings(ws, rid).assign(run_id=rid))
+        items[rid] = {it.item_id: it for it in pipeline.gallery_items(ws, row.gallery)} \
+            if db.gallery_exists(ws, row.gallery) else {}
+        skipped.update({f"{rid}:{k}" if len(ids) > 1 else k: v
+                        for k, v in skip_reasons(pq, res.skipped_reasons).items()})
+    per_query = pd.concat(parts, ignore_index=True)
+    aux = pd.concat(auxes, ignore_index=True)
+    rankings = pd.concat(ranks, ignore_index=True)
+    if drift:
+        per_query = _with_drift(ws, per_query, rankings, items, device)
+    summary = rep.encoder_summaries(per_query, aux, seed=seed or 0)
+    return ReportData(ids, per_query, aux, rankings, summary, items, skipped, provenance)
+
+
+def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, items: dict,
+                device: str) -> pd.DataFrame:
+    """Add top-1 and drifted-to identities; queries whose top-k holds no other identity are recomputed
+    from the run's index when it is still current (``drift_source`` says which)."""
+    from fpr.eval import report as rep
+
+    ident = {(rid, int(i)): it.identity for rid, its in items.items() for i, it in its.items()}
+    d = rep.drift_from_rankings(per_query, rankings, ident)
+    per_query = per_query.drop(columns=[c for c in rep.DRIFT_COLUMNS if c in per_query.columns])
+    per_query = per_query.merge(d, on=["run_id", "query_id"], how="left")
+    todo = (per_query["status"] == "ok") & per_query["drift_identity"].isna()
+    for rid in per_query.loc[todo, "run_id"].unique():
+        rows = np.flatnonzero((todo & (per_query["run_id"] == rid)).to_numpy())
+        run = db.get_run(ws, rid)
+        if not items.get(rid):
+            per_query.loc[rows, "drift_source"] = "unknown: gallery deleted"
+            continue
+        if pipeline.index_change(run, db.find_index(ws, run.index_name)):
+            per_query.loc[rows, "drift_source"] = "unknown: index changed"
+            continue
+        opened = pipeline.open_index(ws, run.index_name)
+        enc = load_encoder(run.encoder, device=device)
+        qdf = per_query.iloc[rows]
+        qvecs = embed_paths(enc, qdf["path"].tolist(), desc="embedding queries for drift").vectors
+        in_scope, relevant = opened.labels.relevance(qdf, run.scope or "group")
+        ids, vals = rep.drift_from_scores(opened.index.all_scores(qvecs), relevant, in_scope,
+                                          opened.labels.identities)
+        per_query.loc[rows, "drift_identity"] = ids
+        per_query.loc[rows, "drift_score"] = vals
+        per_query.loc[rows, "drift_source"] = ["index" if i else "none: no other identity in scope" for i in ids]
+    return per_query
+
+
+def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
+                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = ()):
+    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.eval.report`)."""
+    from fpr.eval import report as rep
+
+    data = report_data(runs, workspace=workspace, allow_stale=allow_stale, drift=False)
+    p = rep.pivot(data.summary, metrics=metrics or rep.DEFAULT_METRICS,
+                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders)
+    return data, p
+
+
+def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | Path | None = None,
+                allow_stale: bool = False, top_k: int = 10, thumb: int = 96, device: str = "auto") -> Path:
+    """Write the self-contained HTML report (one file, images embedded, no network references)."""
+    from fpr.eval import html_report as html
+    from fpr.eval import report as rep
+
+    data = report_data(runs, workspace=workspace, allow_stale=allow_stale, device=device)
+    p = rep.pivot(data.summary, methods=rep.method_order(data.per_query), encoders=data.encoders)
+    text = html.render(data.per_query, data.aux, data.rankings, data.items, data.summary, p, runs=data.runs,
+                       top_k=top_k, thumb=thumb)
+    out = Path(out)
+    atomic_write(out, lambda fp: fp.write(text.encode("utf-8")))
+    return out
 
 
 def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
-    """Declared exported columns of ``query_results``, then the queries' extra columns, then scores."""
+    """Declared exported columns of ``query_results``, the encoder and drift diagnosis, then the queries'
+    extra columns, then scores."""
+    from fpr.eval.report import DRIFT_COLUMNS
+
     declared = ["group" if c == "group_name" else c for c in schema.export_columns()]
+    added = [c for c in ("run_id", "encoder", *DRIFT_COLUMNS) if c in per_query.columns]
     extras = [c for c in per_query.columns if c not in declared and c not in TABLES["query_results"].names
-              and c not in ("group", "run_id")]
-    return declared + extras + aux_columns(aux)
+              and c not in ("group", *added)]
+    return declared + added + extras + aux_columns(aux)
 
 
-def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None) -> Path:
-    """Write the per-query table (CSV or Parquet by suffix): status, metrics, extra columns, scores."""
-    res = load_run(run_id, workspace=workspace)
-    df = with_aux(res.per_query, res.aux)
-    cols = export_columns(res.per_query, res.aux)
-    noted = res.aux[res.aux["note"].notna()] if "note" in res.aux.columns else res.aux.iloc[:0]
-    if len(noted):  # notes (judge trajectories, reasons for missing values) as '<scorer>.<metric>.note' columns
+def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None,
+               device: str = "auto") -> Path:
+    """Write the per-query table (CSV or Parquet by suffix): status, metrics, encoder, drift diagnosis,
+    the queries' extra columns, scores, and scorer notes as ``<scorer>.<metric>.note`` columns. A
+    multi-encoder run gives one row per query and encoder."""
+    data = report_data(run_id, workspace=workspace, allow_stale=True, device=device)
+    wide = _wide(data)
+    cols = export_columns(wide, data.aux)
+    aux = data.aux
+    noted = aux[aux["note"].notna()] if "note" in aux.columns else aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values)
         notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
-            index="query_id", columns="col", values="note", aggfunc="first")
-        df = df.merge(notes, left_on="query_id", right_index=True, how="left")
+            index=["run_id", "query_id"], columns="col", values="note", aggfunc="first")
+        wide = wide.merge(notes, left_on=["run_id", "query_id"], right_index=True, how="left")
         cols += sorted(notes.columns)
-    return write_table(df[cols], out)
+    if len(data.runs) == 1:
+        cols = [c for c in cols if c != "run_id"]
+    return write_table(wide[cols], out)
+
+
+def _wide(data: ReportData) -> pd.DataFrame:
+    """Per-query rows with one column per ``scorer.metric`` (each run joined with its own scores)."""
+    if data.aux.empty:
+        return data.per_query
+    return pd.concat([with_aux(data.per_query[data.per_query["run_id"] == r],
+                               data.aux[data.aux["run_id"] == r].drop(columns="run_id")) for r in data.runs],
+                     ignore_index=True)
 
 
 def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,
@@ -546,6 +759,10 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     if not names:
         raise InputError("no scorers given", hint="e.g. --scorers clip-t,copy-paste")
     ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    if ids != [run_id]:  # a multi-encoder run: score each encoder's run
+        return pd.concat([score_run(rid, names, workspace=ws.root, device=device, scorer_options=scorer_options,
+                                    overwrite=overwrite).assign(run_id=rid) for rid in ids], ignore_index=True)
     run = db.get_run(ws, run_id)
     _require_current_index(ws, run)
     res = load_run(run_id, workspace=ws.root)
@@ -559,17 +776,74 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     return aux
 
 
+def score_from_table(run_id: str, table: str | Path, scorer: str, *, workspace: str | Path | None = None,
+                     overwrite: bool = False) -> pd.DataFrame:
+    """Attach external per-query scores: a CSV/Parquet with ``query_id`` and numeric metric columns.
+
+    Stored as scorer ``scorer`` (``scorer.metric`` in summaries and exports); empty cells are NaN with
+    a note. Unknown query ids are an error listing them; a multi-encoder run gets them on every encoder.
+    """
+    check_name(scorer, "scorer")
+    path = Path(table)
+    df = read_table(path, required=("query_id",), what="scores file")
+    df["query_id"] = df["query_id"].astype(str).str.strip()
+    metrics = [c for c in df.columns if c != "query_id"]
+    if not metrics:
+        raise InputError("scores file has no metric column beside query_id", where=str(path),
+                         hint="columns: query_id, then one numeric column per metric")
+    values = {}
+    for c in metrics:
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = df[c][v.isna() & df[c].notna() & (df[c].astype(str).str.strip() != "")]
+        if len(bad):
+            raise InputError(f"column '{c}' is not numeric (e.g. {bad.iloc[0]!r} for query "
+                             f"{df['query_id'][bad.index[0]]})", where=str(path))
+        values[c] = v
+    dup = df["query_id"][df["query_id"].duplicated()]
+    if len(dup):
+        raise InputError(f"query_id '{dup.iloc[0]}' appears more than once", where=str(path))
+    ws = Workspace.open(workspace)
+    stored = []
+    for rid in run_ids(run_id, workspace=ws.root):
+        known = set(db.run_tables(ws, rid)[0]["query_id"])
+        unknown = [q for q in df["query_id"] if q not in known]
+        if unknown:
+            raise InputError(f"{len(unknown)} query id(s) not in run '{rid}': {', '.join(unknown[:10])}"
+                             + (" ..." if len(unknown) > 10 else ""), where=str(path),
+                             hint="'fpr export --run RUN --out FILE.csv' lists the run's query ids")
+        long = pd.concat([pd.DataFrame({"query_id": df["query_id"], "scorer": scorer, "metric": c,
+                                        "value": values[c].astype(float),
+                                        "note": np.where(values[c].isna(), f"empty in {path.name}", None)})
+                          for c in metrics], ignore_index=True)
+        stored.append(long.assign(run_id=rid))
+    for part in stored:
+        db.replace_scores(ws, part["run_id"].iloc[0], [scorer], part, overwrite=overwrite)
+    return pd.concat(stored, ignore_index=True)
+
+
 def compare(run_id: str, method_a: str, method_b: str, *, metric: str = "ap",
             workspace: str | Path | None = None, seed: int = 0) -> dict:
-    res = load_run(run_id, workspace=workspace)
-    methods = sorted(res.per_query["method"].unique())
+    """Paired comparison of two methods, overall and per group (and per encoder for a multi-encoder run)."""
+    data = report_data(run_id, workspace=workspace, allow_stale=True, drift=False)
+    methods = list(dict.fromkeys(data.per_query["method"]))
     for m in (method_a, method_b):
         if m not in methods:
             raise NotFoundError(f"run '{run_id}' has no method '{m}'", hint=f"methods: {', '.join(methods)}")
-    df = with_aux(res.per_query, res.aux)
+    df = _wide(data)
     if metric not in df.columns:
         raise InputError(f"unknown metric '{metric}'", hint="e.g. ap, sim, cmc1, inp or an auxiliary 'scorer.metric'")
-    return paired_comparison(df, method_a, method_b, metric=metric, seed=seed)
+    rows = []
+    for enc in data.encoders:
+        de = df[df["encoder"] == enc]
+        for g in ["*"] + sorted(de["group"].unique()):
+            part = de if g == "*" else de[de["group"] == g]
+            rows.append({"encoder": enc, "group": g,
+                         **paired_comparison(part, method_a, method_b, metric=metric, seed=seed)})
+    return {"method_a": method_a, "method_b": method_b, "metric": metric, "rows": rows,
+            "tests": "Wilcoxon signed-rank test (two-sided, zero differences dropped) on the paired differences; "
+                     "95% interval of the mean difference by paired bootstrap (1000 resamples of pairs)",
+            "pairing": "a pair is one (group, identity, prompt) evaluated by both methods; repeated queries of a "
+                       "method with the same key are averaged first (n_repeats counts the keys that had repeats)"}
 
 
 # --------------------------------------------------------------------------- embeddings and SQL
@@ -596,6 +870,77 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
 def sql(query: str, *, workspace: str | Path | None = None) -> pd.DataFrame:
     """Run a SQL query on a connection that can neither write nor reach files, extensions or the network."""
     return db.user_sql(Workspace.open(workspace), query)
+
+
+# --------------------------------------------------------------------------- encoders and their weights
+
+def _encoder_row(spec) -> dict:
+    """``describe`` plus ``where``: the weights path when found, else the places looked in."""
+    from fpr.encoders import weights as W
+    from fpr.encoders.registry import describe
+
+    row = describe(spec)
+    if spec.weights.kind == "none":
+        where = "(no weights)"
+    elif row["status"] == "available":
+        where = f"{row['found_in']}: {row['weights']}"
+    else:
+        where = "looked in " + "; ".join(W.candidate_locations(spec.id, spec.weights))
+    if row["status"] == "incomplete":
+        where = row["reason"]
+    row["where"] = where
+    row["source"] = spec.weights.repo or spec.weights.kind
+    return row
+
+
+def list_encoders() -> list[dict]:
+    """Every registered encoder (and every broken trained card) with its weights status; loads no model."""
+    from fpr.encoders.registry import all_specs, broken_encoders, describe_broken
+
+    rows = [_encoder_row(spec) for spec in all_specs().values()]
+    for b in broken_encoders().values():
+        rows.append({**describe_broken(b), "where": f"{b.where}: {b.reason}", "source": "local"})
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _weights_spec(encoder_id: str):
+    from fpr.encoders.registry import get_spec
+
+    spec = get_spec(encoder_id)
+    if spec.weights.kind == "none":
+        raise InputError(f"encoder '{spec.id}' has no weights (it is a fixed function)")
+    if spec.weights.kind == "package":
+        raise InputError(f"encoder '{spec.id}' ships its weights inside fpr; nothing to fetch or import")
+    return spec
+
+
+def _verify_loads(spec, resolved) -> None:
+    progress.log(f"checking that {resolved.path} loads as '{spec.id}' (strict)")
+    spec.build(resolved)
+
+
+def fetch_weights(encoder_id: str, *, overwrite: bool = False) -> dict:
+    """Download an encoder's weights into the weights folder (needs a network), then prove they load."""
+    from fpr.encoders import weights as W
+
+    spec = _weights_spec(encoder_id)
+    progress.log(f"fetching {spec.weights.repo} into {W.weights_dir() / (spec.weights.folder_name or spec.id)}")
+    W.fetch_weights(spec.id, spec.weights, overwrite=overwrite)
+    _verify_loads(spec, W.resolve_weights(spec.id, spec.weights))
+    return _encoder_row(spec)
+
+
+def import_weights(encoder_id: str, path: str | Path, *, overwrite: bool = False) -> dict:
+    """Copy downloaded weights (a file or a snapshot folder) into the weights folder; pickled checkpoints
+    become safetensors, and nothing is stored unless the staged copy loads (strict key match)."""
+    from fpr.encoders import weights as W
+
+    spec = _weights_spec(encoder_id)
+    resolved = W.resolve_weights(spec.id, spec.weights, explicit=str(path))
+    dest = W.import_files(spec.id, spec.weights, resolved, overwrite=overwrite,
+                          verify=lambda staged: _verify_loads(spec, staged))
+    progress.log(f"imported into {dest}")
+    return _encoder_row(spec)
 
 
 # --------------------------------------------------------------------------- training

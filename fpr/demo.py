@@ -129,25 +129,26 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
 
 def _ci(v, lo, hi) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return "-"
-    return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
+    from fpr.eval.report import format_cell
+
+    return format_cell(v, lo, hi)
 
 
 def paper_table(summary: list[dict], metric: str) -> list[dict]:
-    """One row per method (in drift order); a column per group and overall: 'value [lo,hi]'."""
+    """One row per method (in drift order); a column per group and overall: 'value [lo,hi]'.
+
+    The same pivot as ``fpr report`` (:func:`fpr.eval.report.pivot`), one metric, one encoder.
+    """
+    from fpr.eval import report as rep
     from fpr.galleries.world import METHOD_DRIFT
 
-    groups = sorted({r["group"] for r in summary if r["group"] != "*"})
-    methods = [m for m in METHOD_DRIFT if any(r["method"] == m for r in summary)]
-    methods += sorted({r["method"] for r in summary} - set(methods))
-    cell = {(r["method"], r["group"]): r for r in summary}
+    p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), list(METHOD_DRIFT)))
+    key = p.columns[0].key
     rows = []
-    for m in methods:
+    for m in p.methods:
         row = {"method": m, "drift": METHOD_DRIFT.get(m)}
-        for g in groups + ["*"]:
-            r = cell.get((m, g))
-            row["all" if g == "*" else g] = _ci(r.get(metric), r.get(f"{metric}_lo"), r.get(f"{metric}_hi")) if r else "-"
+        for g in p.groups:
+            row["all" if g == "*" else g] = rep.format_cell(*p.value(g, m, key))
         rows.append(row)
     return rows
 

@@ -16,7 +16,8 @@ from fpr import progress
 from fpr.errors import FprError, InputError
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
-COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta")
+COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
+                   "serve")
 
 
 class FprGroup(click.Group):

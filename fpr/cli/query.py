@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import click
 
-from fpr import api
+from fpr import api, progress
+from fpr.errors import InputError
 from fpr.cli.main import cli, format_option, parse_options, scorer_option
 from fpr.cli.output import dumps, render_rows
 
-SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "minp", "sim",
-                   "sim_lo", "sim_hi"]
+SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "cmc@10", "minp",
+                   "sim", "sim_lo", "sim_hi"]
+REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
 def print_run(res: api.RunResult, fmt: str) -> None:
@@ -18,7 +20,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
     aux = [c for c in (res.summary[0].keys() if res.summary else []) if "." in c]
     cols = SUMMARY_COLUMNS + aux
     if fmt == "csv":
-        click.echo(render_rows(res.summary, "csv", cols + ["cmc@10", "map_group_mean"]))
+        click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
     click.echo(render_rows(res.summary, "table", cols))
@@ -27,11 +29,16 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 
         click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
     if res.n_skipped:
-        click.echo(f"({res.n_skipped} queries skipped; 'fpr export --run {res.run_id}' lists them with status)")
+        click.echo(f"({res.n_skipped} queries skipped; '--format json' lists them with reasons, "
+                   f"'fpr export --run {res.run_id} --out FILE.csv' has their status)")
 
 
 @cli.command("query")
-@click.option("--index", "index_name", required=True)
+@click.option("--index", "index_name", default=None, help="One index (or use --gallery with --encoders).")
+@click.option("--gallery", default=None, help="With --encoders: evaluate under each encoder.")
+@click.option("--encoders", default=None,
+              help="Comma-separated encoders: one run per encoder, stored as RUN@ENCODER; a missing index "
+                   "GALLERY-ENCODER is built first.")
 @click.option("--queries", required=True, type=click.Path(dir_okay=False),
               help="CSV/Parquet: path,identity,group,method[,prompt,reference_paths,query_id].")
 @click.option("--run", default=None, help="Run id (default: generated).")
@@ -50,9 +57,31 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @format_option()
 @click.pass_context
-def query_cmd(ctx, index_name, queries, run, encoder, weights, scope, scorers, scorer_options, skip_missing_identities,
-              skip_unreadable, top_k, seed, device, batch_size, workers, overwrite, fmt) -> None:
-    """Rank generated images against an index; store per-query results; print the summary."""
+def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights, scope, scorers, scorer_options,
+              skip_missing_identities, skip_unreadable, top_k, seed, device, batch_size, workers, overwrite,
+              fmt) -> None:
+    """Rank generated images against an index (or under several encoders); store per-query results; print
+    the summary."""
+    if encoders or gallery:
+        if index_name or not (encoders and gallery) or encoder or weights:
+            raise InputError("--encoders needs --gallery, and neither goes with --index, --encoder or --weights",
+                             hint="fpr query --gallery G --encoders a,b --queries F, or fpr query --index N ...")
+        results = api.run_query_encoders(
+            gallery, encoders, queries, run=run, workspace=ctx.obj["workspace"], scope=scope, scorers=scorers,
+            skip_missing_identities=skip_missing_identities, skip_unreadable=skip_unreadable, top_k_store=top_k,
+            seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
+            scorer_options=parse_options(scorer_options))
+        if fmt == "json":
+            click.echo(dumps({"runs": [r.as_json() for r in results]}))
+            return
+        for res in results:
+            print_run(res, fmt)
+        group = results[0].run_id.rsplit("@", 1)[0]
+        if fmt == "table":
+            click.echo(f"all encoders side by side: fpr report --run {group}")
+        return
+    if not index_name:
+        raise InputError("give --index, or --gallery with --encoders")
     res = api.run_query(index_name, queries, run=run, workspace=ctx.obj["workspace"], encoder=encoder,
                         weights=weights, scope=scope, scorers=scorers, skip_missing_identities=skip_missing_identities,
                         skip_unreadable=skip_unreadable, top_k_store=top_k, seed=seed, device=device,
@@ -62,13 +91,55 @@ def query_cmd(ctx, index_name, queries, run, encoder, weights, scope, scorers, s
 
 
 @cli.command("report")
-@click.option("--run", required=True)
+@click.option("--run", "runs", required=True, multiple=True,
+              help="Run id (repeatable: runs over the same queries are merged; RUN of a multi-encoder query "
+                   "stands for all its encoders).")
+@click.option("--metrics", default=",".join(("sim", "map", "cmc@1", "cmc@10")), show_default=True,
+              help="Columns per encoder: sim, map, cmc@1, cmc@5, cmc@10, minp.")
+@click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report here (opens offline).")
+@click.option("--confusion", is_flag=True, help="Print the drift diagnosis: per group, intended identity x "
+                                                "identity of the top-1 item.")
+@click.option("--top-k", type=int, default=10, show_default=True, help="Retrieved items per card in --html.")
+@click.option("--device", default="auto", show_default=True)
 @click.option("--allow-stale", is_flag=True, help="Print a run whose index has changed since it ran.")
-@format_option()
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
 @click.pass_context
-def report_cmd(ctx, run, allow_stale, fmt) -> None:
-    """Reprint a stored run's summary."""
-    print_run(api.report(run, workspace=ctx.obj["workspace"], allow_stale=allow_stale), fmt)
+def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, fmt) -> None:
+    """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = each
+    metric per encoder (with 95% intervals) plus each scorer's mean."""
+    from fpr.eval import report as rep
+
+    ws = ctx.obj["workspace"]
+    if html_path:
+        path = api.html_report(runs, html_path, workspace=ws, allow_stale=allow_stale, top_k=top_k, device=device)
+        progress.log(f"wrote {path}")
+    if confusion:
+        data = api.report_data(runs, workspace=ws, allow_stale=allow_stale, device=device)
+        click.echo(rep.render_confusion(data.per_query, "json" if fmt == "json" else
+                                        ("csv" if fmt == "csv" else "table")))
+        return
+    data, pivot = api.paper_report(runs, workspace=ws, allow_stale=allow_stale,
+                                   metrics=[m.strip() for m in metrics.split(",") if m.strip()])
+    if fmt == "json":
+        one = len(data.runs) == 1
+        click.echo(dumps({"runs": data.runs, "encoders": data.encoders, "summary": data.summary,
+                          "pivot": pivot.records(), "n_queries": int(len(data.per_query)),
+                          "n_skipped": int((data.per_query["status"] != "ok").sum()), "skipped": data.skipped,
+                          "sim_definition": data.sim_definition,
+                          "provenance": data.provenance[data.runs[0]] if one else data.provenance}))
+        return
+    if fmt == "table":
+        click.echo(f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
+                   f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
+    click.echo(rep.render(pivot, fmt))
+    if fmt in ("table", "markdown") and data.sim_definition:
+        from fpr.eval.pipeline import SIM_SOURCES
+
+        click.echo("\nSim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in data.sim_definition.items()))
+    n_skipped = int((data.per_query["status"] != "ok").sum())
+    if n_skipped and fmt in ("table", "markdown"):
+        click.echo(f"({n_skipped} queries skipped; '--format json' lists them with reasons)")
 
 
 @cli.group("runs", invoke_without_command=True)
@@ -101,17 +172,40 @@ def export_cmd(ctx, run, out) -> None:
 
 @cli.command("score")
 @click.option("--run", required=True)
-@click.option("--scorers", required=True, help="Comma-separated scorer names.")
+@click.option("--scorers", default=None, help="Comma-separated scorer names.")
+@click.option("--from-csv", "from_csv", default=None, type=click.Path(dir_okay=False),
+              help="Attach external per-query scores: a CSV/Parquet with query_id and numeric metric columns.")
+@click.option("--scorer", "scorer_name", default=None, help="With --from-csv: the name the scores are stored under.")
 @scorer_option()
 @click.option("--device", default="auto", show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace scores a scorer already stored for this run.")
 @format_option()
 @click.pass_context
-def score_cmd(ctx, run, scorers, scorer_options, device, overwrite, fmt) -> None:
-    """Add auxiliary scores to a stored run, then reprint its summary."""
-    api.score_run(run, scorers, workspace=ctx.obj["workspace"], device=device, overwrite=overwrite,
+def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, overwrite, fmt) -> None:
+    """Add auxiliary scores to a stored run (scorers, or an external table), then reprint its summary."""
+    ws = ctx.obj["workspace"]
+    if bool(scorers) == bool(from_csv):
+        raise InputError("give exactly one of --scorers or --from-csv")
+    if from_csv:
+        if not scorer_name:
+            raise InputError("--from-csv needs --scorer NAME (the name its columns are stored under)")
+        api.score_from_table(run, from_csv, scorer_name, workspace=ws, overwrite=overwrite)
+        _print_scored(run, ws, fmt)
+        return
+    if scorer_name:
+        raise InputError("--scorer goes with --from-csv; use --scorers for built-in scorers")
+    api.score_run(run, scorers, workspace=ws, device=device, overwrite=overwrite,
                   scorer_options=parse_options(scorer_options))
-    print_run(api.report(run, workspace=ctx.obj["workspace"]), fmt)
+    _print_scored(run, ws, fmt)
+
+
+def _print_scored(run: str, ws, fmt: str) -> None:
+    ids = api.run_ids(run, workspace=ws)
+    if ids != [run]:
+        _, pivot = api.paper_report(run, workspace=ws, allow_stale=True)
+        click.echo(dumps(pivot.records()) if fmt == "json" else render_rows(pivot.records(), fmt))
+        return
+    print_run(api.report(run, workspace=ws, allow_stale=True), fmt)
 
 
 @cli.command("compare")
@@ -123,9 +217,20 @@ def score_cmd(ctx, run, scorers, scorer_options, device, overwrite, fmt) -> None
 @format_option()
 @click.pass_context
 def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
-    """Paired comparison of two methods on shared (group, identity, prompt)."""
-    row = api.compare(run, method_a, method_b, metric=metric, workspace=ctx.obj["workspace"], seed=seed)
-    click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))
+    """Paired comparison of two methods on shared (group, identity, prompt), overall and per group:
+    Wilcoxon signed-rank test and a paired-bootstrap 95% interval of the mean difference."""
+    res = api.compare(run, method_a, method_b, metric=metric, workspace=ctx.obj["workspace"], seed=seed)
+    if fmt == "json":
+        click.echo(dumps(res))
+        return
+    cols = ["encoder", "group", "n_pairs", "n_repeats", "mean_a", "mean_b", "mean_diff", "ci_lo", "ci_hi", "p_value"]
+    if fmt == "csv":
+        click.echo(render_rows(res["rows"], "csv", ["method_a", "method_b", "metric"] + cols))
+        return
+    click.echo(f"{metric}: {method_a} (mean_a) vs {method_b} (mean_b); mean_diff = a - b")
+    click.echo(render_rows(res["rows"], "table", cols))
+    click.echo(f"tests: {res['tests']}")
+    click.echo(f"pairing: {res['pairing']}")
 
 
 @cli.command("embed")

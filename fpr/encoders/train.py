@@ -212,11 +212,11 @@ def versions() -> dict:
     import safetensors
     import timm
 
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         fpr_version = version("fpr")
-    except Exception:  # pragma: no cover - running from a source tree
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree, not installed
         fpr_version = "unknown"
     return {"fpr": fpr_version, "torch": torch.__version__, "timm": timm.__version__, "numpy": np.__version__,
             "pillow": PIL.__version__, "safetensors": safetensors.__version__,

@@ -180,7 +180,10 @@ def _hf_cache_lookup(repo: str, names: tuple[str, ...], source: WeightsSource) -
     for name in names:
         try:
             hit = try_to_load_from_cache(repo_id=repo, filename=name, cache_dir=str(hf_cache_dir()))
-        except Exception:  # a malformed cache must not break 'encoders list'
+        except (OSError, ValueError) as exc:  # a malformed cache must not break 'encoders list': say so
+            from fpr import progress
+
+            progress.log(f"ignoring the Hugging Face cache entry for {repo}/{name}: {exc}")
             hit = None
         if isinstance(hit, str) and Path(hit).is_file():
             hit_path = Path(hit)

@@ -375,18 +375,8 @@ def summarize_ablation(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_ablation(name: str, *, workspace: str | Path | None = None) -> pd.DataFrame:
-    from fpr.errors import NotFoundError
-
-    ws = Workspace.open(workspace)
-    with ws.read() as con:
-        try:
-            df = con.execute(f"SELECT {', '.join(chr(34) + c + chr(34) for c in COLUMNS)} FROM ablations "
-                             "WHERE ablation = ? ORDER BY variant, \"repeat\", method", [name]).df()
-        except Exception:  # noqa: BLE001 - no ablations table yet
-            df = pd.DataFrame(columns=COLUMNS)
-    if df.empty:
-        raise NotFoundError(f"no ablation named '{name}'", where=str(ws.root))
-    return df
+    """The stored rows of an ablation (one per variant, repeat and method)."""
+    return db.ablation_rows(Workspace.open(workspace), name, COLUMNS)
 
 
 def _label(x) -> str:

@@ -128,19 +128,24 @@ def paired_comparison(per_query: pd.DataFrame, method_a: str, method_b: str, *, 
                       pair_on: tuple[str, ...] = ("group", "identity", "prompt"), seed: int = 0) -> dict:
     """Paired difference a - b on queries that share ``pair_on`` keys (mean of duplicates per key).
 
-    Returns the mean difference, its bootstrap 95% interval, the Wilcoxon signed-rank p-value
-    and the number of pairs.
+    Returns both methods' means over the pairs, the mean difference, its paired-bootstrap 95%
+    interval, the Wilcoxon signed-rank p-value, the number of pairs and ``n_repeats``: how many
+    keys had several queries of one method (averaged before pairing).
     """
     from scipy.stats import wilcoxon
 
     df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
     keys = [k for k in pair_on if k in df.columns]
-    a = df[df["method"] == method_a].groupby(keys)[metric].mean()
-    b = df[df["method"] == method_b].groupby(keys)[metric].mean()
+    ga = df[df["method"] == method_a].groupby(keys)[metric]
+    gb = df[df["method"] == method_b].groupby(keys)[metric]
+    a, b = ga.mean(), gb.mean()
     joined = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
     d = (joined["a"] - joined["b"]).to_numpy(dtype=np.float64)
+    repeats = set(ga.size()[ga.size() > 1].index) | set(gb.size()[gb.size() > 1].index)
     out = {"method_a": method_a, "method_b": method_b, "metric": metric, "n_pairs": int(len(d)),
-           "pair_on": ",".join(keys)}
+           "pair_on": ",".join(keys), "n_repeats": len(repeats & set(joined.index)),
+           "mean_a": float(joined["a"].mean()) if len(d) else float("nan"),
+           "mean_b": float(joined["b"].mean()) if len(d) else float("nan")}
     if len(d) == 0:
         return {**out, "mean_diff": float("nan"), "ci_lo": float("nan"), "ci_hi": float("nan"), "p_value": float("nan")}
     lo, hi = bootstrap_ci(d, seed=seed, key=("paired", method_a, method_b, metric))

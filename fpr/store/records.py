@@ -30,6 +30,16 @@ def check_name(name: str | None, what: str) -> str:
     return str(name)
 
 
+def check_run_id(run_id: str | None) -> str:
+    """A run name, or a per-encoder run ``<run>@<encoder>`` (``@`` is not allowed in names, so the two
+    never collide)."""
+    base, sep, encoder = (run_id or "").partition("@")
+    check_name(base, "run")
+    if sep:
+        check_name(encoder, "encoder part of run")
+    return str(run_id)
+
+
 def _names(con, table: str, column: str, order: str | None = None) -> list[str]:
     return [r[0] for r in con.execute(f"SELECT {column} FROM {table} ORDER BY {order or column}").fetchall()]
 
@@ -241,6 +251,21 @@ def get_run(ws: Workspace, run_id: str) -> RunRow:
                   json.loads(r[6]) if r[6] else {}, r[7], r[8], r[9], r[10])
 
 
+# A run made with several encoders (``fpr query --encoders a,b``) is stored as one ordinary run per
+# encoder, named ``<run>@<encoder>``; ``<run>`` names the group.
+ENCODER_SEP = "@"
+
+
+def run_group(ws: Workspace, run_id: str) -> list[str]:
+    """The stored runs a name stands for: the run itself, or its per-encoder runs ``<run>@<encoder>``."""
+    with ws.read() as con:
+        if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+            return [run_id]
+        rows = con.execute("SELECT run_id FROM runs WHERE starts_with(run_id, ?) ORDER BY created_at, run_id",
+                           [run_id + ENCODER_SEP]).fetchall()
+    return [r[0] for r in rows]
+
+
 def run_tables(ws: Workspace, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(query_results rows in query order, aux_scores rows) of a run."""
     with ws.read() as con:
@@ -324,6 +349,16 @@ def store_ablation(ws: Workspace, name: str, rows: pd.DataFrame, *, overwrite: b
                                     hint="choose another --name or pass --overwrite")
             con.execute("DELETE FROM ablations WHERE ablation = ?", [name])
         insert_df(con, "ablations", rows)
+
+
+def ablation_rows(ws: Workspace, name: str, columns: Sequence[str]) -> pd.DataFrame:
+    with ws.read() as con:
+        cols = ", ".join(f'"{c}"' for c in columns)
+        df = con.execute(f'SELECT {cols} FROM ablations WHERE ablation = ? ORDER BY variant, "repeat", method',
+                         [name]).df()
+    if df.empty:
+        raise NotFoundError(f"no ablation named '{name}'", where=str(ws.root))
+    return df
 
 
 # --------------------------------------------------------------------------- users' SQL

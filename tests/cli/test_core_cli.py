@@ -54,7 +54,7 @@ def test_flow_json_report_export_sql(flow, tmp_path):
                                     "n_relevant", "sim"]
     assert len(df) == 6 and (df["n_relevant"] == 3).all()
     csv = run(ws, "report", "--run", "r1", "--format", "csv").stdout.splitlines()
-    assert csv[0].startswith("method,group,n_queries,map")
+    assert csv[0] == "group,method,n_queries,encoder,metric,value,lo,hi"  # the paper layout, long
     n = run(ws, "sql", "SELECT count(*) AS n FROM rankings WHERE run_id = 'r1'", "--format", "json").stdout
     assert json.loads(n)[0]["n"] == 6 * 9
     bad = run(ws, "sql", "DELETE FROM runs", ok=False)

@@ -39,8 +39,9 @@ def test_background_is_part_of_the_protocol_key():
     assert removed.key() != p.key() and json.loads(removed.key())["background"] == "remove:grabcut"
     spec = get_spec("pixels-16")
     w = ResolvedWeights(path=None, where="none", checksum="none")
-    assert embedding_key(spec, w) != embedding_key(replace(spec, preprocessing=replace(
-        spec.preprocessing, background="remove:grabcut")), w)
+    dev = {"device": "cpu", "precision": "fp32"}
+    assert embedding_key(spec, w, **dev) != embedding_key(replace(spec, preprocessing=replace(
+        spec.preprocessing, background="remove:grabcut")), w, **dev)
 
 
 def test_parse_background():

@@ -60,7 +60,8 @@ def test_old_runs_list_report_and_export_unchanged(old_workspace, tmp_path, monk
     res = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "r1", "--format", "json"])
     assert res.exit_code == 0, res.output
     new_report = json.loads(res.stdout)
-    assert new_report["summary"] == old_report["summary"]
+    # summary rows now also name their encoder; every 0.1.0 value is unchanged
+    assert [{k: v for k, v in r.items() if k != "encoder"} for r in new_report["summary"]] == old_report["summary"]
     assert new_report["provenance"] == old_report["provenance"]
     for run in ("r1", "r2"):
         out = api.export_run(run, tmp_path / f"{run}.csv", workspace=ws)

@@ -165,7 +165,10 @@ def _csv(root: Path) -> list[ImageRecord] | None:
             continue
         try:
             df = pd.read_csv(csv_path, dtype=str)
-        except Exception:
+        except (OSError, ValueError, pd.errors.ParserError) as exc:  # not an annotation table: say so, go on
+            from fpr import progress
+
+            progress.log(f"skipping {csv_path.name}: not a readable CSV ({str(exc).splitlines()[0]})")
             continue
         cols = {c.lower().strip(): c for c in df.columns}
         pcol = next((cols[c] for c in PATH_COLUMNS if c in cols), None)

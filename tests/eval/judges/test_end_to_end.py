@@ -48,7 +48,7 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     assert overall["faithful"]["dreambench-concept.choice_in_options"] == 1.0
 
     r = _cli(ws, "report", "--run", "judged")
-    assert r.exit_code == 0 and "dreambench-concept.score" in r.output and "map" in r.output
+    assert r.exit_code == 0 and "dreambench-concept.score" in r.output and "mAP" in r.output
     prov = api.load_run("judged", workspace=ws).provenance["scorers"]["dreambench-concept"]
     assert prov["model"] == "judge-test" and prov["base_url"] == judge_env.base_url and prov["seed"] == 0
     assert set(prov["templates"]) == {"dreambench-concept@v1", "dreambench-choice@v1"}

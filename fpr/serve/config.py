@@ -1,0 +1,86 @@
+"""Service settings: ``fpr serve`` options plus ``FPR_*`` environment variables."""
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fpr.errors import InputError
+from fpr.store import resolve_workspace
+
+
+def _env_int(name: str, default: int, minimum: int = 1) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputError(f"{name} must be an integer, got '{raw}'") from None
+    if value < minimum:
+        raise InputError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServeConfig:
+    workspace: Path
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    device: str = "auto"
+    tokens_file: Path | None = None
+    max_upload_bytes: int = 1024 * 1024 * 1024
+    max_queued_per_token: int = 8
+    queue_size: int = 64
+
+    @classmethod
+    def from_env(cls, workspace: str | Path | None, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
+                 device: str = "auto") -> "ServeConfig":
+        """Read ``FPR_API_TOKENS_FILE``, ``FPR_MAX_UPLOAD_MB`` (1024), ``FPR_MAX_QUEUED_PER_TOKEN`` (8) and
+        ``FPR_SERVE_QUEUE`` (64); refuse a non-loopback host without a token file."""
+        if workers < 1:
+            raise InputError(f"--workers must be at least 1, got {workers}")
+        tokens = os.environ.get("FPR_API_TOKENS_FILE", "").strip()
+        tokens_file = Path(tokens).expanduser() if tokens else None
+        if tokens_file is not None and not tokens_file.is_file():
+            raise InputError("token file not found", where=str(tokens_file),
+                             hint="FPR_API_TOKENS_FILE must name a file with one 'token [name]' per line")
+        if tokens_file is None and not is_loopback(host):
+            raise InputError(f"refusing to listen on {host} without tokens",
+                             hint="set FPR_API_TOKENS_FILE to a file of 'token [name]' lines, or use --host 127.0.0.1")
+        return cls(workspace=resolve_workspace(workspace).resolve(), host=host, port=port, workers=workers,
+                   device=device, tokens_file=tokens_file,
+                   max_upload_bytes=_env_int("FPR_MAX_UPLOAD_MB", 1024) * 1024 * 1024,
+                   max_queued_per_token=_env_int("FPR_MAX_QUEUED_PER_TOKEN", 8),
+                   queue_size=_env_int("FPR_SERVE_QUEUE", 64))
+
+    @property
+    def serve_dir(self) -> Path:
+        return self.workspace / "serve"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.serve_dir / "jobs"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.serve_dir / "uploads"
+
+    @property
+    def device_lock(self) -> Path:
+        return self.serve_dir / "device.lock"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.workspace / "reports"

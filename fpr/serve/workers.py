@@ -1,0 +1,296 @@
+"""Worker processes that run queued jobs, one run on the device at a time.
+
+The server keeps a bounded in-memory queue of run ids (the durable state is the job
+files, see :mod:`fpr.serve.jobs`). ``workers`` dispatcher threads each own one
+long-lived worker process (``multiprocessing`` *spawn*: a fresh interpreter, no
+inherited locks or CUDA state) and talk to it over a pipe:
+
+    server -> worker   the job record
+    worker -> server   ("stage", text) | ("progress", {...}) | ("done", {...}) | ("failed", one line)
+
+The worker calls :func:`fpr.api.run_query` -- exactly what ``fpr query`` calls --
+while holding ``<workspace>/serve/device.lock`` (an OS file lock, released by the
+kernel if the process dies), so one run at a time embeds on the GPU. If the worker
+process dies mid-run (killed, out of memory), the dispatcher marks that run failed
+with the reason, starts a new worker and takes the next run.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from fpr.serve.jobs import DONE, FAILED, QUEUED, RUNNING, JobStore, now
+
+_CTX = mp.get_context("spawn")
+
+
+# --------------------------------------------------------------------------- in the worker process
+
+class _ReportingBar:
+    """Stands in for :func:`fpr.progress.bar` in a worker: reports counts over the pipe (at most 4 per second)."""
+
+    def __init__(self, send, iterable=None, total=None, desc="", **_):
+        self._send, self._it, self.n, self.desc, self._last = send, iterable, 0, desc, 0.0
+        self.total = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
+        self._report(force=True)
+
+    def _report(self, force: bool = False) -> None:
+        t = time.monotonic()
+        if force or t - self._last >= 0.25:
+            self._last = t
+            self._send(("progress", {"stage": self.desc, "done": self.n, "total": self.total}))
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._report(force=self.total is not None and self.n >= self.total)
+
+    def __iter__(self):
+        for x in self._it:
+            yield x
+            self.update(1)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name):  # set_postfix, set_description, refresh, ...: nothing to show
+        return lambda *a, **k: None
+
+
+WARM_IMPORTS = ("timm", "open_clip", "faiss")
+
+
+def _warm_imports() -> None:
+    """Import the libraries a first run would import lazily (seconds each), before the worker says it is ready:
+    a worker's first run is then as fast as its next."""
+    import importlib
+    import importlib.util
+
+    for name in WARM_IMPORTS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+
+
+def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
+    """Loop: receive a job, run it under the device lock, send the outcome; exit on EOF or None."""
+    from filelock import FileLock
+
+    from fpr import api, progress
+    from fpr.errors import FprError
+
+    send_lock = threading.Lock()
+
+    def send(msg) -> None:
+        with send_lock:
+            conn.send(msg)
+
+    progress.bar = lambda iterable=None, **kw: _ReportingBar(send, iterable, **kw)  # type: ignore[assignment]
+    _warm_imports()
+    send(("ready", os.getpid()))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        try:
+            send(("stage", "waiting for the device"))
+            with FileLock(lock_path):
+                send(("stage", "running"))
+                res = api.run_query(job["index"], job["queries_file"], run=job["run"], workspace=workspace,
+                                    scope=job.get("scope") or "group", scorers=job.get("scorers") or "",
+                                    device=device)
+            send(("done", {"n_queries": int(len(res.per_query)), "n_skipped": res.n_skipped}))
+        except FprError as exc:
+            send(("failed", exc.one_line()))
+        except Exception as exc:  # a bug: the run fails with its one line, the traceback goes to the log
+            traceback.print_exc(file=sys.stderr)
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            send(("failed", f"internal error: {type(exc).__name__}: {first}"))
+
+
+# --------------------------------------------------------------------------- in the server process
+
+def _death_reason(pid: int, exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode).name
+        except ValueError:
+            sig = f"signal {-exitcode}"
+        how = f"was killed by {sig}"
+    else:
+        how = f"exited with status {exitcode}"
+    return f"the worker process (pid {pid}) {how} while running this run; resubmit it"
+
+
+class Dispatcher:
+    """A bounded queue of run ids served by ``n_workers`` worker processes."""
+
+    def __init__(self, jobs: JobStore, workspace: Path, *, n_workers: int, queue_size: int, device: str,
+                 lock_path: Path, log=None):
+        self.jobs = jobs
+        self.workspace = workspace
+        self.n_workers = n_workers
+        self.queue_size = queue_size
+        self.queue: queue.Queue = queue.Queue()  # bounded in submit(); runs recovered at start always fit
+        self.device = device
+        self.lock_path = lock_path
+        self.log = log or (lambda **kw: None)
+        self.threads: list[threading.Thread] = []
+        self.procs: dict[int, mp.Process] = {}
+        self.ready = 0
+        self._stopping = threading.Event()
+
+    def submit(self, run: str) -> None:
+        """Queue a run id; ``queue.Full`` when the queue is at its bound."""
+        if self.queue.qsize() >= self.queue_size:
+            raise queue.Full
+        self.queue.put_nowait(run)
+
+    def start(self) -> None:
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        for i in range(self.n_workers):
+            t = threading.Thread(target=self._slot, args=(i,), name=f"fpr-serve-worker-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Idle workers exit; workers in a run are terminated and their runs marked failed (server stopped)."""
+        self._stopping.set()
+        for _ in self.threads:
+            self.queue.put_nowait(None)
+        for t in self.threads:
+            t.join(0.5)
+        for proc in list(self.procs.values()):
+            if proc.is_alive():
+                proc.terminate()
+        deadline = time.monotonic() + timeout
+        for proc in list(self.procs.values()):
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+
+    def _spawn(self, slot: int):
+        parent, child = _CTX.Pipe()
+        # Not a daemon: a run's DataLoader may start its own worker processes.
+        proc = _CTX.Process(target=worker_main, args=(child, str(self.workspace), self.device, str(self.lock_path)),
+                            name=f"fpr-serve-worker-{slot}", daemon=False)
+        proc.start()
+        child.close()
+        self.procs[slot] = proc
+        self.log(event="worker_started", slot=slot, pid=proc.pid)
+        return proc, parent
+
+    def _wait_ready(self, proc, conn) -> bool:
+        """Wait for the worker's ("ready", pid) after its imports; False if it died first."""
+        ready = wait([conn, proc.sentinel])
+        if conn in ready:
+            try:
+                return conn.recv()[0] == "ready"
+            except (EOFError, OSError):
+                return False
+        return False
+
+    def _slot(self, slot: int) -> None:
+        proc, conn = self._spawn(slot)
+        if self._wait_ready(proc, conn):
+            self.ready += 1
+        while not self._stopping.is_set():
+            run = self.queue.get()
+            if run is None:
+                break
+            job = self.jobs.get(run)
+            if job is None or job.get("status") != QUEUED:
+                continue  # deleted (or already handled) while it waited
+            if not proc.is_alive():
+                proc, conn = self._spawn(slot)
+            if self.jobs.update(run, status=RUNNING, started_at=now(), worker_pid=proc.pid,
+                                progress={"stage": "starting"}) is None:
+                continue  # deleted just now
+            ok = self._follow(run, job, proc, conn)
+            if not ok:
+                proc.join(5.0)
+                conn.close()
+                self.ready -= 1
+                proc, conn = self._spawn(slot)
+                if self._wait_ready(proc, conn):
+                    self.ready += 1
+        try:
+            conn.send(None)
+        except (OSError, ValueError):
+            pass
+
+    def _follow(self, run: str, job: dict, proc, conn) -> bool:
+        """Send the job and relay the worker's messages until it ends; False if the worker died."""
+        try:
+            conn.send(job)
+        except (OSError, ValueError):
+            pass
+        while True:
+            ready = wait([conn, proc.sentinel])
+            msg = None
+            if conn in ready:
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):  # the worker's end closed: it died
+                    msg = None
+            elif conn.poll():
+                continue  # it exited, but left messages: read them first
+            if msg is None:
+                proc.join(5.0)
+                reason = ("the server stopped while this run was running; resubmit it" if self._stopping.is_set()
+                          else _death_reason(proc.pid, proc.exitcode))
+                self.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
+                self.log(event="worker_died", run=run, pid=proc.pid, exitcode=proc.exitcode)
+                return False
+            kind, payload = msg
+            if kind == "stage":
+                self.jobs.update(run, progress={"stage": payload}, sync=False)
+            elif kind == "progress":
+                self.jobs.update(run, progress=payload, sync=False)
+            elif kind == "done":
+                self.jobs.update(run, status=DONE, finished_at=now(), result=payload, progress=None)
+                self.log(event="run_done", run=run)
+                return True
+            elif kind == "failed":
+                self.jobs.update(run, status=FAILED, finished_at=now(), error=payload, progress=None)
+                self.log(event="run_failed", run=run, error=payload)
+                return True
+
+
+def recover(jobs: JobStore, run_exists) -> tuple[list[str], list[str]]:
+    """On start: re-queue ``queued`` jobs (their uploads are on disk); fail ``running`` ones explicitly.
+
+    A run that was running when the server stopped may have half-used the device; it is
+    not retried silently but marked failed with the reason, and its client resubmits.
+    A running job whose run is already stored (it finished just before the stop) is done.
+    Returns (requeued, failed) run ids.
+    """
+    requeued, failed = [], []
+    for job in jobs.all():
+        if job.get("status") == QUEUED:
+            requeued.append(job["run"])
+        elif job.get("status") == RUNNING:
+            if run_exists(job["run"]):
+                jobs.update(job["run"], status=DONE, finished_at=now(), progress=None)
+            else:
+                jobs.update(job["run"], status=FAILED, finished_at=now(), progress=None,
+                            error="the server stopped while this run was running; resubmit it")
+                failed.append(job["run"])
+    return requeued, failed
