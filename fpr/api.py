@@ -18,20 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.encoders.background import background_of_key, with_background
-from fpr.encoders.embed import EmbedResult, embed_paths
-from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
-from fpr.eval.ablate import ablate
-from fpr.eval.ablate_official import ablate_official
-from fpr.eval.filter import filter_queries
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers
@@ -48,6 +42,58 @@ from fpr.store import schema
 from fpr.store.schema import TABLES
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table, resolve_path, write_table
+
+if TYPE_CHECKING:
+    from fpr.encoders.embed import EmbedResult
+    from fpr.encoders.registry import Encoder
+
+
+# Model code (torch, timm, open_clip) is imported on first use, never when the API or the CLI
+# is imported: `fpr --help`, `runs`, `report`, `sql` and `export` start without it.
+
+def load_encoder(*args, **kwargs):
+    from fpr.encoders.registry import load_encoder as load
+
+    return load(*args, **kwargs)
+
+
+def embed_paths(*args, **kwargs):
+    from fpr.encoders.embed import embed_paths as embed_fn
+
+    return embed_fn(*args, **kwargs)
+
+
+def with_background(*args, **kwargs):
+    from fpr.encoders.background import with_background as wrap
+
+    return wrap(*args, **kwargs)
+
+
+def background_of_key(*args, **kwargs):
+    from fpr.encoders.background import background_of_key as of_key
+
+    return of_key(*args, **kwargs)
+
+
+def ablate(*args, **kwargs):
+    """See :func:`fpr.eval.ablate.ablate`."""
+    from fpr.eval.ablate import ablate as run
+
+    return run(*args, **kwargs)
+
+
+def ablate_official(*args, **kwargs):
+    """See :func:`fpr.eval.ablate_official.ablate_official`."""
+    from fpr.eval.ablate_official import ablate_official as run
+
+    return run(*args, **kwargs)
+
+
+def filter_queries(*args, **kwargs):
+    """See :func:`fpr.eval.filter.filter_queries`."""
+    from fpr.eval.filter import filter_queries as run
+
+    return run(*args, **kwargs)
 
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
@@ -211,6 +257,8 @@ class IndexInfo:
     n_from_cache: int = 0
     n_computed: int = 0
     version: str = ""
+    index_type: str = "flat"
+    recall_at_k: float | None = None
 
     def as_row(self) -> dict:
         return dict(self.__dict__)
@@ -222,8 +270,12 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = 64,
-                workers: int | None = None, overwrite: bool = False, background: str = "keep") -> IndexInfo:
+                workers: int | None = None, overwrite: bool = False, background: str = "keep",
+                index_type: str = "flat") -> IndexInfo:
     """Embed a gallery's images (cached) and write a new index version, then point the name at it.
+
+    ``index_type`` flat (exact) | ivf | hnsw: an approximate search index for top-k lookups on
+    large galleries, next to the flat vectors (AP stays exact); its recall@k is on the card.
 
     Readers see the old version or the new one, never a mix: the files go to a fresh
     version folder and one transaction moves the pointer. A build that finds the name
@@ -259,7 +311,7 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
         weights_checksum=enc.weights.checksum, preprocessing=enc.preprocessing.key(), dim=enc.spec.dim,
         n_items=len(gal), n_references=len(refs), **_card_numerics(enc))
     gi = faiss_index.build(vecs[:len(gal)], np.array([it.item_id for it in gal]), vecs[len(gal):],
-                           np.array([it.item_id for it in refs]), card)
+                           np.array([it.item_id for it in refs]), card, index_type=index_type)
     root = ws.index_dir(name)
     versions.collect_garbage(root, keep=db.index_versions_in_use(ws, name))
     version = versions.new_version()
@@ -274,7 +326,8 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
         raise
     versions.collect_garbage(root, keep={version})
     return IndexInfo(name, gallery, enc.id, enc.spec.dim, len(gal), len(refs), row.path, enc.weights.checksum,
-                     time.perf_counter() - start, res.n_from_cache, res.n_computed, version)
+                     time.perf_counter() - start, res.n_from_cache, res.n_computed, version, gi.card.index_type,
+                     gi.card.recall_at_k)
 
 
 def _card_numerics(enc: Encoder) -> dict:
@@ -413,7 +466,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     if oracle:
         qdf = append_oracle(qdf, opened.items)
     # Missing identities are an error before any model is loaded.
-    pipeline.missing_identities(qdf, opened.labels.relevance(qdf, scope)[1].any(axis=1),
+    pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
     enc = load_encoder(opened.index.card.encoder, weights=weights, device=device)
     if enc.weights.checksum != opened.index.card.weights_checksum:
@@ -421,7 +474,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                             hint="pass --weights with the original file, or rebuild the index")
     # queries get the index's protocol, background step included
     enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, _embedder(enc, batch_size, workers),
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
     if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions

@@ -1,34 +1,47 @@
-"""An incremental, content-addressed embedding cache.
+"""A content-addressed embedding cache that stays fast at millions of vectors.
 
-Layout: ``<root>/<key>/shard-*.npz`` where ``key`` is
+Layout: ``<root>/<key>/vectors.sqlite`` where ``key`` is
 :func:`fpr.encoders.registry.embedding_key` (encoder id + weights checksum +
-preprocessing protocol). Each shard holds image content hashes and their float32
-embeddings exactly as computed, so a cached vector equals the fresh one bit for
-bit. Writers only ever add a new shard (temp file + rename, :mod:`fpr.files`), so
-concurrent writers never clash and an interrupted run loses at most its unwritten
-batch. Many small shards are merged by :meth:`EmbeddingCache.compact`.
+preprocessing protocol + device class + precision), plus ``meta.json``. One table,
+``vectors(hash TEXT PRIMARY KEY, vec BLOB) WITHOUT ROWID``: the image content hash and
+its float32 embedding bytes exactly as computed, so a cached vector equals the fresh
+one bit for bit.
 
-A shard that cannot be read (truncated, not a zip, wrong arrays or dimension) is
-reported once on stderr, renamed to ``*.damaged`` (so it is never read again and
-stays available for inspection) and its images are simply embedded again.
+Why SQLite: it ships with Python (no new dependency, on every platform), a lookup
+or insert of a batch is a B-tree probe per hash (O(batch log N): flat in practice,
+nothing is loaded whole), several processes may write at once (WAL journal, a busy
+timeout, ``INSERT OR IGNORE`` so racing writers of the same image agree), and a
+transaction either commits whole or not at all, so ``kill -9`` mid-write loses at
+most the uncommitted batch. LMDB needs a map size fixed in advance and a compiled
+dependency; DuckDB lets only one process open a database for writing; sharded
+arrays with our own index would re-implement what SQLite's B-tree and journal do.
+
+Damage is reported, never fatal: a database SQLite cannot read is reported once on
+stderr, renamed to ``*.damaged`` (kept for inspection) and replaced by a fresh one;
+a row whose vector has the wrong size is reported, deleted and recomputed. Caches
+written by earlier fpr versions (``shard-*.npz``) are imported on first use and their
+shards removed; a shard that cannot be read is reported and set aside the same way.
 An unwritable cache folder is one error naming it and ``FPR_CACHE_DIR``.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
-import uuid
+import sqlite3
+import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from fpr import progress
-from fpr.files import atomic_write_bytes, ensure_dir
+from fpr.files import atomic_write_bytes, ensure_dir, write_error
 
-COMPACT_AFTER_SHARDS = 64
+DB_NAME = "vectors.sqlite"
+BUSY_TIMEOUT_S = 60.0
+LOOKUP_CHUNK = 500  # hashes per SELECT (well under SQLite's bound-parameter limit)
 CACHE_HINT = "set FPR_CACHE_DIR to a writable folder (or check the permissions and free space of this one)"
+_SCHEMA = "CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID"
 
 
 def default_cache_root() -> Path:
@@ -40,23 +53,77 @@ class EmbeddingCache:
         self.key = key
         self.dim = dim
         self.dir = Path(root).expanduser() / key if root else default_cache_root() / key
+        self.path = self.dir / DB_NAME
         self._meta = meta or {}
-        self._vectors: dict[str, np.ndarray] = {}
-        self._seen_shards: set[str] = set()
+        self._con: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
 
-    def _shards(self) -> list[Path]:
-        if not self.dir.exists():
-            return []
-        return sorted(self.dir.glob("shard-*.npz"))
+    # ------------------------------------------------------------------ connection
 
-    def _refresh(self) -> None:
-        for shard in self._shards():
-            if shard.name in self._seen_shards:
-                continue
+    def _connect(self, *, create: bool) -> sqlite3.Connection | None:
+        """The connection; None when reading a cache that does not exist yet."""
+        if self._con is not None:
+            return self._con
+        if not create and not self.path.exists() and not self._legacy_shards():
+            return None
+        if create:
+            ensure_dir(self.dir, hint=CACHE_HINT)
+        try:
+            self._con = self._open()
+        except sqlite3.DatabaseError as exc:
+            self._set_aside(self.path, _reason(exc))
+            self._con = self._open()
+        self._import_legacy_shards()
+        return self._con
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as exc:
+            raise write_error(self.path, OSError(str(exc)), CACHE_HINT, "cannot open the embedding cache") from None
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process never corrupts it
+            con.execute(_SCHEMA)
+            con.execute("SELECT count(*) FROM (SELECT 1 FROM vectors LIMIT 1)").fetchone()
+        except sqlite3.DatabaseError:
+            con.close()
+            raise
+        return con
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    def _set_aside(self, path: Path, reason: str) -> None:
+        """Report a damaged cache file once and rename it to ``*.damaged`` so that nobody reads it again."""
+        target = path.with_name(path.name + ".damaged")
+        try:
+            os.replace(path, target)
+            moved = f"moved aside to {target.name}"
+        except FileNotFoundError:  # another process set it aside first (and reported it)
+            return
+        except OSError as exc:
+            moved = f"could not move it aside ({exc.strerror})"
+        if path.name == DB_NAME:
+            for suffix in ("-wal", "-shm"):
+                Path(str(path) + suffix).unlink(missing_ok=True)
+        what = "shard" if path.suffix == ".npz" else "database"
+        progress.log(f"damaged embedding-cache {what} {path} ({reason}); {moved}; its images are recomputed")
+
+    # ------------------------------------------------------------------ legacy shards (fpr <= 0.1)
+
+    def _legacy_shards(self) -> list[Path]:
+        return sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
+
+    def _import_legacy_shards(self) -> None:
+        for shard in self._legacy_shards():
             try:
                 with np.load(shard, allow_pickle=False) as z:
                     hashes, vectors = z["hashes"], z["vectors"]
-            except FileNotFoundError:  # merged away by a concurrent compaction
+            except FileNotFoundError:  # imported by a concurrent process
                 continue
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
                 self._set_aside(shard, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
@@ -65,64 +132,89 @@ class EmbeddingCache:
                 self._set_aside(shard, f"arrays of shape {hashes.shape} and {vectors.shape}, expected (n,) and "
                                        f"(n, {self.dim})")
                 continue
-            for h, v in zip(hashes.astype(str), vectors):
-                self._vectors[h] = v
-            self._seen_shards.add(shard.name)
+            self._insert([h.decode() if isinstance(h, bytes) else str(h) for h in hashes.astype("S64")],
+                         np.ascontiguousarray(vectors, dtype=np.float32))
+            shard.unlink(missing_ok=True)
 
-    def _set_aside(self, shard: Path, reason: str) -> None:
-        """Report a damaged shard once and rename it to ``*.damaged`` so that nobody reads it again."""
-        target = shard.with_name(shard.name + ".damaged")
-        try:
-            os.replace(shard, target)
-            moved = f"moved aside to {target.name}"
-        except FileNotFoundError:  # another process set it aside first (and reported it)
-            return
-        except OSError as exc:
-            moved = f"could not move it aside ({exc.strerror})"
-        self._seen_shards.add(shard.name)
-        progress.log(f"damaged embedding-cache shard {shard} ({reason}); {moved}; its images are recomputed")
+    # ------------------------------------------------------------------ reads and writes
 
     def __len__(self) -> int:
-        self._refresh()
-        return len(self._vectors)
+        with self._lock:
+            con = self._connect(create=False)
+            return 0 if con is None else int(con.execute("SELECT count(*) FROM vectors").fetchone()[0])
 
     def get_many(self, hashes: list[str]) -> dict[str, np.ndarray]:
-        self._refresh()
-        return {h: self._vectors[h] for h in hashes if h in self._vectors}
+        """Cached vectors of ``hashes`` (those present): O(len(hashes)) probes, whatever the cache size."""
+        if not hashes:
+            return {}
+        with self._lock:
+            con = self._connect(create=False)
+            if con is None:
+                return {}
+            out: dict[str, np.ndarray] = {}
+            bad: list[str] = []
+            uniq = list(dict.fromkeys(hashes))
+            nbytes = 4 * self.dim
+            rows = []
+            try:
+                for s in range(0, len(uniq), LOOKUP_CHUNK):
+                    part = uniq[s:s + LOOKUP_CHUNK]
+                    rows += con.execute(f"SELECT hash, vec FROM vectors WHERE hash IN ({','.join('?' * len(part))})",
+                                        part).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise
+                self._con.close()
+                self._con = None
+                self._set_aside(self.path, _reason(exc))
+                return {}
+            for h, blob in rows:
+                if isinstance(blob, bytes) and len(blob) == nbytes:
+                    out[h] = np.frombuffer(blob, dtype=np.float32)
+                else:
+                    bad.append(h)
+            if bad:
+                con.executemany("DELETE FROM vectors WHERE hash = ?", [(h,) for h in bad])
+                progress.log(f"damaged embedding-cache entr{'y' if len(bad) == 1 else 'ies'} in {self.path} "
+                             f"({len(bad)} vector(s) not of {self.dim} float32 values, e.g. {bad[0]}); removed; "
+                             "their images are recomputed")
+            return out
 
     def add(self, hashes: list[str], vectors: np.ndarray) -> None:
+        """Insert a batch in one transaction (first writer of a hash wins; racing writers agree)."""
         if not hashes:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         assert vectors.shape == (len(hashes), self.dim), (vectors.shape, len(hashes), self.dim)
-        ensure_dir(self.dir, hint=CACHE_HINT)
-        meta_path = self.dir / "meta.json"
-        if self._meta and not meta_path.exists():
-            atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode(), hint=CACHE_HINT)
-        name = f"shard-{uuid.uuid4().hex}.npz"
-        self._write_shard(self.dir / name, hashes, vectors)
-        for h, v in zip(hashes, vectors):
-            self._vectors[h] = v
-        self._seen_shards.add(name)
-        if len(self._shards()) > COMPACT_AFTER_SHARDS:
-            self.compact()
+        with self._lock:
+            ensure_dir(self.dir, hint=CACHE_HINT)
+            meta_path = self.dir / "meta.json"
+            if self._meta and not meta_path.exists():
+                atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode(),
+                                   hint=CACHE_HINT)
+            self._connect(create=True)
+            self._insert(list(hashes), vectors)
 
-    def _write_shard(self, path: Path, hashes: list[str], vectors: np.ndarray) -> None:
-        buf = io.BytesIO()
-        np.savez(buf, hashes=np.asarray(hashes, dtype="S64"), vectors=vectors)
-        atomic_write_bytes(path, buf.getvalue(), hint=CACHE_HINT)
+    def _insert(self, hashes: list[str], vectors: np.ndarray) -> None:
+        con = self._con
+        assert con is not None
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)",
+                            zip(hashes, (v.tobytes() for v in vectors)))
+            con.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise write_error(self.path, OSError(str(exc)), CACHE_HINT, "cannot write the embedding cache") from None
 
     def compact(self) -> None:
-        """Merge all shards into one; readers that race with it just re-read."""
-        self._refresh()
-        old = self._shards()
-        if len(old) <= 1:
-            return
-        hashes = list(self._vectors)
-        vectors = np.stack([self._vectors[h] for h in hashes]) if hashes else np.zeros((0, self.dim), np.float32)
-        name = f"shard-{uuid.uuid4().hex}.npz"
-        self._write_shard(self.dir / name, hashes, vectors)
-        for shard in old:
-            shard.unlink(missing_ok=True)
-        self._seen_shards = {name}
+        """Fold the write-ahead log into the database (SQLite keeps itself compact otherwise)."""
+        with self._lock:
+            con = self._connect(create=False)
+            if con is not None:
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

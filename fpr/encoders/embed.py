@@ -42,9 +42,13 @@ class EmbedResult:
 
 
 class _DecodeDataset(torch.utils.data.Dataset):
-    def __init__(self, paths: Sequence[str], preprocess):
+    """Decode + protocol per image. ``data[i]``: the file's bytes when the hashing pass kept them
+    (each file is then read once), else None (read here)."""
+
+    def __init__(self, paths: Sequence[str], preprocess, data: Sequence[bytes | None] | None = None):
         self.paths = list(paths)
         self.preprocess = preprocess
+        self.data = list(data) if data is not None else [None] * len(self.paths)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -52,7 +56,8 @@ class _DecodeDataset(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         path = self.paths[i]
         try:
-            img = decode_rgb(read_bytes(path), where=str(path))
+            raw = self.data[i]
+            img = decode_rgb(raw if raw is not None else read_bytes(path), where=str(path))
             return i, self.preprocess(img), ""
         except InputError as exc:
             size = self.preprocess.output_size
@@ -72,12 +77,29 @@ def default_workers(n_items: int) -> int:
     return max(0, min(4, (os.cpu_count() or 1)))
 
 
-def _hash_all(paths: Sequence[str | Path]) -> tuple[list[str | None], dict[int, str]]:
+KEEP_BYTES = int(float(os.environ.get("FPR_EMBED_KEEP_MB", "512")) * 2 ** 20)
+
+
+def _worker_init(_worker_id: int) -> None:
+    """Decode workers run one thread each: per-image resizing/normalisation on torch's intra-op
+    pool costs several times more than single-threaded, and the workers already run in parallel."""
+    torch.set_num_threads(1)
+
+
+def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None
+              ) -> tuple[list[str | None], dict[int, str]]:
+    """Content hashes (None + a reason for unreadable files). With ``keep``, the bytes read are kept
+    (up to ``KEEP_BYTES`` in all) so the decoder does not read the files a second time."""
     hashes: list[str | None] = []
     failed: dict[int, str] = {}
+    kept = 0
     for i, p in enumerate(paths):
         try:
-            hashes.append(content_hash(read_bytes(p)))
+            data = read_bytes(p)
+            hashes.append(content_hash(data))
+            if keep is not None and kept + len(data) <= KEEP_BYTES:
+                keep[i] = data
+                kept += len(data)
         except InputError as exc:
             hashes.append(None)
             failed[i] = exc.one_line()
@@ -105,7 +127,8 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
         cache = None  # the cache holds normalised vectors of the default autocast type only
     if cache is True:
         cache = cache_for(encoder)
-    hashes, failed = _hash_all(paths)
+    kept: dict[int, bytes] = {}
+    hashes, failed = _hash_all(paths, kept)
     _raise_if(failed, on_error, len(paths))
     out = np.full((len(paths), encoder.spec.dim), np.nan, dtype=np.float32)
     known = [h for h in hashes if h is not None]
@@ -121,8 +144,11 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
         elif h not in todo:
             todo[h] = i
     n_from_cache = sum(1 for h in hashes if h is not None and h in hits)
+    data = [kept.get(i) for i in todo.values()]
+    kept.clear()  # cached images' bytes are not needed
     fresh = _embed_rows(encoder, [paths[i] for i in todo.values()], list(todo), batch_size, workers, cache,
-                        desc, normalize=normalize, amp_dtype=amp_dtype)
+                        desc, normalize=normalize, amp_dtype=amp_dtype, data=data)
+    del data
     for i, h in enumerate(hashes):
         if h is None or h not in fresh:
             continue
@@ -144,15 +170,17 @@ def _raise_if(failed: dict[int, str], on_error: str, n: int) -> None:
 
 def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
                 cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
-                amp_dtype: torch.dtype | None = None) -> dict[str, tuple[np.ndarray | None, str]]:
+                amp_dtype: torch.dtype | None = None, data: Sequence[bytes | None] | None = None
+                ) -> dict[str, tuple[np.ndarray | None, str]]:
     results: dict[str, tuple[np.ndarray | None, str]] = {}
     if not paths:
         return results
     n_workers = default_workers(len(paths)) if workers is None else workers
     loader = torch.utils.data.DataLoader(
-        _DecodeDataset(paths, encoder.preprocessing), batch_size=batch_size, shuffle=False,
+        _DecodeDataset(paths, encoder.preprocessing, data), batch_size=batch_size, shuffle=False,
         num_workers=n_workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
-        prefetch_factor=4 if n_workers else None, persistent_workers=False)
+        prefetch_factor=4 if n_workers else None, persistent_workers=False,
+        worker_init_fn=_worker_init if n_workers else None)
     with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
         for idx, batch, errs in loader:
             vecs = encoder.embed_batch(batch) if normalize and amp_dtype is None else \

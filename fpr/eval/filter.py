@@ -405,7 +405,7 @@ def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: pipeline.
         return embed_paths(enc, paths, batch_size=settings.batch_size, workers=settings.workers, on_error=on_error,
                            desc=desc)
 
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index.all_scores, embed, settings, encoder_id=enc.id,
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, embed, settings, encoder_id=enc.id,
                            workspace=ws.root, dim=enc.spec.dim)
     pq_ = ev.per_query
     values: dict[str, np.ndarray] = {v: pd.to_numeric(pq_[col], errors="coerce").to_numpy(dtype=np.float64)

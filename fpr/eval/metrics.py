@@ -13,6 +13,11 @@ Definitions (ARCHITECTURE.md, pinned by tests):
 
 Items outside a query's scope are passed as ``-inf`` scores with ``rel=False``;
 they sort last and never count.
+
+Two implementations give the same numbers: a compiled kernel (:mod:`fpr.eval._kernels`,
+numba; O(G log R) per query, no sort of the row) used when numba imports, and the NumPy
+engine below (candidates + packed-key sorts), the fallback. ``FPR_METRICS_ENGINE``
+(auto | numba | numpy) picks one; the tests run both.
 """
 from __future__ import annotations
 
@@ -44,12 +49,56 @@ class RetrievalMetrics:
             return np.where(self.last_hit_rank > 0, self.n_relevant / np.maximum(self.last_hit_rank, 1), np.nan)
 
 
+# "auto": the compiled kernel (fpr.eval._kernels, numba) when numba imports, else NumPy;
+# "numba" / "numpy" force one (tests run both).
+ENGINE = os.environ.get("FPR_METRICS_ENGINE", "auto")
+
+
+def _kernels():
+    if ENGINE == "numpy":
+        return None
+    try:
+        from fpr.eval import _kernels
+    except ImportError:
+        if ENGINE == "numba":
+            raise
+        return None
+    return _kernels
+
+
+def _float_scores(scores: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(scores if scores.dtype in (np.float32, np.float64) else scores.astype(np.float64))
+
+
+PARALLEL_MIN = 1 << 21  # score entries below which the kernel runs on the calling thread
+
+
+def _compiled(kernel, scores: np.ndarray, *rel) -> RetrievalMetrics:
+    q, g = scores.shape
+    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64))
+    if q and g:
+        if q * g < PARALLEL_MIN or THREADS == 1 or q == 1:
+            bad = kernel(scores, *rel, *out, 0, q)
+        else:
+            step = max(1, min(DEFAULT_CHUNK, -(-q // (8 * THREADS))))
+            with ThreadPoolExecutor(max_workers=THREADS) as pool:
+                bad = any(pool.map(lambda s: kernel(scores, *rel, *out, s, min(s + step, q)), range(0, q, step)))
+        if bad:
+            raise ValueError("relevant items have NaN scores")
+    else:
+        out[0][:], out[1][:], out[2][:], out[3][:] = np.nan, 0, 0, 0
+    return RetrievalMetrics(*out)
+
+
 def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, *, chunk: int = DEFAULT_CHUNK) -> RetrievalMetrics:
     """Per-query metrics for a (Q, G) score matrix and a boolean (Q, G) relevance mask."""
     scores = np.asarray(scores)
     relevant = np.asarray(relevant, dtype=bool)
     if scores.shape != relevant.shape or scores.ndim != 2:
         raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be the same 2-D shape")
+    k = _kernels()
+    if k is not None:
+        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant))
     return _chunked(scores, lambda s, e: np.flatnonzero(relevant[s:e]), chunk,
                     lambda s, e, flat: relevant[s:e].reshape(-1)[flat])
 
@@ -63,6 +112,14 @@ def retrieval_metrics_labels(scores: np.ndarray, query_labels, gallery_labels, *
         raise ValueError(f"scores {scores.shape} do not match {len(q_lab)} query and {len(g_lab)} gallery labels")
     uniq, codes = np.unique(np.concatenate([q_lab, g_lab]), return_inverse=True)
     q_codes, g_codes = codes[:len(q_lab)], codes[len(q_lab):]
+    k = _kernels()
+    if k is not None:
+        n_codes = len(uniq)
+        g_order = np.argsort(g_codes, kind="stable").astype(np.int64)
+        g_count = np.bincount(g_codes, minlength=n_codes).astype(np.int64)
+        g_start = (np.cumsum(g_count) - g_count).astype(np.int64)
+        return _compiled(k.metrics_labels, _float_scores(scores), q_codes.astype(np.int64), g_order, g_start,
+                         g_count)
     g_order = np.argsort(g_codes, kind="stable")
     g_sorted = g_codes[g_order]
     starts = np.searchsorted(g_sorted, q_codes, side="left")
@@ -200,15 +257,32 @@ def average_precision(scores: np.ndarray, relevant: np.ndarray) -> float:
 
 
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and scores of the k best items per row (finite scores only; -1 pads)."""
+    """Indices and scores of the k best items per row (finite scores only; -1 pads).
+
+    Tie rule: score descending, then column ascending, so the result never depends on how
+    a partial sort breaks ties (the streamed evaluation's FAISS top-k follows the same rule).
+    """
+    scores = np.asarray(scores)
     q, g = scores.shape
     k = min(k, g)
-    if k == 0:
-        return np.zeros((q, 0), np.int64), np.zeros((q, 0))
+    if k == 0 or q == 0:
+        return np.zeros((q, k), np.int64), np.zeros((q, k), dtype=scores.dtype)
     part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    part_scores = np.take_along_axis(scores, part, axis=1)
-    order = np.argsort(-part_scores, axis=1, kind="stable")
-    idx = np.take_along_axis(part, order, axis=1)
-    val = np.take_along_axis(part_scores, order, axis=1)
-    idx = np.where(np.isfinite(val), idx, -1)
-    return idx.astype(np.int64), val
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)  # the k-th best score
+    fin = np.isfinite(kth)
+    above = scores > kth[:, None]
+    at = (scores == kth[:, None]) & fin[:, None]
+    need = k - above.sum(axis=1)
+    take = above | (at & (np.cumsum(at, axis=1) <= need[:, None]))  # lowest columns of the tie at the k-th place
+    take &= np.isfinite(scores)
+    rows, cols = np.nonzero(take)
+    vals = scores[rows, cols]
+    order = np.lexsort((cols, -vals.astype(np.float64), rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(rows, np.arange(q))
+    pos = np.arange(len(rows)) - start[rows]
+    idx = np.full((q, k), -1, dtype=np.int64)
+    val = np.full((q, k), -np.inf, dtype=scores.dtype)
+    idx[rows, pos] = cols
+    val[rows, pos] = vals
+    return idx, val

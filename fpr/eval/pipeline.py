@@ -21,6 +21,7 @@ The per-query columns come from the ``query_results`` declaration in
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -157,26 +158,52 @@ class GalleryLabels:
     def keys(self) -> np.ndarray:
         return _keys(self.groups, self.identities)
 
-    def relevance(self, qdf: pd.DataFrame, scope: str) -> tuple[np.ndarray, np.ndarray]:
-        """(Q, G) boolean masks: items in each query's scope, and relevant items in scope.
+    def codes(self, qdf: pd.DataFrame) -> "LabelCodes":
+        """Integer codes of the gallery's and the queries' groups and (group, identity) keys.
 
-        Relevant = same (group, identity). Labels are compared as integer codes: string
-        comparison over a (Q, G) grid costs more than the retrieval itself.
+        Labels are compared as codes: string comparison over a (Q, G) grid costs more than
+        the retrieval itself, and the streamed evaluation builds its masks per block from them.
         """
-        check_scope(scope)
         n = len(self.groups)
         group_codes = pd.factorize(pd.Series(list(self.groups) + qdf["group"].tolist(), dtype=object))[0]
         key_codes = pd.factorize(pd.Series(list(self.keys()) + list(_keys(qdf["group"], qdf["identity"])),
                                            dtype=object))[0]
-        ig, qg, ik, qk = group_codes[:n], group_codes[n:], key_codes[:n], key_codes[n:]
-        scope_mask = np.ones((len(qg), n), dtype=bool) if scope == "all" else qg[:, None] == ig[None, :]
-        return scope_mask, (qk[:, None] == ik[None, :]) & scope_mask
+        return LabelCodes(group_codes[:n], key_codes[:n], group_codes[n:], key_codes[n:])
+
+    def has_relevant(self, qdf: pd.DataFrame) -> np.ndarray:
+        """(Q,) whether each query has a relevant gallery item (same group and identity, so in
+        either scope); O(Q + G), no (Q, G) mask."""
+        c = self.codes(qdf)
+        counts = np.bincount(c.g_key, minlength=int(max(c.g_key.max(initial=-1), c.q_key.max(initial=-1))) + 1)
+        return counts[c.q_key] > 0
+
+    def relevance(self, qdf: pd.DataFrame, scope: str) -> tuple[np.ndarray, np.ndarray]:
+        """(Q, G) boolean masks: items in each query's scope, and relevant items in scope.
+
+        Relevant = same (group, identity). The in-memory definition (tests and small inputs);
+        :func:`evaluate` builds the same masks block by block from :meth:`codes`.
+        """
+        check_scope(scope)
+        c = self.codes(qdf)
+        scope_mask = np.ones((len(c.q_group), len(c.g_group)), dtype=bool) if scope == "all" \
+            else c.q_group[:, None] == c.g_group[None, :]
+        return scope_mask, (c.q_key[:, None] == c.g_key[None, :]) & scope_mask
 
     def references_by_key(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for k, p in zip(_keys(self.ref_groups, self.ref_identities), self.ref_paths):
             out.setdefault(k, []).append(p)
         return out
+
+
+@dataclass
+class LabelCodes:
+    """Label codes of one gallery (G rows) and one set of queries (Q rows)."""
+
+    g_group: np.ndarray
+    g_key: np.ndarray
+    q_group: np.ndarray
+    q_key: np.ndarray
 
 
 @dataclass
@@ -258,6 +285,7 @@ class EvalSettings:
     device: str = "auto"
     batch_size: int = 64
     workers: int | None = None
+    block_size: int | None = None  # queries scored at once; None: from FPR_EVAL_BLOCK_MB and the gallery size
 
 
 @dataclass
@@ -279,17 +307,20 @@ class Evaluation:
 EmbedFn = Callable[..., object]  # fpr.encoders.embed.embed_paths-compatible
 
 
-def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores: Callable[[np.ndarray], np.ndarray],
-             embed: EmbedFn, settings: EvalSettings, *, where: str = "queries", encoder_id: str | None = None,
-             workspace: Path | None = None, dim: int | None = None) -> Evaluation:
+def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores, embed: EmbedFn, settings: EvalSettings, *,
+             where: str = "queries", encoder_id: str | None = None, workspace: Path | None = None,
+             dim: int | None = None) -> Evaluation:
     """Evaluate normalised queries against one gallery.
 
-    ``gallery_scores(qvecs)`` returns (Q, G) similarities in gallery-row order (a flat
-    index's inner products); ``embed(paths, on_error=..., desc=...)`` returns an
-    ``EmbedResult``. Missing identities are checked before anything is embedded.
+    ``gallery_scores`` is the gallery's index (a :class:`fpr.index.faiss_index.GalleryIndex`:
+    scores from its flat vectors, top-k from its FAISS search) or a callable
+    ``f(qvecs) -> (q, G)`` similarities in gallery-row order (top-k then from those scores).
+    ``embed(paths, on_error=..., desc=...)`` returns an ``EmbedResult``. Missing identities
+    are checked before anything is embedded. Scoring is streamed (:func:`score_blocks`).
     """
-    scope_mask, relevant = gallery.relevance(qdf, settings.scope)
-    status = missing_identities(qdf, relevant.any(axis=1), skip=settings.skip_missing_identities, where=where)
+    check_scope(settings.scope)
+    codes = gallery.codes(qdf)
+    status = missing_identities(qdf, gallery.has_relevant(qdf), skip=settings.skip_missing_identities, where=where)
     todo = np.flatnonzero(status == "ok")
     qres = embed(qdf["path"].iloc[todo].tolist(), on_error="skip" if settings.skip_unreadable else "raise",
                  desc="embedding queries")
@@ -308,26 +339,183 @@ def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores: Callable
     per_query = query_frame(qdf, status, hashes)
     rankings = empty_rankings()
     if len(ok):
-        scores = gallery_scores(qvecs[ok]).astype(np.float32, copy=False)
-        scores = np.where(scope_mask[ok], scores, np.float32(-np.inf))
-        m = retrieval_metrics(scores, relevant[ok])
-        values = {"ap": m.ap, "first_hit_rank": m.first_hit_rank, "last_hit_rank": m.last_hit_rank,
-                  "n_relevant": m.n_relevant, "n_scope": scope_mask[ok].sum(axis=1), "cmc1": m.cmc(1),
-                  "cmc5": m.cmc(5), "cmc10": m.cmc(10), "inp": m.inp}
-        for col, v in values.items():
+        scored = score_blocks(qvecs, ok, codes, settings.scope, gallery_scores, settings.top_k,
+                              block=settings.block_size)
+        for col, v in scored.values.items():
             per_query.loc[ok, col] = v
         sims, nrefs, sources = pairwise_sim(qdf.iloc[ok], qvecs[ok], gallery, embed)
         per_query.loc[ok, "sim"] = sims
         per_query.loc[ok, "n_references"] = nrefs
         per_query.loc[ok, "sim_source"] = sources
-        rankings = rankings_frame(qdf["query_id"].to_numpy()[ok], scores, relevant[ok], gallery.item_ids,
-                                  settings.top_k)
+        rankings = scored.rankings(qdf["query_id"].to_numpy(), gallery.item_ids)
     aux = empty_aux()
     if settings.scorers and len(ok):
         batch = query_batch(qdf.iloc[ok], qvecs[ok], gallery, encoder_id, settings.device, settings.scorer_options,
                             workspace, gallery_scores=gallery_scores)
         aux = run_scorers(settings.scorers, batch)
     return Evaluation(status, per_query, aux, rankings, qvecs, reasons)
+
+
+# --------------------------------------------------------------------------- streamed scoring
+
+BLOCK_BYTES = int(float(os.environ.get("FPR_EVAL_BLOCK_MB", "256")) * 2 ** 20)
+BYTES_PER_PAIR = 24  # float32 score + bool masks + the metric engine's per-pair temporaries
+MAX_BLOCK = 4096
+TOPK_MARGIN = 16  # extra FAISS results fetched per query to check the tie rule at the k-th place
+
+
+@dataclass
+class Scored:
+    """Per-query metric values (for the ``ok`` rows, in their order) and the top-k rankings."""
+
+    values: dict[str, np.ndarray]
+    top_rows: np.ndarray  # (n_ok, k) gallery rows, -1 padded
+    top_scores: np.ndarray  # (n_ok, k) float32
+    top_relevant: np.ndarray  # (n_ok, k) bool
+    ok: np.ndarray
+
+    def rankings(self, query_ids: np.ndarray, item_ids: np.ndarray) -> pd.DataFrame:
+        if not self.top_rows.shape[1] or not len(self.ok):
+            return empty_rankings()
+        rows_q, rows_r = np.nonzero(self.top_rows >= 0)
+        cols = self.top_rows[rows_q, rows_r]
+        return pd.DataFrame({"query_id": query_ids[self.ok][rows_q], "rank": rows_r + 1,
+                             "item_id": np.asarray(item_ids)[cols],
+                             "score": self.top_scores[rows_q, rows_r].astype(np.float64),
+                             "relevant": self.top_relevant[rows_q, rows_r]})
+
+
+def auto_block(n_columns: int) -> int:
+    """Queries per block so one block's (block, G) arrays stay within ``FPR_EVAL_BLOCK_MB``."""
+    return int(max(1, min(MAX_BLOCK, BLOCK_BYTES // max(1, BYTES_PER_PAIR * n_columns))))
+
+
+def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: str, gallery_scores, k: int, *,
+                 block: int | None = None) -> Scored:
+    """AP, ranks, CMC, mINP and top-k for the queries ``ok``, streamed in blocks of queries.
+
+    Peak memory grows with block x G (scope all) or block x G_group (scope group: the
+    queries are taken group by group and scored against that group's gallery rows only),
+    plus Q x k for the rankings; never Q x G. Scope and relevance masks are built per
+    block from label codes. AP and ranks come from the metric engine over each query's
+    full scoped ranking (exact, no top-k cut).
+
+    Top-k rankings follow one tie rule: score descending, then gallery (FAISS) row
+    ascending. With an index they come from its FAISS ``search`` (GPU when FAISS sees
+    one): scope all searches the index, scope group a flat sub-index of the group's rows.
+    The search returns k + margin candidates; they are re-scored with the block's exact
+    scores (the numbers AP used) and ordered by the tie rule, and a query whose candidates
+    miss an item scoring at or above its k-th score (a tie wider than the margin, or a
+    rounding difference between FAISS and the block product) is ranked from the block's
+    scores instead, so a flat index's stored top-k is exact. An approximate index (IVF,
+    HNSW) is used as is for scope all: its top-k are re-scored and ordered the same way
+    but may miss items (its measured recall is on its card).
+    """
+    check_scope(scope)
+    ok = np.asarray(ok, dtype=np.int64)
+    n = len(ok)
+    kk = max(0, int(k))
+    names = ("ap", "first_hit_rank", "last_hit_rank", "n_relevant", "n_scope", "cmc1", "cmc5", "cmc10", "inp")
+    values = {c: np.zeros(n) for c in names}
+    top_rows = np.full((n, kk), -1, dtype=np.int64)
+    top_scores = np.full((n, kk), -np.inf, dtype=np.float32)
+    top_rel = np.zeros((n, kk), dtype=bool)
+    source = _ScoreSource(gallery_scores, len(codes.g_group))
+    for cols, pos in _scope_parts(codes, scope, ok):
+        part = source.part(cols)
+        g_key = codes.g_key if cols is None else codes.g_key[cols]
+        step = block or auto_block(part.n)
+        for s in range(0, len(pos), step):
+            p = pos[s:s + step]
+            rows = ok[p]
+            qb = np.ascontiguousarray(qvecs[rows], dtype=np.float32)
+            scores = part.scores(qb)
+            rel = codes.q_key[rows][:, None] == g_key[None, :]
+            m = retrieval_metrics(scores, rel)
+            for col, v in (("ap", m.ap), ("first_hit_rank", m.first_hit_rank), ("last_hit_rank", m.last_hit_rank),
+                           ("n_relevant", m.n_relevant), ("cmc1", m.cmc(1)), ("cmc5", m.cmc(5)),
+                           ("cmc10", m.cmc(10)), ("inp", m.inp)):
+                values[col][p] = v
+            values["n_scope"][p] = part.n
+            if kk:
+                idx, val = part.top_k(qb, scores, kk)
+                width = idx.shape[1]
+                found = idx >= 0
+                local = np.where(found, idx, 0)
+                top_rows[p, :width] = np.where(found, local if cols is None else cols[local], -1)
+                top_scores[p, :width] = val
+                top_rel[p, :width] = np.take_along_axis(rel, local, axis=1) & found
+            del scores, rel
+    return Scored(values, top_rows, top_scores, top_rel, ok)
+
+
+def _scope_parts(codes: LabelCodes, scope: str, ok: np.ndarray):
+    """(gallery columns or None for all, positions in ``ok``) per scope part."""
+    if scope == "all":
+        yield None, np.arange(len(ok))
+        return
+    qg = codes.q_group[ok]
+    order = np.argsort(qg, kind="stable")
+    g_order = np.argsort(codes.g_group, kind="stable")  # ascending rows within each group
+    g_sorted = codes.g_group[g_order]
+    bounds = np.flatnonzero(np.diff(qg[order])) + 1
+    for pos in np.split(order, bounds):
+        g = qg[pos[0]]
+        lo, hi = np.searchsorted(g_sorted, g, "left"), np.searchsorted(g_sorted, g, "right")
+        cols = g_order[lo:hi]
+        yield (None if len(cols) == len(codes.g_group) else cols), pos
+
+
+class _ScoreSource:
+    """Where block scores and top-k candidates come from: an index or a scores callable."""
+
+    def __init__(self, gallery_scores, n_items: int):
+        self.is_index = hasattr(gallery_scores, "vectors") and hasattr(gallery_scores, "search_rows")
+        self.src = gallery_scores
+        self.n_items = n_items
+
+    def part(self, cols: np.ndarray | None) -> "_Part":
+        if not self.is_index:
+            fn = self.src
+            return _Part(len(cols) if cols is not None else self.n_items,
+                         (lambda q: fn(q)) if cols is None else (lambda q: fn(q)[:, cols]), None, True)
+        if cols is None:
+            v = self.src.vectors()
+            return _Part(len(v), lambda q: q @ v.T, self.src.search_rows, self.src.exact_search)
+        v = np.ascontiguousarray(self.src.vectors()[cols])
+        searcher = faiss_index.flat_searcher(v)
+        return _Part(len(v), lambda q: q @ v.T, searcher.search, True)
+
+
+@dataclass
+class _Part:
+    n: int
+    scores_fn: Callable[[np.ndarray], np.ndarray]
+    search: Callable | None  # (q, k) -> (scores, local rows)
+    exact: bool
+
+    def scores(self, q: np.ndarray) -> np.ndarray:
+        return np.asarray(self.scores_fn(q), dtype=np.float32)
+
+    def top_k(self, q: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(local rows, scores) of the k best per query by the tie rule (see :func:`score_blocks`)."""
+        k = min(k, self.n)
+        if self.search is None or k == 0:
+            return top_k(scores, k)
+        _, cand = self.search(q, min(self.n, k + TOPK_MARGIN))
+        cand = np.asarray(cand, dtype=np.int64)
+        found = cand >= 0
+        cs = np.where(found, np.take_along_axis(scores, np.where(found, cand, 0), axis=1), -np.inf)
+        order = np.lexsort((np.where(found, cand, np.iinfo(np.int64).max), -cs.astype(np.float64)), axis=-1)
+        cand = np.take_along_axis(np.where(found, cand, -1), order, axis=1)[:, :k]
+        cs = np.take_along_axis(cs, order, axis=1)[:, :k]
+        if self.exact:
+            kth = cs[:, -1]
+            short = (cand[:, -1] < 0) | (np.count_nonzero(scores >= kth[:, None], axis=1)
+                                          != np.count_nonzero(cs >= kth[:, None], axis=1))
+            if short.any():
+                cand[short], cs[short] = top_k(scores[short], k)
+        return cand, cs.astype(np.float32)
 
 
 def query_frame(qdf: pd.DataFrame, status: np.ndarray, hashes: Sequence[str | None]) -> pd.DataFrame:
@@ -402,42 +590,57 @@ def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, e
                  ) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
     """Sim per query: mean cosine to its Sim references (see :data:`SIM_SOURCES` for which).
 
-    Computed as one matrix product per distinct reference set, not per query.
+    Vectorised: each distinct reference set is reduced once to its mean vector (float64;
+    identity sets all at once with one scatter-add over the gallery's reference vectors),
+    and Sim = q . mean(refs), one row-wise product for every query. Memory is Q x dim,
+    never Q x references.
     """
+    n = len(qdf)
+    dim = qvecs.shape[1] if qvecs.ndim == 2 else 0
     explicit = sorted({p for refs in qdf["reference_list"] for p in refs} | {p for p in qdf["sim_reference"] if p})
-    explicit_vecs: dict[str, np.ndarray] = {}
+    ex_pos: dict[str, int] = {p: i for i, p in enumerate(explicit)}
+    ex_vecs = np.zeros((0, dim))
     if explicit:
-        res = embed(explicit, on_error="raise", desc="embedding references")
-        explicit_vecs = dict(zip(explicit, res.vectors))
-    ref_keys = _keys(gallery.ref_groups, gallery.ref_identities)
-    sources: list[str | None] = []
-    sets: list[tuple] = []
-    for sim_ref, refs, key in zip(qdf["sim_reference"], qdf["reference_list"],
-                                  _keys(qdf["group"], qdf["identity"])):
-        if sim_ref:
-            sources.append("sim_reference")
-            sets.append(("p", sim_ref))
-        elif refs:
-            sources.append("reference_paths")
-            sets.append(("p", *refs))
-        else:
-            sources.append("identity")
-            sets.append(("k", key))
-    sims = np.full(len(qdf), np.nan)
-    nrefs = np.zeros(len(qdf), dtype=np.int64)
-    q64 = qvecs.astype(np.float64)
-    groups: dict[tuple, list[int]] = {}
-    for j, s in enumerate(sets):
-        groups.setdefault(s, []).append(j)
-    for s, rows in groups.items():
-        if s[0] == "p":
-            r = np.stack([explicit_vecs[p] for p in s[1:]])
-        else:
-            r = gallery.ref_vectors[ref_keys == s[1]] if len(ref_keys) else np.zeros((0, q64.shape[1]))
-        if len(r):
-            sims[rows] = (q64[rows] @ r.astype(np.float64).T).mean(axis=1)
-            nrefs[rows] = len(r)
-    sources = [src if n else None for src, n in zip(sources, nrefs)]
+        ex_vecs = np.asarray(embed(explicit, on_error="raise", desc="embedding references").vectors, np.float64)
+    sim_ref = qdf["sim_reference"].to_numpy(dtype=object)
+    ref_lists = qdf["reference_list"].tolist()
+    use_ref = np.array([bool(p) for p in sim_ref], dtype=bool)
+    use_list = ~use_ref & np.array([len(r) > 0 for r in ref_lists], dtype=bool)
+    use_key = ~use_ref & ~use_list
+    means = np.zeros((n, dim))
+    nrefs = np.zeros(n, dtype=np.int64)
+    # the query's own sim_reference: one vector
+    rows = np.flatnonzero(use_ref)
+    if len(rows):
+        means[rows] = ex_vecs[[ex_pos[p] for p in sim_ref[rows]]]
+        nrefs[rows] = 1
+    # reference_paths: the mean of each distinct list, computed once per list
+    rows = np.flatnonzero(use_list)
+    if len(rows):
+        codes, lists = pd.factorize(pd.Series([";".join(ref_lists[i]) for i in rows], dtype=object))
+        first = np.unique(codes, return_index=True)[1]  # a query of each distinct list
+        set_means = np.stack([ex_vecs[[ex_pos[p] for p in ref_lists[rows[j]]]].mean(axis=0) for j in first])
+        means[rows] = set_means[codes]
+        nrefs[rows] = [len(ref_lists[i]) for i in rows]
+    # identity: every reference image of the query's (group, identity) in the gallery
+    rows = np.flatnonzero(use_key)
+    if len(rows) and len(gallery.ref_groups):
+        all_keys = pd.Series(list(_keys(gallery.ref_groups, gallery.ref_identities))
+                             + list(_keys(qdf["group"].to_numpy()[rows], qdf["identity"].to_numpy()[rows])),
+                             dtype=object)
+        codes = pd.factorize(all_keys)[0]
+        r_codes, q_codes = codes[:len(gallery.ref_groups)], codes[len(gallery.ref_groups):]
+        n_codes = int(codes.max()) + 1
+        counts = np.bincount(r_codes, minlength=n_codes)
+        sums = np.zeros((n_codes, dim))
+        np.add.at(sums, r_codes, np.asarray(gallery.ref_vectors, np.float64))
+        key_means = sums / np.maximum(counts, 1)[:, None]
+        means[rows] = key_means[q_codes]
+        nrefs[rows] = counts[q_codes]
+    sims = np.einsum("ij,ij->i", np.asarray(qvecs, np.float64), means)
+    sims[nrefs == 0] = np.nan
+    names = np.where(use_ref, "sim_reference", np.where(use_list, "reference_paths", "identity"))
+    sources = [str(src) if k else None for src, k in zip(names, nrefs)]
     return sims, nrefs, sources
 
 

@@ -53,6 +53,25 @@ def resample_indices(n: int, *, seed: int = 0, key: tuple[str, ...] = (), n_boot
     return _rng(seed, *key).integers(0, n, size=(n_boot, n))
 
 
+BOOT_CHUNK_ELEMENTS = 1 << 20  # resample indices drawn at once (8 MiB), whatever n_boot x n is
+
+
+def bootstrap_means(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT
+                    ) -> np.ndarray:
+    """Means of ``n_boot`` seeded resamples of ``values``, drawn in chunks of resamples so memory
+    stays ~``BOOT_CHUNK_ELEMENTS`` instead of n_boot x n. The chunks continue one generator, so the
+    resamples are exactly those of :func:`resample_indices` (pinned by a test)."""
+    v = np.asarray(values, dtype=np.float64)
+    n = len(v)
+    rng = _rng(seed, *key)
+    step = max(1, BOOT_CHUNK_ELEMENTS // max(n, 1))
+    means = np.empty(n_boot)
+    for s in range(0, n_boot, step):
+        c = min(step, n_boot - s)
+        means[s:s + c] = v[rng.integers(0, n, size=(c, n))].mean(axis=1)
+    return means
+
+
 def bootstrap_ci(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT,
                  level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean over queries; NaNs are ignored."""
@@ -62,8 +81,7 @@ def bootstrap_ci(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] = ()
         return float("nan"), float("nan")
     if len(v) == 1:
         return float(v[0]), float(v[0])
-    idx = _rng(seed, *key).integers(0, len(v), size=(n_boot, len(v)))
-    means = v[idx].mean(axis=1)
+    means = bootstrap_means(v, seed=seed, key=key, n_boot=n_boot)
     a = (1.0 - level) / 2.0
     lo, hi = np.quantile(means, [a, 1.0 - a])
     return float(lo), float(hi)

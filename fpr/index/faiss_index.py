@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fpr.errors import ConflictError, FprError, NotFoundError
+from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.files import atomic_write_dir
 
 CARD_VERSION = 1
@@ -56,6 +56,16 @@ class IndexCard:
     device: str = UNKNOWN
     precision: str = UNKNOWN
     embedding_key: str = UNKNOWN
+    # The search index for top-k lookups: "flat" (exact, the default and what 0.1 cards mean), or an
+    # approximate "ivf"/"hnsw" index stored next to the flat one (AP always uses the flat vectors).
+    index_type: str = "flat"
+    nlist: int = 0  # IVF: number of lists
+    nprobe: int = 0  # IVF: lists visited per query
+    hnsw_m: int = 0  # HNSW: neighbours per node
+    ef_search: int = 0  # HNSW: search breadth
+    recall_k: int = 0  # the k recall was measured at
+    recall_at_k: float | None = None  # mean |approx top-k ∩ flat top-k| / k over recall_queries gallery vectors
+    recall_queries: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -63,13 +73,15 @@ class IndexCard:
 
 class GalleryIndex:
     def __init__(self, card: IndexCard, index, item_ids: np.ndarray, ref_vectors: np.ndarray,
-                 ref_ids: np.ndarray):
+                 ref_ids: np.ndarray, approx=None):
         self.card = card
         self.index = index
         self.item_ids = np.asarray(item_ids, dtype=np.int64)
         self.ref_vectors = np.asarray(ref_vectors, dtype=np.float32)
         self.ref_ids = np.asarray(ref_ids, dtype=np.int64)
         self._search_index = None
+        self.approx = approx  # an IVF or HNSW index over the same rows, for top-k lookups
+        self._approx_search = None
 
     @property
     def ntotal(self) -> int:
@@ -77,29 +89,54 @@ class GalleryIndex:
 
     def _searcher(self):
         if self._search_index is None:
-            faiss = _faiss()
-            self._search_index = self.index
-            if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0:
-                res = faiss.StandardGpuResources()
-                self._search_index = faiss.index_cpu_to_gpu(res, 0, self.index)
-                self._gpu_resources = res  # keep alive as long as the GPU index
+            self._search_index = _to_gpu(self.index)
         return self._search_index
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, gallery item ids) per query; ids are -1 where fewer than k exist."""
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.card.dim:
-            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
-        k = min(k, self.ntotal)
-        scores, rows = self._searcher().search(q, k)
+        scores, rows = self.search_rows(queries, k)
         ids = np.where(rows >= 0, self.item_ids[np.clip(rows, 0, None)], -1)
         return scores, ids
 
+    def search_rows(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, FAISS rows) per query from the search index: the approximate one
+        (IVF/HNSW) when the index has one, the exact flat one otherwise; rows are -1 padded."""
+        q = self._check(queries)
+        k = min(k, self.ntotal)
+        if self.approx is not None:
+            return self._approx_searcher().search(q, k)
+        return self._searcher().search(q, k)
+
+    @property
+    def exact_search(self) -> bool:
+        """True when :meth:`search_rows` is exhaustive (a flat index)."""
+        return self.approx is None
+
+    def _approx_searcher(self):
+        if self._approx_search is None:
+            self._approx_search = _to_gpu(self.approx) if self.card.index_type == "ivf" else self.approx
+        return self._approx_search
+
+    def _check(self, queries: np.ndarray) -> np.ndarray:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.card.dim:
+            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
+        return q
+
     def vectors(self) -> np.ndarray:
-        """The stored gallery vectors (FAISS row order)."""
+        """The stored gallery vectors (FAISS row order), read-only.
+
+        A flat index is viewed in place (no second copy of a large gallery in memory)."""
         if getattr(self, "_vectors", None) is None:
-            self._vectors = self.index.reconstruct_n(0, self.ntotal) if self.ntotal else \
-                np.zeros((0, self.card.dim), np.float32)
+            if not self.ntotal:
+                self._vectors = np.zeros((0, self.card.dim), np.float32)
+            elif hasattr(self.index, "get_xb"):
+                faiss = _faiss()
+                view = faiss.rev_swig_ptr(self.index.get_xb(), self.ntotal * self.card.dim)
+                self._vectors = np.asarray(view).reshape(self.ntotal, self.card.dim)
+                self._vectors.flags.writeable = False
+            else:
+                self._vectors = self.index.reconstruct_n(0, self.ntotal)
         return self._vectors
 
     def all_scores(self, queries: np.ndarray) -> np.ndarray:
@@ -108,15 +145,68 @@ class GalleryIndex:
         A flat index is exactly its vectors, so one BLAS product gives the same numbers as
         ``search(k=ntotal)`` without sorting every row (the metric engine needs no sorted input).
         """
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 2 or q.shape[1] != self.card.dim:
-            raise ConflictError(f"query vectors have dim {q.shape[-1]}, index '{self.card.name}' has {self.card.dim}")
-        return q @ self.vectors().T
+        return self._check(queries) @ self.vectors().T
+
+
+def gpu_available() -> bool:
+    faiss = _faiss()
+    return hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0
+
+
+class _GpuIndex:
+    """A FAISS GPU index together with the resources it needs alive."""
+
+    def __init__(self, index, resources):
+        self.index, self.resources = index, resources
+
+    def search(self, q, k):
+        return self.index.search(q, k)
+
+
+_GPU_RESOURCES = []  # one StandardGpuResources per process, shared by every GPU index (per-group sub-indices)
+
+
+def _to_gpu(index):
+    """The index on GPU 0 when FAISS sees a GPU, else the CPU index itself."""
+    if not gpu_available():
+        return index
+    faiss = _faiss()
+    if not _GPU_RESOURCES:
+        _GPU_RESOURCES.append(faiss.StandardGpuResources())
+    res = _GPU_RESOURCES[0]
+    return _GpuIndex(faiss.index_cpu_to_gpu(res, 0, index), res)
+
+
+def flat_searcher(vectors: np.ndarray):
+    """An exact inner-product searcher over ``vectors`` (a subset of a gallery), GPU when available:
+    ``searcher.search(q, k) -> (scores, local rows)``."""
+    faiss = _faiss()
+    v = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = faiss.IndexFlatIP(v.shape[1])
+    index.add(v)
+    return _to_gpu(index)
+
+
+def _set_search_params(index, card: IndexCard) -> None:
+    """The card's query-time parameters on a CPU approximate index (copied along to a GPU)."""
+    if card.index_type == "hnsw":
+        index.hnsw.efSearch = card.ef_search
+    elif card.index_type == "ivf":
+        index.nprobe = card.nprobe
+
+
+INDEX_TYPES = ("flat", "ivf", "hnsw")
+RECALL_K = 10
+RECALL_QUERIES = 1000
 
 
 def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, ref_ids: np.ndarray,
-          card: IndexCard) -> GalleryIndex:
+          card: IndexCard, *, index_type: str = "flat", seed: int = 0) -> GalleryIndex:
+    """Build the exact flat index and, for ``index_type`` ivf/hnsw, an approximate search index
+    over the same rows whose recall@k against the flat one is measured and written in the card."""
     faiss = _faiss()
+    if index_type not in INDEX_TYPES:
+        raise InputError(f"unknown index type '{index_type}'", hint=f"valid: {', '.join(INDEX_TYPES)}")
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape[1] != card.dim:
         raise ValueError(f"vectors {vectors.shape} do not match dim {card.dim}")
@@ -125,8 +215,49 @@ def build(vectors: np.ndarray, item_ids: np.ndarray, ref_vectors: np.ndarray, re
     card.n_items = int(index.ntotal)
     card.n_references = int(len(ref_ids))
     card.versions = {**library_versions(), **card.versions}
-    card.built_on = "cuda" if hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0 else "cpu"
-    return GalleryIndex(card, index, item_ids, ref_vectors.reshape(-1, card.dim), ref_ids)
+    card.built_on = "cuda" if gpu_available() else "cpu"
+    card.index_type = index_type
+    approx = None
+    if index_type != "flat" and len(vectors):
+        approx = _build_approx(vectors, card, index_type)
+        _measure_recall(index, approx, vectors, card, seed)
+    elif index_type != "flat":
+        card.index_type = "flat"  # nothing to approximate
+    return GalleryIndex(card, index, item_ids, ref_vectors.reshape(-1, card.dim), ref_ids, approx)
+
+
+def _build_approx(vectors: np.ndarray, card: IndexCard, index_type: str):
+    faiss = _faiss()
+    n, d = vectors.shape
+    if index_type == "ivf":
+        card.nlist = card.nlist or int(max(1, min(round(4 * np.sqrt(n)), n // 39 or 1)))
+        card.nprobe = min(card.nlist, card.nprobe or max(1, card.nlist // 8))
+        quantizer = faiss.IndexFlatIP(d)
+        approx = faiss.IndexIVFFlat(quantizer, d, card.nlist, faiss.METRIC_INNER_PRODUCT)
+        approx.train(vectors)
+        approx.add(vectors)
+    else:
+        card.hnsw_m = card.hnsw_m or 32
+        card.ef_search = card.ef_search or 64
+        approx = faiss.IndexHNSWFlat(d, card.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        approx.hnsw.efConstruction = 80
+        approx.add(vectors)
+    _set_search_params(approx, card)
+    return approx
+
+
+def _measure_recall(flat, approx, vectors: np.ndarray, card: IndexCard, seed: int) -> None:
+    """recall@k = mean over sampled gallery vectors (as queries) of |approx top-k ∩ flat top-k| / k."""
+    n = len(vectors)
+    k = min(RECALL_K, n)
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.choice(n, size=min(RECALL_QUERIES, n), replace=False))
+    q = vectors[sample]
+    _, exact = flat.search(q, k)
+    _, got = approx.search(q, k)
+    hits = sum(len(set(a[a >= 0].tolist()) & set(b.tolist())) for a, b in zip(got, exact))
+    card.recall_k, card.recall_queries = int(k), int(len(sample))
+    card.recall_at_k = float(hits / (k * len(sample)))
 
 
 def save(gi: GalleryIndex, folder: Path) -> None:
@@ -135,6 +266,8 @@ def save(gi: GalleryIndex, folder: Path) -> None:
 
     def fill(tmp: Path) -> None:
         faiss.write_index(gi.index, str(tmp / "index.faiss"))
+        if gi.approx is not None:
+            faiss.write_index(gi.approx, str(tmp / "approx.faiss"))
         np.save(tmp / "item_ids.npy", gi.item_ids)
         np.save(tmp / "references.npy", gi.ref_vectors)
         np.save(tmp / "reference_ids.npy", gi.ref_ids)
@@ -253,7 +386,25 @@ def _read_arrays(faiss, folder: Path, card: IndexCard) -> GalleryIndex:
     item_ids = _read_npy(folder, "item_ids.npy", (card.n_items,), "i")
     refs = _read_npy(folder, "references.npy", (card.n_references, card.dim), "f")
     ref_ids = _read_npy(folder, "reference_ids.npy", (card.n_references,), "i")
-    return GalleryIndex(card, index, item_ids, refs, ref_ids)
+    approx = None
+    if card.index_type != "flat":
+        approx = _read_approx(faiss, folder, card)
+    return GalleryIndex(card, index, item_ids, refs, ref_ids, approx)
+
+
+def _read_approx(faiss, folder: Path, card: IndexCard):
+    path = folder / "approx.faiss"
+    if not path.is_file():
+        raise _Damaged("approx.faiss", f"file is missing (the card says a {card.index_type} search index)")
+    try:
+        approx = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise _Damaged("approx.faiss", f"FAISS cannot read it ({str(exc).splitlines()[0][:160]})") from None
+    if approx.d != card.dim or approx.ntotal != card.n_items:
+        raise _Damaged("approx.faiss", f"{approx.ntotal} vectors of dim {approx.d}, the card says "
+                                       f"{card.n_items} of dim {card.dim}")
+    _set_search_params(approx, card)
+    return approx
 
 
 def _read_npy(folder: Path, name: str, shape: tuple[int, ...], kind: str) -> np.ndarray:
@@ -273,15 +424,28 @@ def _read_npy(folder: Path, name: str, shape: tuple[int, ...], kind: str) -> np.
     return arr
 
 
+# version key -> the distributions that may provide it (first one installed wins)
+_DISTRIBUTIONS = {"numpy": ("numpy",), "torch": ("torch",),
+                  "faiss": ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11", "faiss"),
+                  "duckdb": ("duckdb",), "timm": ("timm",), "open_clip": ("open_clip_torch", "open-clip-torch"),
+                  "PIL": ("pillow", "Pillow")}
+
+
 def library_versions() -> dict:
+    """Versions of the libraries results depend on, read from package metadata (importing torch,
+    timm or open_clip just to read a version string costs seconds)."""
     import platform
     import sys
+    from importlib import metadata
 
-    versions = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for mod in ("fpr", "numpy", "torch", "faiss", "duckdb", "timm", "open_clip", "PIL"):
-        try:
-            m = __import__(mod)
-            versions[mod] = getattr(m, "__version__", "?")
-        except ImportError:
-            continue
+    import fpr
+
+    versions = {"python": sys.version.split()[0], "platform": platform.platform(), "fpr": fpr.__version__}
+    for key, dists in _DISTRIBUTIONS.items():
+        for dist in dists:
+            try:
+                versions[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return versions

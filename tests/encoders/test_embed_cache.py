@@ -111,15 +111,17 @@ def test_cache_key_separates_device_class_and_precision(tiny_encoder):
     assert (meta["device"], meta["precision"]) == ("cpu", "fp32")
 
 
-def test_damaged_cache_shard_is_reported_set_aside_and_recomputed(tiny_encoder, images, tmp_path, capsys):
+def test_damaged_cache_database_is_reported_set_aside_and_recomputed(tiny_encoder, images, tmp_path, capsys):
     from fpr import progress
 
     fresh = E.embed_paths(tiny_encoder, images[:5], cache=None, workers=0).vectors
     cache = E.cache_for(tiny_encoder, root=tmp_path / "c")
     E.embed_paths(tiny_encoder, images[:5], cache=cache, workers=0)
-    [shard] = list(cache.dir.glob("shard-*.npz"))
-    data = shard.read_bytes()
-    shard.write_bytes(data[: len(data) // 2])  # truncated: the zip directory is gone
+    cache.compact()
+    cache.close()
+    db = cache.dir / "vectors.sqlite"
+    data = db.read_bytes()
+    db.write_bytes(b"this is not a database" + data[22:])
     progress.set_enabled(True)
     try:
         again = E.embed_paths(tiny_encoder, images[:5], cache=E.cache_for(tiny_encoder, root=tmp_path / "c"),
@@ -131,12 +133,31 @@ def test_damaged_cache_shard_is_reported_set_aside_and_recomputed(tiny_encoder, 
     err = capsys.readouterr().err
     assert again.n_computed == 5 and again.n_from_cache == 0
     assert again.vectors.tobytes() == fresh.tobytes()
-    assert err.count("damaged embedding-cache shard") == 1 and shard.name in err and "recomputed" in err
-    assert not shard.exists() and shard.with_name(shard.name + ".damaged").read_bytes() == data[: len(data) // 2]
+    assert err.count("damaged embedding-cache database") == 1 and "vectors.sqlite" in err and "recomputed" in err
+    assert db.with_name("vectors.sqlite.damaged").read_bytes()[:22] == b"this is not a database"
+
+
+def test_damaged_cache_entry_is_reported_removed_and_recomputed(tmp_path, capsys):
+    import sqlite3
+
+    from fpr import progress
+
+    cache = EmbeddingCache("k", 4, root=tmp_path)
+    cache.add(["h0", "h1"], np.ones((2, 4), np.float32))
+    cache.close()
+    with sqlite3.connect(cache.dir / "vectors.sqlite") as con:
+        con.execute("UPDATE vectors SET vec = ? WHERE hash = 'h1'", (b"\x00" * 7,))
+    progress.set_enabled(True)
+    try:
+        got = EmbeddingCache("k", 4, root=tmp_path).get_many(["h0", "h1"])
+    finally:
+        progress.set_enabled(False)
+    assert set(got) == {"h0"} and "damaged embedding-cache entry" in capsys.readouterr().err
+    assert len(EmbeddingCache("k", 4, root=tmp_path)) == 1
 
 
 @pytest.mark.parametrize("content", ["wrong_dim", "not_zip", "no_vectors"])
-def test_any_damaged_shard_is_set_aside(tmp_path, content, capsys):
+def test_any_damaged_legacy_shard_is_set_aside(tmp_path, content, capsys):
     from fpr import progress
 
     cache = EmbeddingCache("k", 4, root=tmp_path)
@@ -158,19 +179,16 @@ def test_any_damaged_shard_is_set_aside(tmp_path, content, capsys):
     assert (cache.dir / "shard-bad.npz.damaged").exists() and not bad.exists()
 
 
-def test_cache_compaction_keeps_every_vector(tiny_encoder, tmp_path, monkeypatch):
-    import fpr.encoders.cache as C
-
-    monkeypatch.setattr(C, "COMPACT_AFTER_SHARDS", 3)
-    cache = EmbeddingCache("k", 4, root=tmp_path)
+def test_legacy_shards_are_imported_bit_for_bit(tmp_path):
     vecs = np.random.default_rng(0).random((6, 4)).astype(np.float32)
-    for i in range(6):
-        cache.add([f"h{i}"], vecs[i:i + 1])
-    fresh = EmbeddingCache("k", 4, root=tmp_path)
-    got = fresh.get_many([f"h{i}" for i in range(6)])
-    assert len(list(cache.dir.glob("shard-*.npz"))) <= 3
-    for i in range(6):
-        assert got[f"h{i}"].tobytes() == vecs[i].tobytes()
+    d = tmp_path / "k"
+    d.mkdir()
+    for i in range(0, 6, 2):  # the 0.1 layout: shard-*.npz with S64 hashes
+        np.savez(d / f"shard-{i}.npz", hashes=np.asarray([f"h{i}", f"h{i + 1}"], dtype="S64"), vectors=vecs[i:i + 2])
+    cache = EmbeddingCache("k", 4, root=tmp_path)
+    got = cache.get_many([f"h{i}" for i in range(6)])
+    assert [got[f"h{i}"].tobytes() for i in range(6)] == [v.tobytes() for v in vecs]
+    assert not list(d.glob("shard-*.npz")) and len(cache) == 6
 
 
 @pytest.mark.parametrize("mode", ["L", "P", "RGBA", "CMYK", "I;16", "LA"])
@@ -214,3 +232,16 @@ def test_bad_files_raise_one_line_or_skip(tiny_encoder, tmp_path, make):
     assert str(bad) in exc.value.one_line() and "\n" not in exc.value.one_line()
     res = E.embed_paths(tiny_encoder, [good, bad], cache=None, workers=0, on_error="skip")
     assert list(res.failed) == [1] and np.isfinite(res.vectors[0]).all() and np.isnan(res.vectors[1]).all()
+
+
+def test_each_file_is_read_once_and_bytes_past_the_budget_are_reread(tiny_encoder, images, monkeypatch):
+    reads = []
+    real = E.read_bytes
+    monkeypatch.setattr(E, "read_bytes", lambda p: reads.append(str(p)) or real(p))
+    fresh = E.embed_paths(tiny_encoder, images[:6], cache=None, workers=0)
+    assert sorted(reads) == sorted(images[:6])  # hashed and decoded from one read
+    reads.clear()
+    monkeypatch.setattr(E, "KEEP_BYTES", 0)  # nothing kept: the decoder reads the files itself
+    again = E.embed_paths(tiny_encoder, images[:6], cache=None, workers=0)
+    assert sorted(reads) == sorted(images[:6] * 2)
+    assert again.vectors.tobytes() == fresh.vectors.tobytes()

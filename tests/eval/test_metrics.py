@@ -9,6 +9,13 @@ import fpr.eval.metrics as M
 from fpr.eval.metrics import average_precision, retrieval_metrics, retrieval_metrics_labels, top_k
 
 
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def engine(request, monkeypatch):
+    """Every test runs on the compiled kernel and on the NumPy fallback."""
+    monkeypatch.setattr(M, "ENGINE", request.param)
+    return request.param
+
+
 def loop_ap_with_ties(scores: np.ndarray, rel: np.ndarray) -> float:
     """Independent reference: walk distinct score thresholds from the top (sklearn's definition)."""
     total = rel.sum()
@@ -151,3 +158,56 @@ def test_top_k_orders_and_pads():
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError):
         retrieval_metrics(np.zeros((2, 3)), np.zeros((2, 4), bool))
+
+
+def test_engines_agree_exactly_on_ties_and_edge_rows(engine):
+    """Every code path (kernel mask/labels; NumPy sparse packed-key, float64 lexsort, dense whole-row,
+    dense sub-blocks) against scikit-learn, with ties, -0.0, -inf scopes, empty and all-relevant rows."""
+    rng = np.random.default_rng(21)
+    q, g = 90, 70
+    s32 = (rng.integers(-3, 4, size=(q, g)) / 2).astype(np.float32)
+    s32[::7] = -0.0 * s32[::7]  # signed zeros tie with +0.0
+    s32[:, ::9] = -np.inf  # out of scope
+    s32[5:9] = rng.normal(size=(4, g)).astype(np.float32)  # tie-free rows
+    ql, gl = rng.integers(0, 6, q), rng.integers(0, 6, g)
+    rel = (ql[:, None] == gl[None, :]) & np.isfinite(s32)
+    rel[0] = False  # no relevant item
+    rel[1] = np.isfinite(s32[1])  # every scoped item relevant
+    rel[6] = np.isfinite(s32[6]) & (np.arange(g) % 8 != 1)  # > 48 distinct relevant values: the kernel's binary search
+    assert len(set(s32[6][rel[6]].tolist())) > 48
+    ref = np.array([np.nan if not rel[i].any() else 1.0 if rel[i][np.isfinite(s32[i])].all() and
+                    np.isfinite(s32[i]).all() else average_precision_score(rel[i][np.isfinite(s32[i])],
+                                                                            s32[i][np.isfinite(s32[i])])
+                    for i in range(q)])
+    outs = [retrieval_metrics(s32, rel), retrieval_metrics(s32.astype(np.float64), rel)]
+    if engine == "numpy":
+        for frac, block in ((0.0, 5), (0.0, 1000)):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(M, "DENSE_FRACTION", frac)
+                mp.setattr(M, "DENSE_BLOCK", block)
+                outs.append(retrieval_metrics(s32, rel))
+    for m in outs:
+        np.testing.assert_allclose(m.ap, ref, rtol=0, atol=1e-9, equal_nan=True)
+        for i in (0, 1, 2, 5, 30):
+            if rel[i].any():
+                order = np.argsort(-s32[i].astype(np.float64), kind="stable")
+                pos = np.flatnonzero(rel[i][order])
+                end = lambda p: int(np.sum(s32[i] >= s32[i][order][p]))  # noqa: E731  (pessimistic tie rank)
+                assert m.first_hit_rank[i] == end(pos[0]) and m.last_hit_rank[i] == end(pos[-1])
+        assert m.first_hit_rank[0] == 0 and np.isnan(m.ap[0]) and m.ap[1] == 1.0
+    # labels: relevance by equal labels (the -inf columns are never relevant there: give them a foreign label)
+    gl2 = np.where(np.isfinite(s32).all(axis=0), gl, 99)
+    lab = retrieval_metrics_labels(s32, ql, gl2)
+    mask = retrieval_metrics(s32, ql[:, None] == gl2[None, :])
+    np.testing.assert_array_equal(lab.ap, mask.ap)
+    np.testing.assert_array_equal(lab.last_hit_rank, mask.last_hit_rank)
+    if engine == "numba":
+        from fpr.eval import _kernels  # the compiled path really ran
+        assert M._kernels() is _kernels
+
+
+def test_nan_relevant_scores_are_an_error_in_both_engines():
+    with pytest.raises(ValueError, match="NaN"):
+        retrieval_metrics(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
+    m = retrieval_metrics(np.array([[np.nan, 1.0, 0.5]]), np.array([[False, False, True]]))
+    assert m.ap[0] == 0.5 and m.first_hit_rank[0] == 2

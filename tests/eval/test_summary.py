@@ -49,3 +49,15 @@ def test_paired_comparison_on_shared_keys():
     out = paired_comparison(frame(), "good", "bad", pair_on=("group", "identity"))
     assert out["n_pairs"] == 6 and out["mean_diff"] == pytest.approx(0.5)
     assert out["ci_lo"] == pytest.approx(0.5) and out["p_value"] < 0.05
+
+
+def test_bootstrap_chunks_keep_the_resample_stream(monkeypatch):
+    """Chunked resampling (bounded memory) draws exactly the resamples of resample_indices."""
+    import fpr.eval.summary as S
+
+    for n in (1, 7, 333):
+        v = np.random.default_rng(n).random(n)
+        whole = v[S.resample_indices(n, seed=2, key=("k",), n_boot=101)].mean(axis=1)
+        monkeypatch.setattr(S, "BOOT_CHUNK_ELEMENTS", 50)  # chunks of 50 // n resamples (at least 1)
+        np.testing.assert_array_equal(S.bootstrap_means(v, seed=2, key=("k",), n_boot=101), whole)
+        monkeypatch.undo()

@@ -1,0 +1,136 @@
+"""Compiled per-query kernels of the metric engine (numba), one pass over each row.
+
+For one query with relevant scores sorted into distinct values u_1 > ... > u_m
+(multiplicities c_t), AP with scikit-learn's tie rule is
+
+    AP = (1/R) * sum_t c_t * H_t / N_t,   H_t = c_1 + ... + c_t,   N_t = #items scoring >= u_t
+
+(every relevant item of a tie block gets the precision at the block's end). So a row
+needs only its relevant scores sorted (R log R) and, per item, the first t with
+u_t <= score (a binary search over m values, skipped after one comparison for items
+below the lowest relevant score): O(G log R) with no sort of the row. First hit
+rank = N_1, last hit rank = N_m (pessimistic over ties, as the NumPy engine).
+The kernels release the GIL; the caller runs ranges of rows on a thread pool (dynamic
+scheduling: numba's static ``prange`` split stalls on a machine whose cores are shared).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
+
+
+@njit(cache=True, nogil=True)
+def _row(s, rel, u, hist):
+    """(ap, first, last, n_rel, bad) of one row; ``u``/``hist`` are scratch arrays of len(row)."""
+    g = s.shape[0]
+    r = 0
+    for j in range(g):
+        if rel[j]:
+            v = s[j]
+            if v != v:
+                return np.nan, 0, 0, 0, True
+            u[r] = v
+            r += 1
+    return _finish(s, u, r, hist)
+
+
+@njit(cache=True, nogil=True)
+def _row_idx(s, idx, u, hist):
+    """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
+    r = idx.shape[0]
+    for k in range(r):
+        v = s[idx[k]]
+        if v != v:
+            return np.nan, 0, 0, 0, True
+        u[k] = v
+    return _finish(s, u, r, hist)
+
+
+@njit(cache=True, nogil=True)
+def _finish(s, u, r, hist):
+    """AP and ranks from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
+    g = s.shape[0]
+    if r == 0:
+        return np.nan, 0, 0, 0, False
+    vals = np.sort(u[:r])  # ascending
+    # distinct values ascending and their multiplicities
+    m = 0
+    for i in range(r):
+        if m == 0 or vals[i] != u[m - 1]:
+            u[m] = vals[i]
+            hist[m] = 0
+            m += 1
+    # multiplicities (c) go after the histogram region: hist[m + t]
+    for t in range(m):
+        hist[m + t] = 0
+    t = 0
+    for i in range(r):
+        while vals[i] != u[t]:
+            t += 1
+        hist[m + t] += 1
+    low = u[0]
+    if m <= LINEAR_MAX:
+        for j in range(g):
+            v = s[j]
+            if v >= low:
+                a = 0
+                for b in range(1, m):  # count of distinct relevant values <= v, minus one (vectorises)
+                    a += u[b] <= v
+                hist[a] += 1
+    else:
+        for j in range(g):
+            v = s[j]
+            if v >= low:
+                lo = 0
+                n = m
+                while n > 1:  # lower bound by halving
+                    half = n >> 1
+                    if u[lo + half] <= v:
+                        lo += half
+                    n -= half
+                hist[lo] += 1
+    # walk from the highest distinct relevant value down
+    ap = 0.0
+    n_ge = 0
+    h = 0
+    first = 0
+    for t in range(m - 1, -1, -1):
+        n_ge += hist[t]
+        c = hist[m + t]
+        h += c
+        ap += c * (h / n_ge)
+        if first == 0:
+            first = n_ge
+    return ap / r, first, n_ge, r, False
+
+
+@njit(cache=True, nogil=True)
+def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
+    """Rows [start, end) with a boolean relevance mask; returns True if a relevant score is NaN."""
+    g = scores.shape[1]
+    u = np.empty(g, dtype=np.float64)
+    hist = np.empty(2 * g + 1, dtype=np.int64)
+    bad = False
+    for i in range(start, end):
+        ap[i], first[i], last[i], n_rel[i], b = _row(scores[i], relevant[i], u, hist)
+        bad |= b
+    return bad
+
+
+@njit(cache=True, nogil=True)
+def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, start, end):
+    """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
+    ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
+    g = scores.shape[1]
+    u = np.empty(g, dtype=np.float64)
+    hist = np.empty(2 * g + 1, dtype=np.int64)
+    bad = False
+    for i in range(start, end):
+        c = q_codes[i]
+        ap[i], first[i], last[i], n_rel[i], b = _row_idx(scores[i], g_order[g_start[c]:g_start[c] + g_count[c]],
+                                                         u, hist)
+        bad |= b
+    return bad
