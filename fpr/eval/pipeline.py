@@ -350,8 +350,9 @@ def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores, embed: E
         rankings = scored.rankings(qdf["query_id"].to_numpy(), gallery.item_ids)
     aux = empty_aux()
     if settings.scorers and len(ok):
+        whole = _ScoreSource(gallery_scores, len(gallery.item_ids)).part(None)  # scorers see (Q, G) scores
         batch = query_batch(qdf.iloc[ok], qvecs[ok], gallery, encoder_id, settings.device, settings.scorer_options,
-                            workspace, gallery_scores=gallery_scores)
+                            workspace, gallery_scores=whole.scores)
         aux = run_scorers(settings.scorers, batch)
     return Evaluation(status, per_query, aux, rankings, qvecs, reasons)
 
