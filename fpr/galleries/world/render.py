@@ -7,7 +7,7 @@ a rendered animal layer (the copy-like methods paste a reference's own pixels).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
