@@ -298,8 +298,10 @@ def _mean_ratings(ratings: pd.DataFrame, qpos: dict[str, int], where: str) -> tu
     per = ratings.groupby(["rater", "query_id"])["rating"].mean()
     for (rater, qid), v in per.items():
         mat[raters.index(rater), qpos[qid]] = v
-    with np.errstate(invalid="ignore"):
-        mean = np.nanmean(mat, axis=0) if len(raters) else np.full(n, np.nan)
+    # queries no rater rated stay NaN (np.nanmean would warn about their empty columns)
+    rated = np.isfinite(mat).sum(axis=0)
+    mean = np.full(n, np.nan)
+    mean[rated > 0] = np.nansum(mat[:, rated > 0], axis=0) / rated[rated > 0]
     return mean, mat
 
 
