@@ -15,6 +15,7 @@ from fpr.encoders.preprocess import OPENAI_MEAN, OPENAI_STD
 from fpr.errors import InputError
 from fpr.eval.scorers import QueryBatch, run_scorers
 from fpr.eval.scorers.vistar_cse import parse_panels
+from tests.eval.judges.conftest import tiny_owlv2  # noqa: F401 - the fixture
 from tests.eval.test_scorers import tiny_clip  # noqa: F401 - the fixture
 
 OPTS = {"vistar-cse.clip_encoder": "tiny-clip-test", "vistar-cse.dino_encoder": "pixels-16"}
@@ -82,3 +83,45 @@ def test_missing_panels_or_sub_prompts_are_nan_with_reasons(tmp_path, tiny_clip)
     assert parse_panels(" 2X3 ") == (2, 3)
     with pytest.raises(InputError, match="ROWSxCOLS"):
         parse_panels("four")
+
+
+def test_cse_grounds_the_subject_when_the_detector_is_there(tmp_path, tiny_clip, tiny_owlv2):  # noqa: F811
+    """With the Grounding tool's weights, consistency embeds each panel's best box for the subject: equal to
+    cropping with the same detector by hand; without them, whole panels, and the note says why."""
+    from fpr.encoders.embed import embed_pil
+    from fpr.encoders.registry import load_encoder
+    from fpr.eval.judges.tools import Detector, box_pixels
+    from fpr.eval.scorers.vistar_cse import consistency, split_panels
+    from fpr.images import load_rgb
+
+    panels = [_panel(1), _panel(2), _panel(1), _panel(3)]
+    path = _grid(tmp_path / "g.png", panels, 2, 2)
+    extras = [{"panels": "2x2", "sub_prompts": "a dog"}]
+    opts = {**OPTS, "vistar-cse.grounding": str(tiny_owlv2), "vistar-cse.subject": "dog",
+            "vistar-cse.box_threshold": "0"}  # a random detector's scores are low: take its best box
+    batch = QueryBatch(["q0"], [path], ["x"], ["dogs"], ["a dog"], [[]], device="cpu", options=opts, extras=extras)
+    out = run_scorers(["vistar-cse"], batch).set_index("metric")
+
+    det = Detector(str(tiny_owlv2))
+    crops, found = [], 0
+    for p in split_panels(load_rgb(path), 2, 2):
+        box = det.detect(p, "dog", threshold=0.0, top=1)
+        crops.append(p.crop(box_pixels(box[0]["box"], p.width, p.height)) if box else p)
+        found += bool(box)
+    assert found >= 1  # the crops are exercised
+    expect = consistency(embed_pil(load_encoder("pixels-16", device="cpu"), crops))
+    assert out.loc["con", "value"] == pytest.approx(expect, abs=1e-12)
+    assert f"grounded 'dog' in {found} of 4 panels" in out.loc["con", "note"]
+    assert "OWLv2 sha256:" in out.loc["con", "note"]
+    whole_value = consistency(embed_pil(load_encoder("pixels-16", device="cpu"), split_panels(load_rgb(path), 2, 2)))
+    assert out.loc["con", "value"] != pytest.approx(whole_value, abs=1e-9)  # the crops changed the value
+
+    off = QueryBatch(["q0"], [path], ["x"], ["dogs"], ["a dog"], [[]], device="cpu",
+                     options={**OPTS, "vistar-cse.grounding": "off"}, extras=extras)
+    whole = run_scorers(["vistar-cse"], off).set_index("metric")
+    assert "whole panels (grounding off)" in whole.loc["con", "note"]
+    auto = QueryBatch(["q0"], [path], ["x"], ["dogs"], ["a dog"], [[]], device="cpu", options=dict(OPTS),
+                      extras=extras)
+    missing = run_scorers(["vistar-cse"], auto).set_index("metric")
+    assert "whole panels (grounding weights not found" in missing.loc["con", "note"]
+    assert missing.loc["con", "value"] == pytest.approx(whole.loc["con", "value"], abs=0)

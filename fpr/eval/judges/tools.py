@@ -34,7 +34,7 @@ DETECTOR_SOURCE = WeightsSource(kind="hf", repo="google/owlv2-base-patch16-ensem
 MIN_SIDE = 1e-3  # boxes narrower or lower than this fraction of the image are dropped
 
 
-def _box_pixels(box, width: int, height: int) -> tuple[int, int, int, int]:
+def box_pixels(box, width: int, height: int) -> tuple[int, int, int, int]:
     """A fractional box -> pixel bounds (x0, y0, x1, y1), x1/y1 exclusive, outward-rounded, clipped."""
     try:
         x0, y0, x1, y1 = (float(v) for v in box)
@@ -54,7 +54,7 @@ def _box_pixels(box, width: int, height: int) -> tuple[int, int, int, int]:
 def highlight(image: np.ndarray, box) -> np.ndarray:
     """``image`` with every pixel outside ``box`` darkened to 1/4 (``value // 4``)."""
     h, w = image.shape[:2]
-    x0, y0, x1, y1 = _box_pixels(box, w, h)
+    x0, y0, x1, y1 = box_pixels(box, w, h)
     out = image // 4
     out[y0:y1, x0:x1] = image[y0:y1, x0:x1]
     return out

@@ -14,8 +14,12 @@ The query image is a grid of panels given by its ``panels`` column (``ROWSxCOLS`
 Both encoders go through fpr's encoder registry (``vistar-cse.clip_encoder``, default
 ``clip-vit-b-32``, needs a text tower; ``vistar-cse.dino_encoder``, default
 ``dinov2-vitb14``), so their weights resolve offline like any encoder's. VISTAR embeds
-the subject found in each panel by a grounding model; fpr has no grounding tool here, so
-``con`` uses whole panels and every ``note`` says so (``crops: whole panels``).
+the subject found in each panel by a grounding model: ``con`` does the same with the
+Grounding tool of the model judges (OWLv2, :class:`fpr.eval.judges.tools.Detector`) when its
+weights are found offline -- each panel is cropped to the best box for the subject text
+(``vistar-cse.subject``, default: the query's group) -- and uses whole panels otherwise
+(``vistar-cse.grounding=off``, weights missing, or no box in a panel). Every ``note`` says
+which crops were used and why.
 A query without ``panels`` gets NaN for all three metrics, one without ``sub_prompts``
 NaN for ``cov`` and ``score``, a one-panel image NaN for ``con`` and ``score``, each with
 its reason.
@@ -37,7 +41,7 @@ from fpr.images import load_rgb
 DEFAULT_CLIP = "clip-vit-b-32"
 DEFAULT_DINO = "dinov2-vitb14"
 PANELS = re.compile(r"^\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*$")
-CROPS = "whole panels (no grounding tool)"
+WHOLE = "whole panels"
 _ENCODERS: dict[tuple[str, str], Encoder] = {}
 
 
@@ -93,13 +97,48 @@ class VistarCSE(Scorer):
     metrics = ("score", "cov", "con")
     primary_metric = "score"
     options = {"vistar-cse.clip_encoder": f"encoder with a text tower for coverage (default {DEFAULT_CLIP})",
-               "vistar-cse.dino_encoder": f"encoder for consistency (default {DEFAULT_DINO})"}
+               "vistar-cse.dino_encoder": f"encoder for consistency (default {DEFAULT_DINO})",
+               "vistar-cse.grounding": "auto (OWLv2 crops when its weights are found; default), off, or a folder",
+               "vistar-cse.subject": "text the grounding looks for (default: the query's group)",
+               "vistar-cse.box_threshold": "lowest detector score a subject box needs (default 0.1)"}
+
+    def _detector(self, batch: QueryBatch):
+        """(detector or None, why whole panels are used when None)."""
+        choice = str(batch.options.get("vistar-cse.grounding", "auto"))
+        if choice == "off":
+            return None, "grounding off"
+        from fpr.errors import NotFoundError
+        from fpr.eval.judges.tools import Detector
+
+        try:
+            return Detector(None if choice == "auto" else choice, device=batch.device if batch.device != "auto"
+                            else "cpu"), ""
+        except NotFoundError as exc:
+            if choice != "auto":
+                raise
+            return None, f"grounding weights not found ({exc.where})"
+
+    @staticmethod
+    def _crops(detector, panels: list, subject: str, threshold: float) -> tuple[list, int]:
+        """Each panel cut to the detector's best box for ``subject`` (the whole panel when none)."""
+        from fpr.eval.judges.tools import box_pixels
+
+        out, found = [], 0
+        for p in panels:
+            boxes = detector.detect(p, subject, threshold=threshold, top=1)
+            if boxes:
+                out.append(p.crop(box_pixels(boxes[0]["box"], p.width, p.height)))
+                found += 1
+            else:
+                out.append(p)
+        return out, found
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         extras = batch.extras or [{}] * len(batch)
         clip_id = str(batch.options.get("vistar-cse.clip_encoder", DEFAULT_CLIP))
         dino_id = str(batch.options.get("vistar-cse.dino_encoder", DEFAULT_DINO))
         rows = []
+        detector, why = self._detector(batch)
         for i in range(len(batch)):
             qid = batch.query_ids[i]
             grid = parse_panels(extras[i].get("panels"))
@@ -108,7 +147,15 @@ class VistarCSE(Scorer):
                 continue
             subs = sub_prompt_list(extras[i].get("sub_prompts"))
             panels = split_panels(load_rgb(batch.paths[i]), *grid)
-            note = f"panels {grid[0]}x{grid[1]}; crops: {CROPS}; consistency by {dino_id}, coverage by {clip_id}"
+            subject = str(batch.options.get("vistar-cse.subject") or batch.groups[i])
+            crops, crops_text = panels, f"{WHOLE} ({why})"
+            if detector is not None and len(panels) >= 2:
+                crops, found = self._crops(detector, panels, subject,
+                                           float(batch.options.get("vistar-cse.box_threshold", 0.1)))
+                crops_text = (f"grounded '{subject}' in {found} of {len(panels)} panels (OWLv2 "
+                              f"{detector.checksum[:19]}; whole panel where no box)")
+            note = (f"panels {grid[0]}x{grid[1]}; crops: {crops_text}; consistency by {dino_id}, "
+                    f"coverage by {clip_id}")
             if subs:
                 clip = _encoder(clip_id, batch.device)
                 cov = coverage(embed_pil(clip, panels), clip.embed_text(subs))
@@ -116,7 +163,7 @@ class VistarCSE(Scorer):
             else:
                 cov, cov_note = float("nan"), "no sub_prompts (';'-separated) to cover"
             if len(panels) >= 2:
-                con = consistency(embed_pil(_encoder(dino_id, batch.device), panels))
+                con = consistency(embed_pil(_encoder(dino_id, batch.device), crops))
                 con_note = note
             else:
                 con, con_note = float("nan"), "one panel: consistency needs at least two"
