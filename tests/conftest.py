@@ -51,3 +51,15 @@ def make_tree(root: Path, identities: int, images: int, groups: tuple[str, ...] 
 def tiny_tree(tmp_path) -> Path:
     """folder tree group/identity/img: 2 groups x 3 identities x 4 images."""
     return make_tree(tmp_path / "tree", identities=3, images=4)
+
+
+def run_cli(ws, *args, ok: bool = True):
+    """``fpr --workspace WS ARGS...`` through click's test runner; asserts exit 0 unless ``ok=False``."""
+    from click.testing import CliRunner
+
+    from fpr.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["--workspace", str(ws), *args], obj={})
+    if ok:
+        assert res.exit_code == 0, res.output
+    return res

@@ -12,14 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from fpr.cli.main import cli
-from tests.conftest import write_image
+from tests.conftest import run_cli, write_image
 
 
-def run(ws, *args, ok=True):
-    res = CliRunner().invoke(cli, ["--workspace", str(ws), *args], obj={})
-    if ok:
-        assert res.exit_code == 0, res.output
-    return res
+run = run_cli
 
 
 @pytest.fixture

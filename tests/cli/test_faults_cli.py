@@ -6,19 +6,13 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from fpr.cli.main import cli
 from fpr.encoders.weights import weights_dir
-from tests.conftest import write_image
+from tests.conftest import run_cli, write_image
 from tests.test_images import bomb_png
 
 
-def run(ws, *args, ok=True):
-    res = CliRunner().invoke(cli, ["--workspace", str(ws), *args], obj={})
-    if ok:
-        assert res.exit_code == 0, res.output
-    return res
+run = run_cli
 
 
 def one_line_error(res, *needles) -> str:

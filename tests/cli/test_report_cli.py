@@ -8,20 +8,14 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
 from fpr import api
-from fpr.cli.main import cli
-from tests.conftest import write_image
+from tests.conftest import run_cli, write_image
 
 ENCODERS = ("pixels-16", "fpr-world-v1")
 
 
-def run(ws, *args, ok=True):
-    res = CliRunner().invoke(cli, ["--workspace", str(ws), *args], obj={})
-    if ok:
-        assert res.exit_code == 0, res.output
-    return res
+run = run_cli
 
 
 @pytest.fixture
