@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -86,23 +87,43 @@ def _worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+HASH_CHUNK = 256  # files hashed per round of the reading threads (bounds the bytes held at once)
+
+
+def _read_and_hash(path: str | Path) -> tuple[bytes | None, str | None, str]:
+    try:
+        data = read_bytes(path)
+        return data, content_hash(data), ""
+    except InputError as exc:
+        return None, None, exc.one_line()
+
+
 def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None
               ) -> tuple[list[str | None], dict[int, str]]:
     """Content hashes (None + a reason for unreadable files). With ``keep``, the bytes read are kept
-    (up to ``KEEP_BYTES`` in all) so the decoder does not read the files a second time."""
+    (up to ``KEEP_BYTES`` in all) so the decoder does not read the files a second time.
+
+    Files are read and hashed by a few threads (file reads and SHA-256 release the GIL), in rounds
+    of :data:`HASH_CHUNK` so that at most one round's bytes beyond the kept ones are held."""
     hashes: list[str | None] = []
     failed: dict[int, str] = {}
     kept = 0
-    for i, p in enumerate(paths):
-        try:
-            data = read_bytes(p)
-            hashes.append(content_hash(data))
-            if keep is not None and kept + len(data) <= KEEP_BYTES:
-                keep[i] = data
-                kept += len(data)
-        except InputError as exc:
-            hashes.append(None)
-            failed[i] = exc.one_line()
+    n_threads = min(4, os.cpu_count() or 1) if len(paths) >= 16 else 1
+    pool = ThreadPoolExecutor(n_threads, thread_name_prefix="fpr-hash") if n_threads > 1 else None
+    try:
+        for start in range(0, len(paths), HASH_CHUNK):
+            part = paths[start:start + HASH_CHUNK]
+            done = pool.map(_read_and_hash, part) if pool is not None else map(_read_and_hash, part)
+            for i, (data, digest, err) in enumerate(done, start):
+                hashes.append(digest)
+                if digest is None:
+                    failed[i] = err
+                elif keep is not None and kept + len(data) <= KEEP_BYTES:
+                    keep[i] = data
+                    kept += len(data)
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return hashes, failed
 
 
@@ -168,6 +189,43 @@ def _raise_if(failed: dict[int, str], on_error: str, n: int) -> None:
         raise InputError(first + more)
 
 
+CHUNK = 8  # images per decode task on a CPU device: the first batch is ready after a few decodes, not a whole batch
+
+
+def loader_plan(batch_size: int, n_workers: int, device_type: str) -> dict:
+    """How the decode workers feed the model: images per worker task (``chunk``), tasks queued per worker
+    (``prefetch_factor``) and ``pin_memory``.
+
+    On CUDA a task is a whole batch, pinned by the loader so the copy to the GPU is asynchronous. On
+    a CPU the workers decode small chunks that the main process joins into batches of ``batch_size``:
+    the model starts after the first few images instead of after a whole batch decoded by one worker,
+    and each worker keeps about two batches decoded ahead.
+    """
+    cuda = device_type == "cuda"
+    chunk = batch_size if cuda or n_workers == 0 else max(1, min(batch_size, CHUNK))
+    prefetch = max(2, -(-2 * batch_size // chunk)) if n_workers else None
+    return {"chunk": chunk, "prefetch_factor": prefetch, "pin_memory": cuda}
+
+
+def _rebatch(chunks, batch_size: int):
+    """Join the loader's (rows, tensor, errors) chunks into batches of exactly ``batch_size`` rows
+    (the last one shorter), in order."""
+    rows: list[int] = []
+    errs: list[str] = []
+    parts: list[torch.Tensor] = []
+    for idx, x, e in chunks:
+        rows += idx
+        errs += e
+        parts.append(x)
+        while len(rows) >= batch_size:
+            x = parts[0] if len(parts) == 1 else torch.cat(parts)
+            yield rows[:batch_size], x[:batch_size], errs[:batch_size]
+            rows, errs = rows[batch_size:], errs[batch_size:]
+            parts = [x[batch_size:]] if rows else []
+    if rows:
+        yield rows, parts[0] if len(parts) == 1 else torch.cat(parts), errs
+
+
 def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
                 cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
                 amp_dtype: torch.dtype | None = None, data: Sequence[bytes | None] | None = None
@@ -176,13 +234,15 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
     if not paths:
         return results
     n_workers = default_workers(len(paths)) if workers is None else workers
+    plan = loader_plan(batch_size, n_workers, encoder.device.type)
     loader = torch.utils.data.DataLoader(
-        _DecodeDataset(paths, encoder.preprocessing, data), batch_size=batch_size, shuffle=False,
-        num_workers=n_workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
-        prefetch_factor=4 if n_workers else None, persistent_workers=False,
+        _DecodeDataset(paths, encoder.preprocessing, data), batch_size=plan["chunk"], shuffle=False,
+        num_workers=n_workers, collate_fn=_collate, pin_memory=plan["pin_memory"],
+        prefetch_factor=plan["prefetch_factor"], persistent_workers=False,
         worker_init_fn=_worker_init if n_workers else None)
+    batches = loader if plan["chunk"] == batch_size else _rebatch(loader, batch_size)
     with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
-        for idx, batch, errs in loader:
+        for idx, batch, errs in batches:
             vecs = encoder.embed_batch(batch) if normalize and amp_dtype is None else \
                 encoder.embed_batch(batch, normalize=normalize, amp_dtype=amp_dtype)
             EMBED_STATS["images_embedded"] += len(idx)
