@@ -44,56 +44,99 @@ from fpr.store.workspace import Workspace
 from fpr.tables import read_table, resolve_path, write_table
 
 if TYPE_CHECKING:
+    from typing import Callable, Mapping
+
+    import torch
+
+    from fpr.encoders.cache import EmbeddingCache
     from fpr.encoders.embed import EmbedResult
     from fpr.encoders.registry import Encoder
+    from fpr.eval.ablate import AblationResult
+    from fpr.eval.ablate_official import OfficialAblationResult
+    from fpr.eval.filter import FilterResult
 
 
 # Model code (torch, timm, open_clip) is imported on first use, never when the API or the CLI
 # is imported: `fpr --help`, `runs`, `report`, `sql` and `export` start without it.
 
-def load_encoder(*args, **kwargs):
+def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "auto") -> Encoder:
+    """See :func:`fpr.encoders.registry.load_encoder`."""
     from fpr.encoders.registry import load_encoder as load
 
-    return load(*args, **kwargs)
+    return load(encoder_id, weights=weights, device=device)
 
 
-def embed_paths(*args, **kwargs):
+def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = 32, workers: int | None = None,
+                cache: EmbeddingCache | None | bool = True, on_error: str = "raise", desc: str = "embedding",
+                normalize: bool = True, amp_dtype: torch.dtype | None = None) -> EmbedResult:
+    """See :func:`fpr.encoders.embed.embed_paths`."""
     from fpr.encoders.embed import embed_paths as embed_fn
 
-    return embed_fn(*args, **kwargs)
+    return embed_fn(encoder, paths, batch_size=batch_size, workers=workers, cache=cache, on_error=on_error,
+                    desc=desc, normalize=normalize, amp_dtype=amp_dtype)
 
 
-def with_background(*args, **kwargs):
+def with_background(encoder: Encoder, background: str) -> Encoder:
+    """See :func:`fpr.encoders.background.with_background`."""
     from fpr.encoders.background import with_background as wrap
 
-    return wrap(*args, **kwargs)
+    return wrap(encoder, background)
 
 
-def background_of_key(*args, **kwargs):
+def background_of_key(preprocessing_key: str) -> str:
+    """See :func:`fpr.encoders.background.background_of_key`."""
     from fpr.encoders.background import background_of_key as of_key
 
-    return of_key(*args, **kwargs)
+    return of_key(preprocessing_key)
 
 
-def ablate(*args, **kwargs):
+def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
+           per_identity: Sequence | str = (1, 5, 10, 20), identities: Sequence | str = (2, 5, 10),
+           sampling: Sequence | str = ("random", "kmeans"), repeats: int = 5, seed: int = 0,
+           design: str = "one-at-a-time", name: str | None = None, workspace: str | Path | None = None,
+           weights: str | None = None, device: str = "auto", batch_size: int = 64, workers: int | None = None,
+           skip_missing_identities: bool = False, plot: str | Path | None = None, overwrite: bool = False,
+           store: bool = True, background: str = "keep") -> AblationResult:
     """See :func:`fpr.eval.ablate.ablate`."""
     from fpr.eval.ablate import ablate as run
 
-    return run(*args, **kwargs)
+    return run(gallery, encoder, queries, per_identity=per_identity, identities=identities, sampling=sampling,
+               repeats=repeats, seed=seed, design=design, name=name, workspace=workspace, weights=weights,
+               device=device, batch_size=batch_size, workers=workers,
+               skip_missing_identities=skip_missing_identities, plot=plot, overwrite=overwrite, store=store,
+               background=background)
 
 
-def ablate_official(*args, **kwargs):
+def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
+                    settings: str | Sequence | None = None, selection: Sequence[str] = ("kmeans", "random"),
+                    cluster_encoder: str = "miewid-msv2", cluster_weights: str | None = None, seed: int = 101,
+                    name: str | None = None, workspace: str | Path | None = None, weights: str | None = None,
+                    device: str = "auto", batch_size: int = 64, workers: int | None = None,
+                    skip_missing_identities: bool = False, overwrite: bool = False,
+                    store: bool = True) -> OfficialAblationResult:
     """See :func:`fpr.eval.ablate_official.ablate_official`."""
     from fpr.eval.ablate_official import ablate_official as run
 
-    return run(*args, **kwargs)
+    return run(gallery, encoder, queries, settings=settings, selection=selection, cluster_encoder=cluster_encoder,
+               cluster_weights=cluster_weights, seed=seed, name=name, workspace=workspace, weights=weights,
+               device=device, batch_size=batch_size, workers=workers,
+               skip_missing_identities=skip_missing_identities, overwrite=overwrite, store=store)
 
 
-def filter_queries(*args, **kwargs):
+def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, *,
+                   rejected: str | Path | None = None, copy_to: str | Path | None = None,
+                   scorers: Sequence[str] | str | None = (), chunk_size: int = 1000,
+                   workspace: str | Path | None = None, scope: str = "group", skip_missing_identities: bool = False,
+                   device: str = "auto", batch_size: int = 64, workers: int | None = None,
+                   scorer_options: Mapping[str, str] | None = None, restart: bool = False,
+                   after_chunk: Callable[[int], None] | None = None) -> FilterResult:
     """See :func:`fpr.eval.filter.filter_queries`."""
     from fpr.eval.filter import filter_queries as run
 
-    return run(*args, **kwargs)
+    return run(index, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
+               chunk_size=chunk_size, workspace=workspace, scope=scope,
+               skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
+               workers=workers, scorer_options=scorer_options, restart=restart, after_chunk=after_chunk)
 
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",

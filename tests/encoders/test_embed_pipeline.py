@@ -3,7 +3,6 @@ loader plan per device (pinned memory on CUDA), non-blocking copies; and the vec
 from __future__ import annotations
 
 import hashlib
-import types
 
 import numpy as np
 import pytest
