@@ -44,12 +44,15 @@ class EmbedResult:
 
 class _DecodeDataset(torch.utils.data.Dataset):
     """Decode + protocol per image. ``data[i]``: the file's bytes when the hashing pass kept them
-    (each file is then read once), else None (read here)."""
+    (each file is then read once), else None (read here). ``pixels``: return the protocol's uint8
+    pixels (H, W, 3), normalised later on the model's device, instead of the float tensor."""
 
-    def __init__(self, paths: Sequence[str], preprocess, data: Sequence[bytes | None] | None = None):
+    def __init__(self, paths: Sequence[str], preprocess, data: Sequence[bytes | None] | None = None, *,
+                 pixels: bool = False):
         self.paths = list(paths)
         self.preprocess = preprocess
         self.data = list(data) if data is not None else [None] * len(self.paths)
+        self.pixels = pixels
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -59,10 +62,11 @@ class _DecodeDataset(torch.utils.data.Dataset):
         try:
             raw = self.data[i]
             img = decode_rgb(raw if raw is not None else read_bytes(path), where=str(path))
-            return i, self.preprocess(img), ""
+            return i, self.preprocess.pixels(img) if self.pixels else self.preprocess(img), ""
         except InputError as exc:
             size = self.preprocess.output_size
-            return i, torch.zeros(3, size, size), exc.one_line()
+            blank = torch.zeros(size, size, 3, dtype=torch.uint8) if self.pixels else torch.zeros(3, size, size)
+            return i, blank, exc.one_line()
 
 
 def _collate(items):
@@ -194,17 +198,19 @@ CHUNK = 8  # images per decode task on a CPU device: the first batch is ready af
 
 def loader_plan(batch_size: int, n_workers: int, device_type: str) -> dict:
     """How the decode workers feed the model: images per worker task (``chunk``), tasks queued per worker
-    (``prefetch_factor``) and ``pin_memory``.
+    (``prefetch_factor``), ``pin_memory``, and whether batches travel as uint8 ``pixels``.
 
-    On CUDA a task is a whole batch, pinned by the loader so the copy to the GPU is asynchronous. On
-    a CPU the workers decode small chunks that the main process joins into batches of ``batch_size``:
-    the model starts after the first few images instead of after a whole batch decoded by one worker,
-    and each worker keeps about two batches decoded ahead.
+    On CUDA a task is a whole batch of uint8 pixels (a quarter of the float bytes), pinned by the
+    loader so the copy to the GPU does not block; the GPU normalises it (:meth:`Preprocessing.normalize`).
+    On a CPU the workers normalise (the main process's cores run the model) and decode small chunks
+    that the main process joins into batches of ``batch_size``: the model starts after the first few
+    images instead of after a whole batch decoded by one worker, and each worker keeps about two
+    batches decoded ahead.
     """
     cuda = device_type == "cuda"
     chunk = batch_size if cuda or n_workers == 0 else max(1, min(batch_size, CHUNK))
     prefetch = max(2, -(-2 * batch_size // chunk)) if n_workers else None
-    return {"chunk": chunk, "prefetch_factor": prefetch, "pin_memory": cuda}
+    return {"chunk": chunk, "prefetch_factor": prefetch, "pin_memory": cuda, "pixels": cuda}
 
 
 def _rebatch(chunks, batch_size: int):
@@ -236,7 +242,8 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
     n_workers = default_workers(len(paths)) if workers is None else workers
     plan = loader_plan(batch_size, n_workers, encoder.device.type)
     loader = torch.utils.data.DataLoader(
-        _DecodeDataset(paths, encoder.preprocessing, data), batch_size=plan["chunk"], shuffle=False,
+        _DecodeDataset(paths, encoder.preprocessing, data, pixels=plan["pixels"]), batch_size=plan["chunk"],
+        shuffle=False,
         num_workers=n_workers, collate_fn=_collate, pin_memory=plan["pin_memory"],
         prefetch_factor=plan["prefetch_factor"], persistent_workers=False,
         worker_init_fn=_worker_init if n_workers else None)

@@ -7,6 +7,7 @@ made the same way (the clean-fid lesson: preprocessing is part of the metric).
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass
 
@@ -53,11 +54,30 @@ class Preprocessing:
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
+        return self.to_tensor(self.resized(image))
+
+    def resized(self, image: Image.Image) -> Image.Image:
+        """Everything before normalisation: the background step, then resize and crop."""
         if self.background != "keep":
             from fpr.encoders.background import remove_background
 
             image = remove_background(image, self.background)
-        return self.to_tensor(self.resize_and_crop(image))
+        return self.resize_and_crop(image)
+
+    def pixels(self, image: Image.Image) -> torch.Tensor:
+        """The protocol's pixels before normalisation: uint8 (H, W, 3), a quarter of the float tensor's
+        bytes. :meth:`normalize` turns a batch of them into exactly what ``self(image)`` gives."""
+        import numpy as np
+
+        return torch.from_numpy(np.array(self.resized(image), dtype=np.uint8))
+
+    def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, H, W, 3) pixels -> float32 (B, 3, H, W), on the pixels' device, bit-identical to
+        :meth:`to_tensor` image by image: each value is looked up in a 3 x 256 table that
+        :meth:`to_tensor` itself computed, so no device's arithmetic can round differently."""
+        lut = _lookup_table(self.mean, self.std).to(pixels.device)
+        offsets = torch.arange(3, device=pixels.device).view(1, 3, 1, 1) * 256
+        return torch.take(lut, pixels.permute(0, 3, 1, 2).long() + offsets)
 
     def resize_and_crop(self, image: Image.Image) -> Image.Image:
         resample = _INTERPOLATIONS[self.interpolation]
@@ -85,6 +105,15 @@ class Preprocessing:
         mean = torch.tensor(self.mean, dtype=torch.float32).view(3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32).view(3, 1, 1)
         return (t - mean) / std
+
+
+@functools.lru_cache(maxsize=16)
+def _lookup_table(mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    """(3, 256): what :meth:`Preprocessing.to_tensor` maps each 8-bit value of each channel to."""
+    import numpy as np
+
+    ramp = Image.fromarray(np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2))  # 1 x 256 px
+    return Preprocessing(name="lut", size=1, mean=mean, std=std).to_tensor(ramp)[:, 0, :].contiguous()
 
 
 def from_open_clip_cfg(name: str, preprocess_cfg: dict, image_size: int | None = None) -> Preprocessing:

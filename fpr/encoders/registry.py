@@ -233,6 +233,9 @@ class Encoder:
                     amp_dtype: torch.dtype | None = None) -> np.ndarray:
         """Preprocessed (B,3,H,W) -> L2-normalised float32 (B,dim); ``normalize=False``: the raw features.
 
+        ``batch`` may also be the protocol's uint8 pixels (B,H,W,3) (:meth:`Preprocessing.pixels`): they
+        are copied as they are and normalised on the device, bit-identical to the float batch.
+
         ``amp_dtype`` picks the CUDA autocast type (default :attr:`precision`: bfloat16 where
         supported, else float16). On a CPU the network runs one image at a time: CPU kernels
         choose their blocking by batch size, which changes the last bits of an image's features
@@ -242,6 +245,8 @@ class Encoder:
         """
         with torch.inference_mode():
             x = batch.to(self.device, non_blocking=True)
+            if x.dtype == torch.uint8:
+                x = self.preprocessing.normalize(x)
             if self.device.type == "cuda":
                 x = x.contiguous(memory_format=torch.channels_last)
                 dtype = amp_dtype or (torch.bfloat16 if self.precision == "bf16" else torch.float16)

@@ -7,8 +7,10 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from fpr.encoders import embed as E
+from fpr.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, OPENAI_MEAN, OPENAI_STD, Preprocessing
 from fpr.encoders.registry import load_encoder
 from tests.conftest import write_image
 
@@ -73,10 +75,11 @@ def test_rebatch_joins_chunks_into_exact_batches_in_order(sizes, batch, want):
 
 
 def test_loader_plan_per_device():
-    assert E.loader_plan(32, 2, "cpu") == {"chunk": 8, "prefetch_factor": 8, "pin_memory": False}
-    assert E.loader_plan(5, 2, "cpu") == {"chunk": 5, "prefetch_factor": 2, "pin_memory": False}
-    assert E.loader_plan(32, 0, "cpu") == {"chunk": 32, "prefetch_factor": None, "pin_memory": False}
-    assert E.loader_plan(32, 2, "cuda") == {"chunk": 32, "prefetch_factor": 2, "pin_memory": True}
+    cpu = {"pin_memory": False, "pixels": False}
+    assert E.loader_plan(32, 2, "cpu") == dict(cpu, chunk=8, prefetch_factor=8)
+    assert E.loader_plan(5, 2, "cpu") == dict(cpu, chunk=5, prefetch_factor=2)
+    assert E.loader_plan(32, 0, "cpu") == dict(cpu, chunk=32, prefetch_factor=None)
+    assert E.loader_plan(32, 2, "cuda") == {"chunk": 32, "prefetch_factor": 2, "pin_memory": True, "pixels": True}
 
 
 class _FakeCudaEncoder:
@@ -89,11 +92,12 @@ class _FakeCudaEncoder:
         self.batches = []
 
     def embed_batch(self, batch, **kw):
-        self.batches.append(len(batch))
+        self.batches.append((len(batch), batch.dtype, tuple(batch.shape[1:])))
         return self.real.embed_batch(batch, **kw)
 
 
-def test_cuda_device_gets_pinned_whole_batches(images, monkeypatch):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_cuda_device_gets_pinned_whole_batches_of_uint8_pixels(images, workers, monkeypatch):
     enc = load_encoder("pixels-16", device="cpu")
     fake = _FakeCudaEncoder(enc)
     seen = {}
@@ -104,9 +108,9 @@ def test_cuda_device_gets_pinned_whole_batches(images, monkeypatch):
         return real_loader(*args, **dict(kw, pin_memory=False))  # no GPU here to pin for
 
     monkeypatch.setattr(torch.utils.data, "DataLoader", spy)
-    got = E._embed_rows(fake, images[:10], [f"h{i}" for i in range(10)], 4, 0, None, "t")
+    got = E._embed_rows(fake, images[:10], [f"h{i}" for i in range(10)], 4, workers, None, "t")
     assert seen["pin_memory"] is True and seen["batch_size"] == 4
-    assert fake.batches == [4, 4, 2]
+    assert fake.batches == [(n, torch.uint8, (64, 64, 3)) for n in (4, 4, 2)]  # normalised on the device
     want = enc.embed_batch(torch.stack([enc.preprocessing(E.decode_rgb(E.read_bytes(p))) for p in images[:10]]))
     assert np.stack([got[f"h{i}"][0] for i in range(10)]).tobytes() == want.tobytes()
 
@@ -135,3 +139,27 @@ def test_workers_and_chunks_give_the_same_bits_as_the_main_process(encoder_id, i
     for batch_size in (7, 32):
         got = E.embed_paths(enc, images, cache=None, workers=2, batch_size=batch_size).vectors
         assert got.tobytes() == alone.tobytes(), batch_size
+
+
+@pytest.mark.parametrize("mean,std", [(IMAGENET_MEAN, IMAGENET_STD), (OPENAI_MEAN, OPENAI_STD), ((0.5,) * 3, (0.5,) * 3)])
+def test_normalized_pixels_equal_the_float_protocol_for_every_value(mean, std):
+    p = Preprocessing(name="t", size=16, mean=mean, std=std)
+    every = torch.arange(256, dtype=torch.uint8).view(1, 16, 16, 1).repeat(1, 1, 1, 3)
+    every[..., 1] = every[..., 1].flip(1)  # channels see the values in different places
+    got = p.normalize(every)[0]
+    ramp = Image.fromarray(every[0].numpy())
+    assert got.numpy().tobytes() == p.to_tensor(ramp).numpy().tobytes()
+    # and an independent formula: torchvision's ToTensor + Normalize
+    from torchvision import transforms as T
+
+    ref = T.Normalize(mean, std)(T.ToTensor()(ramp))
+    assert got.numpy().tobytes() == ref.numpy().tobytes()
+
+
+def test_embed_batch_takes_uint8_pixels_bit_for_bit(images):
+    enc = load_encoder("fpr-world-v2", device="cpu")
+    ims = [E.decode_rgb(E.read_bytes(p)) for p in images[:6]]
+    floats = torch.stack([enc.preprocessing(im) for im in ims])
+    pixels = torch.stack([enc.preprocessing.pixels(im) for im in ims])
+    assert pixels.dtype == torch.uint8 and pixels.shape == (6, 64, 64, 3)
+    assert enc.embed_batch(pixels).tobytes() == enc.embed_batch(floats).tobytes()
