@@ -75,7 +75,7 @@ class Preprocessing:
         """uint8 (B, H, W, 3) pixels -> float32 (B, 3, H, W), on the pixels' device, bit-identical to
         :meth:`to_tensor` image by image: each value is looked up in a 3 x 256 table that
         :meth:`to_tensor` itself computed, so no device's arithmetic can round differently."""
-        lut = _lookup_table(self.mean, self.std).to(pixels.device)
+        lut = _lookup_table(self.mean, self.std, str(pixels.device))
         offsets = torch.arange(3, device=pixels.device).view(1, 3, 1, 1) * 256
         return torch.take(lut, pixels.permute(0, 3, 1, 2).long() + offsets)
 
@@ -108,12 +108,13 @@ class Preprocessing:
 
 
 @functools.lru_cache(maxsize=16)
-def _lookup_table(mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """(3, 256): what :meth:`Preprocessing.to_tensor` maps each 8-bit value of each channel to."""
+def _lookup_table(mean: tuple[float, ...], std: tuple[float, ...], device: str = "cpu") -> torch.Tensor:
+    """(3, 256) on ``device``: what :meth:`Preprocessing.to_tensor` (on the CPU) maps each 8-bit value of
+    each channel to."""
     import numpy as np
 
     ramp = Image.fromarray(np.repeat(np.arange(256, dtype=np.uint8)[None, :, None], 3, axis=2))  # 1 x 256 px
-    return Preprocessing(name="lut", size=1, mean=mean, std=std).to_tensor(ramp)[:, 0, :].contiguous()
+    return Preprocessing(name="lut", size=1, mean=mean, std=std).to_tensor(ramp)[:, 0, :].contiguous().to(device)
 
 
 def from_open_clip_cfg(name: str, preprocess_cfg: dict, image_size: int | None = None) -> Preprocessing:
