@@ -1,8 +1,9 @@
 """Embedding pipeline vs the bare model forward (same model, batch size, device).
 
 bare: ``Encoder.embed_batch`` over tensors decoded and preprocessed beforehand (not timed);
-pipeline: ``embed_paths`` from files (hash, read once, decode + protocol in worker processes with
-one thread each, forward, normalise), no cache. Ratio = bare time / pipeline time (1.0 = the
+pipeline: ``embed_paths`` from files (hash, read once, decode + protocol, forward, normalise), no
+cache, with its default decoding (on a CPU: threads between forward passes; ``--workers N``: N worker
+processes with one thread each beside the forward). Ratio = bare time / pipeline time (1.0 = the
 pipeline costs nothing beyond the forward). Each round times both, alternating which goes first
 (the machine is shared); ``--rounds`` rounds give the median and the spread (min-max).
 
@@ -14,7 +15,7 @@ to decode). ``decode`` is the decode + protocol CPU time per image in one thread
 workers add beside the forward; ``bound`` is the ratio a pipeline could reach at best if the bare
 forward kept every core busy: cores x forward / (cores x forward + decode).
 
-    python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--workers 2] [--rounds 3]
+    python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--workers N] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=512)
     ap.add_argument("--n-cnn", type=int, default=96)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None, help="decode processes (default: the pipeline's own)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--only", default="", help="comma-separated encoder ids to run (default: all)")
@@ -142,7 +143,8 @@ def main() -> None:
     plan += [("bench-resnet18", "jpeg256"), ("pixels-16", "jpeg256")]
     if args.only:
         plan = [p for p in plan if p[0] in args.only.split(",")]
-    print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, workers {args.workers}, "
+    print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
+          f"workers {'default' if args.workers is None else args.workers}, "
           f"batch {args.batch_size}, {args.rounds} rounds; load (1/5/15 min) at start {load()}", flush=True)
     cols = ["encoder", "images", "n", "device", "decode ms/img", "bare ms/img", "pipeline ms/img", "ratio",
             "spread", "bound", "load"]

@@ -20,7 +20,7 @@ def index() -> None:
 @click.option("--weights", default=None, help="Explicit weights file or folder.")
 @click.option("--device", default="auto", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="Image-decoding worker processes.")
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="Image-decoding worker processes (default: on a CPU, threads between forward passes).")
 @click.option("--overwrite", is_flag=True)
 @click.option("--background", default="keep", show_default=True, metavar="keep|remove[:SEGMENTER]",
               help="Background removal before embedding (grabcut by default); queries against the index get the "

@@ -139,7 +139,8 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
 
     ``normalize=False`` returns the encoder's raw (un-normalised) features; they never touch the
     embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`.
-    ``batch_size`` >= 1 and ``workers`` >= 0 (None: chosen by the number of images); other values are
+    ``batch_size`` >= 1 and ``workers`` >= 0 decode processes (None: on a CPU device, threads of this
+    process decode between forward passes; elsewhere chosen by the number of images); other values are
     one InputError, the same one the CLI prints.
     """
     check_batch_size(batch_size)
@@ -232,22 +233,42 @@ def _rebatch(chunks, batch_size: int):
         yield rows, parts[0] if len(parts) == 1 else torch.cat(parts), errs
 
 
+def _phased(dataset: _DecodeDataset, batch_size: int, n_threads: int):
+    """Batches decoded by ``n_threads`` threads of this process, between forward passes, never beside them.
+
+    For a model on the CPU, whose forward pass already keeps every core busy (torch's intra-op
+    threads): a decode process running beside it takes a core from one of those threads, and the
+    others then wait for it at each operation's end, so each millisecond of decoding costs the
+    forward more than a millisecond (measured on 2 cores: about 2). Decoding the next batch on all
+    cores, then running the forward, costs the decode's CPU time divided by the cores, no more, and
+    starts no process. PIL's decoding and resizing release the GIL; the pixels stay uint8 and the
+    batch is normalised at once (:meth:`Preprocessing.normalize`)."""
+    with ThreadPoolExecutor(n_threads, thread_name_prefix="fpr-decode") as pool:
+        for start in range(0, len(dataset), batch_size):
+            yield _collate(list(pool.map(dataset.__getitem__, range(start, min(start + batch_size, len(dataset))))))
+
+
 def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
                 cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
                 amp_dtype: torch.dtype | None = None, data: Sequence[bytes | None] | None = None
                 ) -> dict[str, tuple[np.ndarray | None, str]]:
+    """``workers``: decode processes beside the model; None picks: on a CPU device, decoding threads in
+    this process between forward passes (:func:`_phased`), elsewhere :func:`default_workers`."""
     results: dict[str, tuple[np.ndarray | None, str]] = {}
     if not paths:
         return results
-    n_workers = default_workers(len(paths)) if workers is None else workers
-    plan = loader_plan(batch_size, n_workers, encoder.device.type)
-    loader = torch.utils.data.DataLoader(
-        _DecodeDataset(paths, encoder.preprocessing, data, pixels=plan["pixels"]), batch_size=plan["chunk"],
-        shuffle=False,
-        num_workers=n_workers, collate_fn=_collate, pin_memory=plan["pin_memory"],
-        prefetch_factor=plan["prefetch_factor"], persistent_workers=False,
-        worker_init_fn=_worker_init if n_workers else None)
-    batches = loader if plan["chunk"] == batch_size else _rebatch(loader, batch_size)
+    if workers is None and encoder.device.type == "cpu" and torch.get_num_threads() > 1 and len(paths) > 1:
+        batches = _phased(_DecodeDataset(paths, encoder.preprocessing, data, pixels=True), batch_size,
+                          torch.get_num_threads())
+    else:
+        n_workers = default_workers(len(paths)) if workers is None else workers
+        plan = loader_plan(batch_size, n_workers, encoder.device.type)
+        loader = torch.utils.data.DataLoader(
+            _DecodeDataset(paths, encoder.preprocessing, data, pixels=plan["pixels"]), batch_size=plan["chunk"],
+            shuffle=False, num_workers=n_workers, collate_fn=_collate, pin_memory=plan["pin_memory"],
+            prefetch_factor=plan["prefetch_factor"], persistent_workers=False,
+            worker_init_fn=_worker_init if n_workers else None)
+        batches = loader if plan["chunk"] == batch_size else _rebatch(loader, batch_size)
     with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
         for idx, batch, errs in batches:
             vecs = encoder.embed_batch(batch) if normalize and amp_dtype is None else \

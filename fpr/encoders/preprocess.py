@@ -73,8 +73,14 @@ class Preprocessing:
 
     def normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 (B, H, W, 3) pixels -> float32 (B, 3, H, W), on the pixels' device, bit-identical to
-        :meth:`to_tensor` image by image: each value is looked up in a 3 x 256 table that
-        :meth:`to_tensor` itself computed, so no device's arithmetic can round differently."""
+        :meth:`to_tensor` image by image. On a CPU: the same float32 operations, batched (each value's
+        result depends on that value alone). Elsewhere each value is looked up in a 3 x 256 table that
+        :meth:`to_tensor` computed on the CPU, so no device's arithmetic can round differently."""
+        if pixels.device.type == "cpu":
+            x = pixels.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+            x.div_(255.0)
+            x.sub_(torch.tensor(self.mean, dtype=torch.float32).view(1, 3, 1, 1))
+            return x.div_(torch.tensor(self.std, dtype=torch.float32).view(1, 3, 1, 1))
         lut = _lookup_table(self.mean, self.std, str(pixels.device))
         offsets = torch.arange(3, device=pixels.device).view(1, 3, 1, 1) * 256
         return torch.take(lut, pixels.permute(0, 3, 1, 2).long() + offsets)

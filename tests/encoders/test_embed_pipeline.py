@@ -163,3 +163,24 @@ def test_embed_batch_takes_uint8_pixels_bit_for_bit(images):
     pixels = torch.stack([enc.preprocessing.pixels(im) for im in ims])
     assert pixels.dtype == torch.uint8 and pixels.shape == (6, 64, 64, 3)
     assert enc.embed_batch(pixels).tobytes() == enc.embed_batch(floats).tobytes()
+
+
+def test_cpu_default_decodes_in_threads_between_forward_passes(images, tmp_path, monkeypatch):
+    """workers=None on a CPU with several torch threads: no processes, the same bits, failures in place."""
+    enc = load_encoder("fpr-world-v2", device="cpu")
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    paths = images[:9] + [str(bad)] + images[9:20]
+    alone = E.embed_paths(enc, paths, cache=None, workers=0, batch_size=32, on_error="skip")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch.utils.data, "DataLoader", lambda *a, **k: pytest.fail("no decode processes"))
+    decoded_in = set()
+    real = E._DecodeDataset.__getitem__
+    monkeypatch.setattr(E._DecodeDataset, "__getitem__",
+                        lambda self, i: decoded_in.add(__import__("threading").current_thread().name) or real(self, i))
+    for batch_size in (4, 32):
+        got = E.embed_paths(enc, paths, cache=None, batch_size=batch_size, on_error="skip")
+        assert got.vectors[~np.isnan(got.vectors[:, 0])].tobytes() == \
+            alone.vectors[~np.isnan(alone.vectors[:, 0])].tobytes()
+        assert list(got.failed) == [9] and got.failed == alone.failed
+    assert decoded_in and all(name.startswith("fpr-decode") for name in decoded_in)
