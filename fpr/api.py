@@ -28,7 +28,7 @@ from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.eval import pipeline
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
-from fpr.eval.scorers import parse_scorer_list, run_scorers
+from fpr.eval.scorers import parse_scorer_list, run_scorers, uses_gallery
 from fpr.eval.summary import aux_columns, paired_comparison, summarize, with_aux
 from fpr.files import atomic_write
 from fpr.galleries.curate import CurationReport, GallerySpec, curate, gallery_fingerprint
@@ -82,6 +82,13 @@ def ablate(*args, **kwargs):
     return run(*args, **kwargs)
 
 
+def ablate_backgrounds(*args, **kwargs):
+    """See :func:`fpr.eval.ablate.ablate_backgrounds`."""
+    from fpr.eval.ablate import ablate_backgrounds as run
+
+    return run(*args, **kwargs)
+
+
 def ablate_official(*args, **kwargs):
     """See :func:`fpr.eval.ablate_official.ablate_official`."""
     from fpr.eval.ablate_official import ablate_official as run
@@ -100,7 +107,7 @@ __all__ = [
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "run_query_encoders", "read_queries", "report", "report_data",
     "paper_report", "html_report", "score_from_table", "run_ids", "load_run", "list_runs", "export_run", "delete_run",
-    "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
+    "embed", "sql", "compare", "score_run", "ablate", "ablate_backgrounds", "ablate_official", "filter_queries", "galleries_from_source",
     "build_preset_gallery",
     "training_source", "train_encoder", "list_encoders", "fetch_weights", "import_weights",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
@@ -418,6 +425,16 @@ def _new_run_id() -> str:
     return f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str) -> Encoder:
+    """The encoder an index was built with (same weights), with the index's protocol, background step included."""
+    card = opened.index.card
+    enc = load_encoder(card.encoder, weights=weights, device=device)
+    if enc.weights.checksum != card.weights_checksum:
+        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{opened.row.name}' was built with",
+                            hint="pass --weights with the original file, or rebuild the index")
+    return with_background(enc, background_of_key(card.preprocessing))
+
+
 def _embedder(enc: Encoder, batch_size: int, workers: int | None):
     def embed(paths, *, on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
         return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc)
@@ -468,12 +485,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     # Missing identities are an error before any model is loaded.
     pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
-    enc = load_encoder(opened.index.card.encoder, weights=weights, device=device)
-    if enc.weights.checksum != opened.index.card.weights_checksum:
-        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
-                            hint="pass --weights with the original file, or rebuild the index")
-    # queries get the index's protocol, background step included
-    enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
+    enc = _index_encoder(opened, weights, device)
     ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
                            settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     provenance = _provenance(enc, opened, seed, device)
@@ -776,7 +788,14 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
     qdf = pipeline.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),
                                      where=f"run {run_id}")
-    batch = pipeline.query_batch(qdf, None, opened.labels, res.encoder, device, scorer_options, ws.root)
+    qvecs = scores_fn = None
+    if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
+        weights = (run.provenance or {}).get("weights_path")
+        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device)
+        qvecs = _embedder(enc, 64, None)(qdf["path"].tolist(), desc="embedding queries").vectors
+        scores_fn = pipeline.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
+    batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
+                                 gallery_scores=scores_fn)
     aux = run_scorers(names, batch)
     db.replace_scores(ws, run_id, names, aux.assign(run_id=run_id), overwrite=overwrite)
     return aux

@@ -99,24 +99,15 @@ def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, samplin
                          seed, name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt)
         return
 
-    import pandas as pd
-
-    from fpr.encoders.background import parse_background
-
-    steps = [parse_background(b) for b in background.split(",") if b.strip()] or ["keep"]
-    results, tables = [], []
-    for step in steps:
-        label = None if len(steps) == 1 else f"{name or 'abl'}-bg-{step.replace(':', '-')}"
-        res = api.ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities,
-                         sampling=sampling, repeats=repeats, seed=0 if seed is None else seed, design=design,
-                         name=label or name, workspace=ctx.obj["workspace"], weights=weights, device=device,
-                         batch_size=batch_size, workers=workers, skip_missing_identities=skip_missing_identities,
-                         plot=plot if len(steps) == 1 else None, overwrite=overwrite, background=step)
-        results.append(res)
-        t = res.rows if raw else res.summary
-        tables.append(t.assign(background=step) if len(steps) > 1 else t)
+    sweep = api.ablate_backgrounds(gallery, encoder, queries, backgrounds=background, name=name, plot=plot,
+                                   per_identity=per_identity, identities=identities, sampling=sampling,
+                                   repeats=repeats, seed=0 if seed is None else seed, design=design,
+                                   workspace=ctx.obj["workspace"], weights=weights, device=device,
+                                   batch_size=batch_size, workers=workers,
+                                   skip_missing_identities=skip_missing_identities, overwrite=overwrite)
+    results, steps = sweep.results, sweep.steps
     res = results[-1]
-    table = pd.concat(tables, ignore_index=True)
+    table = sweep.table(raw=raw)
     rows = [{k: (None if _isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     if fmt == "json":
         click.echo(dumps({"ablation": res.name, "ablations": [r.name for r in results], "baseline": res.baseline.id, "images_embedded": res.n_images,
