@@ -117,7 +117,7 @@ def test_index_and_queries_record_and_apply_the_step(tmp_path, workspace):
 
 def test_grabcut_finds_world_animals_against_their_true_masks():
     """The world renders know each view's visible animal: GrabCut must overlap it (mean IoU over nine views of
-    three species). Before small images were enlarged to the working side, the same views gave 0.30."""
+    three species): 0.59 here; before small images were enlarged to the working side, the same views gave 0.21."""
     from fpr.galleries.world import identity_markings, val_identities
     from fpr.galleries.world.patterns import SPECIES, seeded_rng
     from fpr.galleries.world.render import animal_layer, compose, sample_view, visible_subject
@@ -129,4 +129,4 @@ def test_grabcut_finds_world_animals_against_their_true_masks():
             layer = animal_layer(identity_markings(species, ident), v)
             truth, found = visible_subject(layer, v), bg.grabcut_mask(compose(layer, v))
             ious.append((truth & found).sum() / (truth | found).sum())
-    assert np.mean(ious) > 0.55, ious
+    assert np.mean(ious) > 0.5, ious
