@@ -505,6 +505,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                "weights_checksum": enc.weights.checksum}
     db.store_run(ws, run_row, pipeline.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
                  ev.rankings.assign(run_id=run_id), overwrite=overwrite)
+    if engine_info is not None:  # ingested in the one transaction above: the shards are no longer needed
+        ray_engine.discard_shards(engine_info["shard_dir"])
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
     summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
@@ -900,9 +902,7 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
     if out is not None:
         atomic_write(Path(out), lambda fp: np.save(fp, res.vectors))
     if ray_opts is not None:
-        import shutil
-
-        shutil.rmtree(shard_dir, ignore_errors=True)
+        ray_engine.discard_shards(shard_dir)
     return res
 
 

@@ -126,6 +126,8 @@ class Runtime:
         ray = _ray()
         _quiet_ray(ray)
         if ray.is_initialized():
+            progress.log("ray: using the Ray runtime this process is already connected to"
+                         + (f" (not {self.options.address})" if self.options.address else ""))
             return ray
         kwargs = dict(include_dashboard=False, log_to_driver=progress.enabled(),
                       logging_level=logging.INFO if progress.enabled() else logging.ERROR)
@@ -172,21 +174,6 @@ def _quiet_ray(ray) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _fpr_error(exc: BaseException) -> FprError | None:
-    """The fpr error (bad input found in a worker) inside a Ray exception, if any."""
-    seen = set()
-    todo = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, FprError):
-            return e
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-    return None
 
 
 # --------------------------------------------------------------------------- stages
@@ -246,9 +233,12 @@ class _ShardWorker:
             t0 = time.perf_counter()
             dec = pickle.loads(decoded)
             job_input = pickle.loads(payload)
-            embedded = embed_decoded(self.encoder, dec, batch_size=self.batch_size, cache=self.cache)
-            served = served_embedder(job_input["paths"], embedded, self._embed)
-            result = self.job.run(self.encoder, job_input, embedded, served)
+            try:
+                embedded = embed_decoded(self.encoder, dec, batch_size=self.batch_size, cache=self.cache)
+                served = served_embedder(job_input["paths"], embedded, self._embed)
+                result = self.job.run(self.encoder, job_input, embedded, served)
+            except FprError as exc:  # bad input (an unreadable image, ...): raised again by the driver, as is
+                result = {"fpr_error": exc}
             result["worker"] = {"pid": os.getpid(), "device": self.encoder.device_class,
                                 "precision": self.encoder.precision, "cache": self.cache_note,
                                 "seconds": time.perf_counter() - t0, "n_images": len(dec.hashes)}
@@ -330,24 +320,18 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
         workers: dict = {}
         t0 = time.perf_counter()
         n_images = 0
-        try:
-            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                for k, raw in zip(batch["shard"], batch["result"]):
-                    res = pickle.loads(raw)
-                    w = res.pop("worker")
-                    workers.setdefault(w["cache"], 0)
-                    workers[w["cache"]] += 1
-                    info.setdefault("actor_device", w["device"])
-                    info.setdefault("actor_precision", w["precision"])
-                    n_images += w["n_images"]
-                    on_result(int(k), res)
-        except FprError:
-            raise
-        except Exception as exc:  # a worker's bad-input error comes back wrapped by Ray: unwrap it
-            inner = _fpr_error(exc)
-            if inner is not None:
-                raise inner from None
-            raise
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for k, raw in zip(batch["shard"], batch["result"]):
+                res = pickle.loads(raw)
+                w = res.pop("worker")
+                if "fpr_error" in res:
+                    raise res["fpr_error"]
+                workers.setdefault(w["cache"], 0)
+                workers[w["cache"]] += 1
+                info.setdefault("actor_device", w["device"])
+                info.setdefault("actor_precision", w["precision"])
+                n_images += w["n_images"]
+                on_result(int(k), res)
         dt = time.perf_counter() - t0
         info["cache"] = "; ".join(f"{note} ({n} shard{'s' if n != 1 else ''})" for note, n in workers.items())
         info["seconds"] = round(dt, 3)
@@ -425,6 +409,12 @@ class ShardFolder:
 
     def read_json(self, k: int, suffix: str):
         return json.loads(self.path(k, suffix).read_text())
+
+
+def discard_shards(shard_dir: str | Path) -> None:
+    """Remove a shard folder once its results are stored (a rerun then computes afresh, as a local run
+    does: the shards are the unit of resume, not a second store)."""
+    shutil.rmtree(shard_dir, ignore_errors=True)
 
 
 def fingerprint_of(obj) -> str:
