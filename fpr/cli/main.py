@@ -96,8 +96,9 @@ def engine_options(shards: bool = True):
     """``--engine local|ray``, ``--ray-address``, ``--ray-actors`` (and ``--ray-shard-size``): see docs/ray.md."""
     def decorate(f):
         if shards:
-            f = click.option("--ray-shard-size", type=click.IntRange(min=1), default=256, show_default=True,
-                             help="With --engine ray: queries per shard (the unit of resume).")(f)
+            f = click.option("--ray-shard-size", type=click.IntRange(min=1), default=None,
+                             help="With --engine ray: images per shard, the unit of resume (default 256, fewer "
+                                  "for large inputs: at most 256 MB of decoded pixels).")(f)
         f = click.option("--ray-actors", type=click.IntRange(min=1), default=None,
                          help="With --engine ray: actors holding the encoder (default: one per GPU, else 1).")(f)
         f = click.option("--ray-address", default=None,

@@ -390,6 +390,10 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     n_chunks = k + 1
     engine_info: dict = {}
     if ray_opts is not None:
+        if chunk_size > 4 * ray_engine.default_shard_size(enc):
+            progress.log(f"ray: a chunk ({chunk_size} images) is the unit of work on Ray and its decoded pixels "
+                         f"cross the object store: --chunk-size {ray_engine.default_shard_size(enc)} keeps them "
+                         "under 256 MB")
         job = FilterJob(ray_engine.portable_index(opened), rule.text, list(variables), settings, base, ws.root)
         engine_info = ray_engine.run_shards(
             pending, job, enc, options=ray_opts, device=device, batch_size=batch_size,

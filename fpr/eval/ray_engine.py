@@ -52,6 +52,7 @@ from fpr.files import atomic_write_path, ensure_dir
 ENGINES = ("local", "ray")
 INSTALL_HINT = "install the optional extra: pip install 'fpr[ray]'"
 DEFAULT_SHARD_SIZE = 256
+SHARD_PIXEL_BYTES = 256 * 2 ** 20  # default shard: at most this much decoded pixels (float32) per shard
 # Test hook: a file holding a shard number; the actor that takes that shard deletes the file and
 # exits its process (as a crashed or preempted worker would). Ray restarts the actor and retries.
 CRASH_ENV = "FPR_RAY_CRASH_ONCE"
@@ -69,13 +70,14 @@ class RayOptions:
     """How to run on Ray. ``address``: ``ray://HOST:PORT``, ``auto`` or ``HOST:PORT`` of a running
     cluster; None starts a local runtime (``num_cpus``, ``object_store_mb``). ``actors``: actor pool
     size (default one per GPU when the cluster has GPUs and the device allows them, else 1).
-    ``shard_size``: queries per shard, the unit of resume (``fpr filter`` uses its chunk size).
+    ``shard_size``: images per shard, the unit of resume (``fpr filter`` uses its chunk size); default
+    :func:`default_shard_size`.
     ``decode_cpus`` / ``actor_cpus``: CPUs per decode task / per actor; when equal, on a CPU-only
     cluster Ray fuses decoding into the actors (no pixel copies through the object store)."""
 
     address: str | None = None
     actors: int | None = None
-    shard_size: int = DEFAULT_SHARD_SIZE
+    shard_size: int | None = None
     num_cpus: int | None = None
     object_store_mb: float | None = None
     decode_cpus: float = 1.0
@@ -87,7 +89,7 @@ class RayOptions:
                              hint="give ray://HOST:PORT (Ray client), HOST:PORT (the head node), or auto")
         if self.actors is not None and self.actors < 1:
             raise InputError(f"--ray-actors must be at least 1, got {self.actors}")
-        if self.shard_size < 1:
+        if self.shard_size is not None and self.shard_size < 1:
             raise InputError(f"the shard size must be at least 1, got {self.shard_size}")
         return self
 
@@ -428,6 +430,12 @@ def frame_digest(df: pd.DataFrame) -> str:
     return h.hexdigest()[:24]
 
 
+def default_shard_size(encoder) -> int:
+    """256 images, fewer where their decoded pixels would pass 256 MB (a 440 px protocol: 111)."""
+    size = encoder.preprocessing.output_size
+    return int(max(1, min(DEFAULT_SHARD_SIZE, SHARD_PIXEL_BYTES // (3 * size * size * 4))))
+
+
 def n_shards(n_rows: int, size: int) -> int:
     return max(0, math.ceil(n_rows / size))
 
@@ -450,7 +458,7 @@ def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard
 
     start = time.perf_counter()
     paths = [str(p) for p in paths]
-    size = options.shard_size
+    size = options.shard_size or default_shard_size(encoder)
     folder = ShardFolder(shard_dir, {"what": "embed", "paths": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
                                      "encoder": encoder.id, "weights": encoder.weights.checksum,
                                      "protocol": encoder.preprocessing.key(), "shard": size})
@@ -521,18 +529,20 @@ class QueryJob:
 
 
 def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: int | None = None
-               ) -> list[np.ndarray]:
-    """Rows of each shard, cut so that every shard scores its queries in the blocks a local run uses.
+               ) -> tuple[list[np.ndarray], bool]:
+    """Rows of each shard, and whether every shard scores its queries in the blocks a local run uses.
 
-    The local run scores the queries group by group (scope group) or all at once (scope all), in
+    A local run scores the queries group by group (scope group) or all at once (scope all), in
     blocks of ``block`` (default :func:`fpr.eval.pipeline.auto_block` of the part's gallery size)
     queries in row order. BLAS picks its kernels by the height of a block, so a score's last bit
-    depends on which queries share its block; here a shard holds whole local blocks (pieces of a
-    part whose length is a multiple of its block size, starting on a block boundary), so its
-    scores are the local run's bit for bit. Pieces of several groups share a shard up to
-    ``shard_size`` queries; queries without a relevant gallery image (skipped) fill shards of
-    their own. A query whose image proves unreadable shifts the later blocks of its part in a
-    local run (it is dropped from them) and not here: the last bits of the later scores may then differ.
+    depends on which queries share its block. Where a block fits in a shard, a shard holds whole
+    local blocks (pieces of a part whose length is a multiple of its block size, starting on a
+    block boundary), so its scores are the local run's bit for bit; where it does not (a small
+    gallery has blocks of up to 4,096 queries), pieces are ``shard_size`` long and the top-k
+    scores may differ from a local run's in the last bit (AP, ranks and every per-query value do
+    not). Pieces of several groups share a shard up to ``shard_size`` queries; queries without a
+    relevant gallery image (skipped) fill shards of their own. An image that proves unreadable
+    is dropped from its local block, shifting that part's later blocks there and not here.
     """
     from fpr.eval import pipeline
 
@@ -549,9 +559,14 @@ def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: in
         for g in np.unique(qg):
             parts.append((ok[qg == g], int(g_counts[g])))
     pieces: list[np.ndarray] = []
+    aligned = True
     for rows, n_cols in parts:
         step = block or pipeline.auto_block(n_cols)
-        piece = max(step, (shard_size // step) * step)
+        if step <= shard_size:
+            piece = (shard_size // step) * step
+        else:
+            piece = shard_size
+            aligned = aligned and len(rows) <= shard_size  # a part within one shard is one local block
         pieces += [rows[s:s + piece] for s in range(0, len(rows), piece)]
     pieces += [rest[s:s + shard_size] for s in range(0, len(rest), shard_size)]
     shards: list[list[np.ndarray]] = []
@@ -562,7 +577,7 @@ def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: in
             filled = 0
         shards[-1].append(piece)
         filled += len(piece)
-    return [np.sort(np.concatenate(sh)) for sh in shards]
+    return [np.sort(np.concatenate(sh)) for sh in shards], aligned
 
 
 def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOptions, shard_dir: Path,
@@ -574,8 +589,13 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
     same ``skip`` setting; shards are written to ``shard_dir`` and read back at the end."""
     from fpr.eval import pipeline
 
-    size = options.shard_size
-    plan = shard_plan(qdf, opened.labels, settings.scope, size, settings.block_size)
+    size = options.shard_size or default_shard_size(encoder)
+    plan, aligned = shard_plan(qdf, opened.labels, settings.scope, size, settings.block_size)
+    if not aligned:
+        progress.log(f"ray: the local engine scores these queries in blocks larger than a shard ({size}): "
+                     "top-k scores may differ from a local run's in the last bit (AP, ranks and per-query "
+                     "values do not); for equality give --ray-shard-size at least the block, or lower "
+                     "FPR_EVAL_BLOCK_MB (docs/ray.md)")
     folder = ShardFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size,
                                      "block_bytes": pipeline.BLOCK_BYTES})
     total = len(plan)
@@ -622,7 +642,7 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
                              _in_query_order(_concat(rankings, pipeline.empty_rankings()), order, [], ["rank"]),
                              np.zeros((len(per), 0), np.float32), reasons)
     info = {**info, "shards": total, "shards_resumed": len(done), "shard_size": size,
-            "shard_dir": str(folder.root)}
+            "blocks_aligned": aligned, "shard_dir": str(folder.root)}
     return ev, info
 
 

@@ -25,6 +25,7 @@ from fpr.encoders.embed import EMBED_STATS  # noqa: E402
 from fpr.eval import ray_engine  # noqa: E402
 from fpr.eval.filter import filter_queries  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
+from fpr.store.workspace import Workspace  # noqa: E402
 from tests.conftest import make_tree, run_cli, write_image  # noqa: E402
 
 INDEX = "pets-pixels-16"
@@ -74,8 +75,14 @@ def _fresh_cache(monkeypatch, tmp_path, name: str) -> None:
 
 def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspace, monkeypatch):
     """The demo world with its own encoder (fpr-world-v2): every stored value equal, vectors bit for bit,
-    each side computing its embeddings (separate caches); the run says it ran on Ray with the cache used."""
+    each side computing its embeddings (separate caches); the run says it ran on Ray with the cache used.
+
+    Scoring blocks of 3 queries (FPR_EVAL_BLOCK_MB: 3 x 6 gallery images of a species x 24 bytes), shards
+    of 7: a shard holds two whole blocks of a species, as the local run blocks them."""
+    from fpr.eval import pipeline
     from fpr.galleries.world import World, WorldConfig
+
+    monkeypatch.setattr(pipeline, "BLOCK_BYTES", 3 * 6 * pipeline.BYTES_PER_PAIR)
 
     build = World(WorldConfig(seed=3, identities=2, gallery=3, references=1, queries=1, size=64)).write(
         tmp_path / "world")
@@ -95,8 +102,10 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
     eng = res.provenance["engine"]
     n = len(queries)
     assert eng["engine"] == "ray" and eng["ray_version"] == ray.__version__ and eng["actors"] == 1
-    # the local run scores each group in one block (a small gallery): a shard holds a group's whole block
-    assert eng["shards"] == queries["group"].nunique() and eng["shards_resumed"] == 0
+    plan, aligned = ray_engine.shard_plan(api.read_queries(queries), pipeline.open_index(
+        Workspace.open(workspace), "world-idx").labels, "group", 7)
+    assert aligned and eng["blocks_aligned"] and max(len(r) for r in plan) == 6
+    assert eng["shards"] == len(plan) > queries["group"].nunique() and eng["shards_resumed"] == 0
     assert eng["cache"].startswith(f"used: {tmp_path / 'cache-ray' / 'embeddings'}")
     stored = json.loads(api.sql("SELECT provenance FROM runs WHERE run_id = 'on-ray'", workspace=workspace)
                         ["provenance"][0])
