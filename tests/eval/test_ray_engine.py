@@ -26,9 +26,9 @@ from fpr.eval import ray_engine  # noqa: E402
 from fpr.eval.filter import filter_queries  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 from fpr.store.workspace import Workspace  # noqa: E402
-from tests.conftest import make_tree, run_cli, write_image  # noqa: E402
+from tests.conftest import run_cli, write_image  # noqa: E402
+from tests.eval.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)
 
-INDEX = "pets-pixels-16"
 OBJECT_STORE_MB = 80
 
 
@@ -38,25 +38,6 @@ def ray_runtime():
              runtime_env=ray_engine.local_runtime_env(), log_to_driver=False)
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture
-def setup(tmp_path, workspace):
-    """2 groups x 3 identities (2 references + 4 gallery images each), 30 generated images (as in test_filter)."""
-    tree = make_tree(tmp_path / "tree", identities=3, images=6)
-    api.import_gallery("pets", api.read_folder(tree), GallerySpec(references_per_identity=2), workspace=workspace)
-    api.build_index("pets", "pixels-16", workspace=workspace)
-    rows = []
-    for j in range(30):
-        g, i = j % 2, (j // 2) % 3
-        group = ("cats", "dogs")[g]
-        seed = 1000 * g + 10 * i + (j % 6) if j % 3 else 5000 + j
-        p = write_image(tmp_path / "gen" / f"{j:02d}.png", seed=seed)
-        rows.append({"path": f"gen/{p.name}", "identity": f"{group}-{i}", "group": group,
-                     "method": "m" + str(j % 2), "note": f"row {j}"})
-    qfile = tmp_path / "generated.csv"
-    pd.DataFrame(rows).to_csv(qfile, index=False)
-    return tmp_path, workspace, qfile
 
 
 def _stored(ws, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -231,3 +212,22 @@ def test_engine_errors_are_one_line(setup, monkeypatch):
     r = run_cli(ws, "filter", "--index", INDEX, "--queries", str(qfile), "--keep", "top1", "--out",
                 str(tmp / "k.csv"), "--engine", "ray", ok=False)
     assert r.exit_code == 2 and "pip install 'fpr[ray]'" in r.output
+
+
+def test_shard_plan_keeps_whole_scoring_blocks():
+    """Hand-computed: group a has ok rows 0,2,3,5,7, group b 1,6, row 4 has no relevant item. Blocks of 2
+    and shards of 5: pieces [0,2,3,5] [7] (a), [1,6] (b), [4] (skipped), packed up to 5 rows."""
+    from fpr.eval.pipeline import GalleryLabels, normalize_queries
+
+    labels = GalleryLabels(np.arange(5), np.array(list("aaabb"), object),
+                           np.array(["a1", "a1", "a2", "b1", "b1"], object), np.zeros((0, 4), np.float32),
+                           np.array([], object), np.array([], object), [], [f"g{i}" for i in range(5)])
+    rows = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a1"), ("b", "b9"), ("a", "a1"), ("b", "b1"), ("a", "a2")]
+    qdf = normalize_queries(pd.DataFrame([{"path": f"q{i}.png", "identity": ident, "group": g, "method": "m"}
+                                          for i, (g, ident) in enumerate(rows)]))
+    plan, aligned = ray_engine.shard_plan(qdf, labels, "group", 5, block=2)
+    assert [r.tolist() for r in plan] == [[0, 2, 3, 5, 7], [1, 4, 6]] and aligned
+    plan, aligned = ray_engine.shard_plan(qdf, labels, "all", 5, block=2)  # one part: ok rows in order
+    assert [r.tolist() for r in plan] == [[0, 1, 2, 3], [4, 5, 6, 7]] and aligned
+    plan, aligned = ray_engine.shard_plan(qdf, labels, "group", 1, block=2)  # blocks do not fit: said
+    assert [r.tolist() for r in plan] == [[0], [2], [3], [5], [7], [1], [6], [4]] and not aligned
