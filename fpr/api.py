@@ -492,6 +492,11 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     provenance = _provenance(enc, opened, seed, device)
     if engine_info is not None:
         provenance["engine"] = engine_info
+        for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
+                               ("embedding_precision", "actor_precision"),
+                               ("embedding_embedding_key", "actor_embedding_key")):
+            if key in provenance and actor_key in engine_info:  # the vectors were computed by the actors
+                provenance[key] = engine_info[actor_key]
     if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
         provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,

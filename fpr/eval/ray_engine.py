@@ -242,7 +242,8 @@ class _ShardWorker:
             except FprError as exc:  # bad input (an unreadable image, ...): raised again by the driver, as is
                 result = {"fpr_error": exc}
             result["worker"] = {"pid": os.getpid(), "device": self.encoder.device_class,
-                                "precision": self.encoder.precision, "cache": self.cache_note,
+                                "precision": self.encoder.precision, "embedding_key": self.encoder.cache_key,
+                                "cache": self.cache_note,
                                 "seconds": time.perf_counter() - t0, "n_images": len(dec.hashes)}
             out.append(pickle.dumps(result, protocol=5))
         return {"shard": batch["shard"], "result": np.array(out, dtype=object)}
@@ -332,6 +333,7 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                 workers[w["cache"]] += 1
                 info.setdefault("actor_device", w["device"])
                 info.setdefault("actor_precision", w["precision"])
+                info.setdefault("actor_embedding_key", w["embedding_key"])
                 n_images += w["n_images"]
                 on_result(int(k), res)
         dt = time.perf_counter() - t0
