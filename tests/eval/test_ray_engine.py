@@ -231,3 +231,13 @@ def test_shard_plan_keeps_whole_scoring_blocks():
     assert [r.tolist() for r in plan] == [[0, 1, 2, 3], [4, 5, 6, 7]] and aligned
     plan, aligned = ray_engine.shard_plan(qdf, labels, "group", 1, block=2)  # blocks do not fit: said
     assert [r.tolist() for r in plan] == [[0], [2], [3], [5], [7], [1], [6], [4]] and not aligned
+
+
+def test_workers_use_the_cache_only_where_they_reach_it(tmp_path):
+    enc = api.load_encoder("pixels-16", device="cpu")
+    cache, note = ray_engine.open_worker_cache(enc, str(tmp_path / "elsewhere"))  # not on this node
+    assert cache is None and note == f"bypassed: {tmp_path / 'elsewhere'} not reachable from the worker"
+    (tmp_path / "shared").mkdir()
+    cache, note = ray_engine.open_worker_cache(enc, str(tmp_path / "shared"))
+    assert note == f"used: {tmp_path / 'shared'}" and cache.dir == tmp_path / "shared" / enc.cache_key
+    assert ray_engine.open_worker_cache(enc, None) == (None, "bypassed: no cache folder")
