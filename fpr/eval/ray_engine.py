@@ -38,7 +38,7 @@ import pickle
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -300,13 +300,14 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                what: str) -> dict:
     """Run ``job`` over ``shards`` ((number, input dict with ``paths``)) on Ray; ``on_result(k, result)``
     is called in the driver for each finished shard. Returns the run's engine information."""
+    if not shards:  # everything was done by an earlier, interrupted run: no need to start Ray
+        return {"engine": "ray", "ray_version": _ray().__version__, "address": options.address or "local",
+                "actors": 0, "gpus_per_actor": 0.0}
     with Runtime(options) as ray:
         n_actors, gpus = _actor_plan(ray, options, device)
-        n_actors = max(1, min(n_actors, len(shards))) if shards else n_actors
+        n_actors = max(1, min(n_actors, len(shards)))
         info = {"engine": "ray", "ray_version": ray.__version__, "address": options.address or "local",
                 "actors": n_actors, "gpus_per_actor": gpus}
-        if not shards:
-            return info
         shared = ray.put({"encoder": encoder, "job": job})
         rows = [{"shard": int(k), "payload": pickle.dumps(inp, protocol=5)} for k, inp in shards]
         ds = ray.data.from_items(rows, override_num_blocks=len(rows))
