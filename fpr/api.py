@@ -25,7 +25,7 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
-from fpr.eval import pipeline
+from fpr.eval import pipeline, ray_engine
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
 from fpr.eval.scorers import parse_scorer_list, run_scorers, uses_gallery
@@ -465,11 +465,15 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               scope: str = "group", scorers: Sequence[str] | str | None = (),
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
-              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False) -> RunResult:
+              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
+              engine: str = "local", ray: "ray_engine.RayOptions | dict | None" = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
 
     ``oracle``: also query with the gallery's reference images (method ``oracle``, see
-    :mod:`fpr.eval.oracle`), the paper's real-images row."""
+    :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
+    on Ray (:mod:`fpr.eval.ray_engine`, options ``ray``); the shards are ingested into the
+    store in one transaction like a local run's rows."""
+    ray_opts = ray_engine.ray_options(engine, ray)
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -485,10 +489,26 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     # Missing identities are an error before any model is loaded.
     pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
-    enc = _index_encoder(opened, weights, device)
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
-                           settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
+    # on Ray the model is shipped to the actors from here, which place it on their own device
+    enc = _index_encoder(opened, weights, "cpu" if ray_opts else device)
+    engine_info = None
+    if ray_opts is None:
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
+                               settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
+    else:
+        key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
+               "protocol": enc.preprocessing.key(), "settings": repr(settings)}
+        ev, engine_info = ray_engine.evaluate_ray(qdf, opened, enc, settings, options=ray_opts,
+                                                  shard_dir=ws.root / "shards" / ray_engine.fingerprint_of(key),
+                                                  fingerprint=key, where=where, workspace=ws.root)
     provenance = _provenance(enc, opened, seed, device)
+    if engine_info is not None:
+        provenance["engine"] = engine_info
+        for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
+                               ("embedding_precision", "actor_precision"),
+                               ("embedding_embedding_key", "actor_embedding_key")):
+            if key in provenance and actor_key in engine_info:  # the vectors were computed by the actors
+                provenance[key] = engine_info[actor_key]
     if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
         provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
@@ -502,6 +522,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                "weights_checksum": enc.weights.checksum}
     db.store_run(ws, run_row, pipeline.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
                  ev.rankings.assign(run_id=run_id), overwrite=overwrite)
+    if engine_info is not None:  # ingested in the one transaction above: the shards are no longer needed
+        ray_engine.discard_shards(engine_info["shard_dir"])
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
     summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
@@ -875,8 +897,13 @@ def compare(run_id: str, method_a: str, method_b: str, *, metric: str = "ap",
 
 def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path | None = None,
           weights: str | None = None, device: str = "auto", batch_size: int = 64,
-          workers: int | None = None) -> EmbedResult:
-    """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order."""
+          workers: int | None = None, engine: str = "local",
+          ray: "ray_engine.RayOptions | dict | None" = None) -> EmbedResult:
+    """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order.
+
+    ``engine="ray"``: on Ray (:mod:`fpr.eval.ray_engine`); shards are kept beside ``out``
+    (``.<out name>.fpr-embed/``) until the output is written, so a killed run resumes."""
+    ray_opts = ray_engine.ray_options(engine, ray)
     if out is not None and Path(out).suffix != ".npy":
         raise InputError("embeddings output must end in .npy", where=str(out))
     if isinstance(images, (str, Path)):
@@ -885,10 +912,21 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
         paths = [resolve_path(v, p.resolve().parent) for v in df["path"]]
     else:
         paths = [str(x) for x in images]
-    enc = load_encoder(encoder, weights=weights, device=device)
-    res = embed_paths(enc, paths, batch_size=batch_size, workers=workers)
+    if ray_opts is None:
+        enc = load_encoder(encoder, weights=weights, device=device)
+        res = embed_paths(enc, paths, batch_size=batch_size, workers=workers)
+    else:
+        import tempfile
+
+        enc = load_encoder(encoder, weights=weights, device="cpu")  # the actors place it on their device
+        tmp = None if out is not None else tempfile.TemporaryDirectory(prefix="fpr-embed-")
+        shard_dir = Path(tmp.name) if tmp else Path(out).parent / f".{Path(out).name}.fpr-embed"
+        res = ray_engine.embed_paths_ray(enc, paths, options=ray_opts, shard_dir=shard_dir, batch_size=batch_size,
+                                         device=device)
     if out is not None:
         atomic_write(Path(out), lambda fp: np.save(fp, res.vectors))
+    if ray_opts is not None:
+        ray_engine.discard_shards(shard_dir)
     return res
 
 

@@ -5,7 +5,7 @@ import math
 
 import click
 
-from fpr.cli.main import cli, format_option, parse_options, scorer_option
+from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
 from fpr.cli.output import dumps, render_rows
 from fpr.errors import InputError
 
@@ -178,10 +178,12 @@ def _isna(v) -> bool:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=None)
+@engine_options(shards=False)
 @format_option()
 @click.pass_context
 def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,
-               skip_missing_identities, restart, list_names, device, batch_size, workers, fmt) -> None:
+               skip_missing_identities, restart, list_names, device, batch_size, workers, engine, ray_address,
+               ray_actors, fmt) -> None:
     """Keep generated images that preserved identity (paper 5.4); streams, resumes after a kill."""
     from fpr import api
     from fpr.eval.filter import describe_variables
@@ -197,9 +199,11 @@ def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, 
     res = api.filter_queries(index_name, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
                          chunk_size=chunk_size, workspace=ctx.obj["workspace"], scope=scope,
                          skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
-                         workers=workers, scorer_options=parse_options(scorer_options), restart=restart)
+                         workers=workers, scorer_options=parse_options(scorer_options), restart=restart,
+                         engine=engine, ray=ray_settings(engine, ray_address, ray_actors))
     if fmt == "json":
-        click.echo(dumps({**res.as_row(), "scorers": res.scorers, "reasons": res.reasons}))
+        click.echo(dumps({**res.as_row(), "scorers": res.scorers, "reasons": res.reasons,
+                          **({"engine": res.engine} if res.engine else {})}))
         return
     click.echo(render_rows([res.as_row()], fmt))
     if fmt == "table" and res.reasons:
