@@ -18,7 +18,7 @@ there, a copy on a plain one keeps them on the subject):
 
 1. the image whose patches are sought is cut into 8x8 patches (half-overlapping) at
    6 scales (x1.41 .. x0.59, steps of 2^(1/4); with both directions, size ratios of
-   about 0.53 to 1.9 are covered); the 48 most textured per scale are kept;
+   about 0.53 to 1.9 are covered); the 96 most textured per scale are kept;
 2. the 24 most textured patches per scale, and their mirror images (for a
    mirrored copy), are matched at every second position of the other image by
    normalised cross-correlation after removing each window's mean and linear
@@ -104,7 +104,7 @@ TOLERANCE = 0.3  # px at the working size: the refit's last step keeps matches t
 MAX_ROTATION = np.deg2rad(12.0)
 SCALE_SLACK = 0.12  # a consistent set may be this much larger/smaller than its scale level
 MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a high fraction by chance
-MAX_PATCHES_PER_SCALE = 48  # the most textured ones
+MAX_PATCHES_PER_SCALE = 96  # the most textured ones
 SEARCH_PATCHES = 24  # of which these are searched everywhere; all are verified
 HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
 REFINE_TOLERANCE = 0.6  # px: the loosely collected matches are refined from this tolerance down to TOLERANCE
@@ -112,7 +112,7 @@ DROP_MAX = 0.02  # strict check: NCC at the predicted position >= its peak withi
 REFINE_POINTS = 32  # collected matches whose pairs propose the refined transform
 EARLY_STOP = 0.9  # fraction verified after which no other proposal is tried
 MAX_PROPOSALS = 3  # per reference and direction: the ones that collect most are refined
-DEFAULTS = {"max_refs": 5, "threshold": 0.490, "appearance_threshold": 0.98}  # threshold: see the calibration
+DEFAULTS = {"max_refs": 5, "threshold": 0.380, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
 _BASIS: dict[int, np.ndarray] = {}
