@@ -2,7 +2,6 @@
 flag rates and AUROC."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image

@@ -458,6 +458,7 @@ class CopyPaste(Scorer):
     def _match(self, batch, rows, ref_vecs, q_vecs, max_refs, threshold, app_t) -> pd.DataFrame:
         # references are shared by many queries: their patches and windows are kept
         cache: OrderedDict[str, tuple[ReferencePatches, QueryWindows]] = OrderedDict()
+        stop = max(EARLY_STOP, threshold)
         out = []
         for j, i in enumerate(progress.bar(rows, desc="copy-paste: matching", unit="query")):
             refs = batch.reference_paths[i]
@@ -467,7 +468,7 @@ class CopyPaste(Scorer):
             qw, qp = QueryWindows.of(image), ReferencePatches.of(image)
             best, fwd, rev, checkable = (0.0, 0, False), 0.0, 0.0, False
             for k in order:
-                if best[0] >= EARLY_STOP:  # a nearly complete copy found: nothing can change the flag
+                if best[0] >= stop:  # a nearly complete copy found: nothing can change the flag
                     break
                 if refs[k] not in cache:
                     ref_image = load_rgb(refs[k])
@@ -480,7 +481,7 @@ class CopyPaste(Scorer):
                 # reference on a busy background spends its textured patches there; a copy on a plain
                 # one keeps them on the subject)
                 for forward in (True, False):
-                    if best[0] >= EARLY_STOP:
+                    if best[0] >= stop:
                         break
                     m = pixel_match(qw, rp) if forward else pixel_match(rw, qp)
                     fwd, rev = (max(fwd, m[0]), rev) if forward else (fwd, max(rev, m[0]))
