@@ -152,7 +152,8 @@ def run_world(args) -> str:
         f"Threshold rule: lowest score flagging at most {args.max_fpr:.1%} of `faithful` on the calibration seeds, "
         "halfway to the next copy-like score.",
         "",
-        f"**Calibrated threshold: {t:.3f}** (set as `copy-paste.threshold` default: {DEFAULTS['threshold']})",
+        f"**Calibrated threshold: {t:.3f}** (the `copy-paste.threshold` default in "
+        f"`fpr/eval/scorers/copy_paste.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
         "",
         f"**Validation AUROC(copy-like vs faithful): {a:.4f}** "
         f"(copy-like = {', '.join(COPY_LIKE)}; {len(pos)} vs {len(neg)} queries)",

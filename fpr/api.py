@@ -25,10 +25,10 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
-from fpr.eval import pipeline
+from fpr.eval import pipeline, ray_engine
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings, GalleryLabels
-from fpr.eval.scorers import parse_scorer_list, run_scorers
+from fpr.eval.scorers import parse_scorer_list, run_scorers, uses_gallery
 from fpr.eval.summary import aux_columns, paired_comparison, summarize, with_aux
 from fpr.files import atomic_write
 from fpr.galleries.curate import CurationReport, GallerySpec, curate, gallery_fingerprint
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from fpr.encoders.cache import EmbeddingCache
     from fpr.encoders.embed import EmbedResult
     from fpr.encoders.registry import Encoder
-    from fpr.eval.ablate import AblationResult
+    from fpr.eval.ablate import AblationResult, BackgroundSweep
     from fpr.eval.ablate_official import OfficialAblationResult
     from fpr.eval.filter import FilterResult
 
@@ -107,6 +107,15 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
                background=background)
 
 
+def ablate_backgrounds(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
+                       backgrounds: str | Sequence[str] = "keep", name: str | None = None,
+                       plot: str | Path | None = None, **options) -> BackgroundSweep:
+    """See :func:`fpr.eval.ablate.ablate_backgrounds` (``options``: those of :func:`ablate`)."""
+    from fpr.eval.ablate import ablate_backgrounds as run
+
+    return run(gallery, encoder, queries, backgrounds=backgrounds, name=name, plot=plot, **options)
+
+
 def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
                     settings: str | Sequence | None = None, selection: Sequence[str] = ("kmeans", "random"),
                     cluster_encoder: str = "miewid-msv2", cluster_weights: str | None = None, seed: int = 101,
@@ -129,21 +138,23 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
                    workspace: str | Path | None = None, scope: str = "group", skip_missing_identities: bool = False,
                    device: str = "auto", batch_size: int = 64, workers: int | None = None,
                    scorer_options: Mapping[str, str] | None = None, restart: bool = False,
-                   after_chunk: Callable[[int], None] | None = None) -> FilterResult:
+                   after_chunk: Callable[[int], None] | None = None, engine: str = "local",
+                   ray=None) -> FilterResult:
     """See :func:`fpr.eval.filter.filter_queries`."""
     from fpr.eval.filter import filter_queries as run
 
     return run(index, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
                chunk_size=chunk_size, workspace=workspace, scope=scope,
                skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
-               workers=workers, scorer_options=scorer_options, restart=restart, after_chunk=after_chunk)
+               workers=workers, scorer_options=scorer_options, restart=restart, after_chunk=after_chunk,
+               engine=engine, ray=ray)
 
 __all__ = [
     "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
     "list_galleries", "show_gallery", "gallery_items", "delete_gallery", "build_index", "list_indices", "load_index",
     "delete_index", "run_query", "run_query_encoders", "read_queries", "report", "report_data",
     "paper_report", "html_report", "score_from_table", "run_ids", "load_run", "list_runs", "export_run", "delete_run",
-    "embed", "sql", "compare", "score_run", "ablate", "ablate_official", "filter_queries", "galleries_from_source",
+    "embed", "sql", "compare", "score_run", "ablate", "ablate_backgrounds", "ablate_official", "filter_queries", "galleries_from_source",
     "build_preset_gallery",
     "training_source", "train_encoder", "list_encoders", "fetch_weights", "import_weights",
     "SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE",
@@ -461,6 +472,16 @@ def _new_run_id() -> str:
     return f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
+def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str) -> Encoder:
+    """The encoder an index was built with (same weights), with the index's protocol, background step included."""
+    card = opened.index.card
+    enc = load_encoder(card.encoder, weights=weights, device=device)
+    if enc.weights.checksum != card.weights_checksum:
+        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{opened.row.name}' was built with",
+                            hint="pass --weights with the original file, or rebuild the index")
+    return with_background(enc, background_of_key(card.preprocessing))
+
+
 def _embedder(enc: Encoder, batch_size: int, workers: int | None):
     def embed(paths, *, on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
         return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc)
@@ -491,11 +512,15 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               scope: str = "group", scorers: Sequence[str] | str | None = (),
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
-              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False) -> RunResult:
+              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
+              engine: str = "local", ray: "ray_engine.RayOptions | dict | None" = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
 
     ``oracle``: also query with the gallery's reference images (method ``oracle``, see
-    :mod:`fpr.eval.oracle`), the paper's real-images row."""
+    :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
+    on Ray (:mod:`fpr.eval.ray_engine`, options ``ray``); the shards are ingested into the
+    store in one transaction like a local run's rows."""
+    ray_opts = ray_engine.ray_options(engine, ray)
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -511,15 +536,26 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     # Missing identities are an error before any model is loaded.
     pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
-    enc = load_encoder(opened.index.card.encoder, weights=weights, device=device)
-    if enc.weights.checksum != opened.index.card.weights_checksum:
-        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
-                            hint="pass --weights with the original file, or rebuild the index")
-    # queries get the index's protocol, background step included
-    enc = with_background(enc, background_of_key(opened.index.card.preprocessing))
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
-                           settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
+    # on Ray the model is shipped to the actors from here, which place it on their own device
+    enc = _index_encoder(opened, weights, "cpu" if ray_opts else device)
+    engine_info = None
+    if ray_opts is None:
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
+                               settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
+    else:
+        key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
+               "protocol": enc.preprocessing.key(), "settings": repr(settings)}
+        ev, engine_info = ray_engine.evaluate_ray(qdf, opened, enc, settings, options=ray_opts,
+                                                  shard_dir=ws.root / "shards" / ray_engine.fingerprint_of(key),
+                                                  fingerprint=key, where=where, workspace=ws.root)
     provenance = _provenance(enc, opened, seed, device)
+    if engine_info is not None:
+        provenance["engine"] = engine_info
+        for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
+                               ("embedding_precision", "actor_precision"),
+                               ("embedding_embedding_key", "actor_embedding_key")):
+            if key in provenance and actor_key in engine_info:  # the vectors were computed by the actors
+                provenance[key] = engine_info[actor_key]
     if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
         provenance["scorers"] = ev.aux.attrs["provenance"]
     params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
@@ -533,6 +569,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                "weights_checksum": enc.weights.checksum}
     db.store_run(ws, run_row, pipeline.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
                  ev.rankings.assign(run_id=run_id), overwrite=overwrite)
+    if engine_info is not None:  # ingested in the one transaction above: the shards are no longer needed
+        ray_engine.discard_shards(engine_info["shard_dir"])
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
     summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
@@ -819,7 +857,14 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
     qdf = pipeline.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),
                                      where=f"run {run_id}")
-    batch = pipeline.query_batch(qdf, None, opened.labels, res.encoder, device, scorer_options, ws.root)
+    qvecs = scores_fn = None
+    if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
+        weights = (run.provenance or {}).get("weights_path")
+        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device)
+        qvecs = _embedder(enc, 64, None)(qdf["path"].tolist(), desc="embedding queries").vectors
+        scores_fn = pipeline.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
+    batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
+                                 gallery_scores=scores_fn)
     aux = run_scorers(names, batch)
     db.replace_scores(ws, run_id, names, aux.assign(run_id=run_id), overwrite=overwrite)
     return aux
@@ -899,8 +944,13 @@ def compare(run_id: str, method_a: str, method_b: str, *, metric: str = "ap",
 
 def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path | None = None,
           weights: str | None = None, device: str = "auto", batch_size: int = 64,
-          workers: int | None = None) -> EmbedResult:
-    """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order."""
+          workers: int | None = None, engine: str = "local",
+          ray: "ray_engine.RayOptions | dict | None" = None) -> EmbedResult:
+    """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order.
+
+    ``engine="ray"``: on Ray (:mod:`fpr.eval.ray_engine`); shards are kept beside ``out``
+    (``.<out name>.fpr-embed/``) until the output is written, so a killed run resumes."""
+    ray_opts = ray_engine.ray_options(engine, ray)
     if out is not None and Path(out).suffix != ".npy":
         raise InputError("embeddings output must end in .npy", where=str(out))
     if isinstance(images, (str, Path)):
@@ -909,10 +959,21 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
         paths = [resolve_path(v, p.resolve().parent) for v in df["path"]]
     else:
         paths = [str(x) for x in images]
-    enc = load_encoder(encoder, weights=weights, device=device)
-    res = embed_paths(enc, paths, batch_size=batch_size, workers=workers)
+    if ray_opts is None:
+        enc = load_encoder(encoder, weights=weights, device=device)
+        res = embed_paths(enc, paths, batch_size=batch_size, workers=workers)
+    else:
+        import tempfile
+
+        enc = load_encoder(encoder, weights=weights, device="cpu")  # the actors place it on their device
+        tmp = None if out is not None else tempfile.TemporaryDirectory(prefix="fpr-embed-")
+        shard_dir = Path(tmp.name) if tmp else Path(out).parent / f".{Path(out).name}.fpr-embed"
+        res = ray_engine.embed_paths_ray(enc, paths, options=ray_opts, shard_dir=shard_dir, batch_size=batch_size,
+                                         device=device)
     if out is not None:
         atomic_write(Path(out), lambda fp: np.save(fp, res.vectors))
+    if ray_opts is not None:
+        ray_engine.discard_shards(shard_dir)
     return res
 
 

@@ -52,11 +52,11 @@ def test_quick_demo_json_carries_the_oracle_and_flag_rates(quick_demo):
     rates = v["copy_paste_flag_rate"]
     assert set(rates) == {"oracle", "faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic", "paste",
                           "paste-mirror", "paste-rescale", "edit", "near-copy"}
-    # measured on this world (30 queries per method): faithful 0.0; paste 0.9, paste-mirror 0.9,
-    # paste-rescale 0.833, edit 1.0, near-copy 0.933
-    assert rates["faithful"] == 0.0 and rates["edit"] == 1.0, rates
-    assert min(rates[m] for m in ("paste", "paste-mirror", "paste-rescale", "near-copy")) >= 25 / 30, rates
-    assert max(rates[m] for m in ("drift-0.1", "drift-0.25", "drift-0.5", "generic")) <= 1 / 30, rates
+    # measured on this world (30 queries per method): faithful and every drift level 0.0; paste 0.933,
+    # paste-mirror 0.867, paste-rescale 0.967, edit 0.933, near-copy 1.0
+    assert rates["faithful"] == 0.0 and rates["near-copy"] == 1.0, rates
+    assert min(rates[m] for m in ("paste", "paste-mirror", "paste-rescale", "edit")) >= 26 / 30, rates
+    assert max(rates[m] for m in ("drift-0.1", "drift-0.25", "drift-0.5", "generic")) == 0.0, rates
     # the summary rows carry the same flag rate as the mean of the per-query flags
     paste = next(r for r in out["summary"] if r["method"] == "paste" and r["group"] == "*")
     assert paste["copy-paste.flag"] == pytest.approx(rates["paste"])
@@ -66,8 +66,8 @@ def test_keep_rule_prefers_faithful_and_drops_copies(quick_demo):
     """The documented rule 'top1 and ap >= 0.5 and not copy_paste' keeps a larger share of faithful generations
     than of each drift level, in drift order, and far fewer copies than faithful generations.
 
-    Measured (30 queries per method): faithful 0.933 > drift-0.1 0.8 > drift-0.25 0.733 > drift-0.5 0.5 >
-    generic 0.133; copies: edit 0, near-copy 0.067, paste 0.1, paste-mirror 0.1, paste-rescale 0.167 (the
+    Measured (30 queries per method): faithful 0.933 > drift-0.1 0.833 > drift-0.25 0.767 > drift-0.5 0.5 >
+    generic 0.133; copies: near-copy 0, paste-rescale 0.033, paste 0.067, edit 0.067, paste-mirror 0.133 (the
     unflagged copies; the issue's target of none kept is not reached yet)."""
     _, out = quick_demo
     v = out["validity"]
@@ -76,8 +76,8 @@ def test_keep_rule_prefers_faithful_and_drops_copies(quick_demo):
     order = ["faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"]
     assert [kept[m] for m in order] == sorted((kept[m] for m in order), reverse=True), kept
     assert all(kept["faithful"] > kept[m] for m in order[1:]), kept
-    assert kept["edit"] == 0 and max(kept[m] for m in ("paste", "paste-mirror", "paste-rescale",
-                                                        "near-copy")) <= 5 / 30, kept
+    assert kept["near-copy"] == 0 and max(kept[m] for m in ("paste", "paste-mirror", "paste-rescale",
+                                                             "edit")) <= 4 / 30, kept
 
 
 def test_demo_run_is_stored_like_any_run(quick_demo):

@@ -92,6 +92,31 @@ def scorer_option():
                         help="Scorer option, repeatable, e.g. copy-paste.encoder=clip-vit-b-32.")
 
 
+def engine_options(shards: bool = True):
+    """``--engine local|ray``, ``--ray-address``, ``--ray-actors`` (and ``--ray-shard-size``): see docs/ray.md."""
+    def decorate(f):
+        if shards:
+            f = click.option("--ray-shard-size", type=click.IntRange(min=1), default=None,
+                             help="With --engine ray: images per shard, the unit of resume (default 256, fewer "
+                                  "for large inputs: at most 256 MB of decoded pixels).")(f)
+        f = click.option("--ray-actors", type=click.IntRange(min=1), default=None,
+                         help="With --engine ray: actors holding the encoder (default: one per GPU, else 1).")(f)
+        f = click.option("--ray-address", default=None,
+                         help="With --engine ray: a running cluster (ray://HOST:10001, HOST:6379 or auto); "
+                              "default: a local Ray runtime on this machine.")(f)
+        return click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                            help="Where to embed and score: this process, or Ray (pip install 'fpr[ray]').")(f)
+    return decorate
+
+
+def ray_settings(engine: str, address: str | None, actors: int | None, shard_size: int | None = None) -> dict | None:
+    """The ``ray=`` argument of the API from the engine options (checked there: Ray options with the
+    local engine are an error)."""
+    if engine != "ray" and not (address or actors):
+        return None
+    return {"address": address, "actors": actors, **({"shard_size": shard_size} if shard_size else {})}
+
+
 def parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
     """``--scorer-option clip-t.encoder=clip-vit-b-32`` (repeatable) -> dict."""
     out: dict[str, str] = {}

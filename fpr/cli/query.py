@@ -5,7 +5,7 @@ import click
 
 from fpr import api, progress
 from fpr.errors import InputError
-from fpr.cli.main import cli, format_option, parse_options, scorer_option
+from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
 from fpr.cli.output import dumps, render_rows
 
 SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "cmc@10", "minp",
@@ -56,13 +56,15 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @click.option("--oracle", is_flag=True, help="Also query with the gallery's reference images (method 'oracle').")
+@engine_options()
 @format_option()
 @click.pass_context
 def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights, scope, scorers, scorer_options,
               skip_missing_identities, skip_unreadable, top_k, seed, device, batch_size, workers, overwrite,
-              oracle, fmt) -> None:
+              oracle, engine, ray_address, ray_actors, ray_shard_size, fmt) -> None:
     """Rank generated images against an index (or under several encoders); store per-query results; print
     the summary."""
+    on_ray = {"engine": engine, "ray": ray_settings(engine, ray_address, ray_actors, ray_shard_size)}
     if encoders or gallery:
         if index_name or not (encoders and gallery) or encoder or weights:
             raise InputError("--encoders needs --gallery, and neither goes with --index, --encoder or --weights",
@@ -71,7 +73,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             gallery, encoders, queries, run=run, workspace=ctx.obj["workspace"], scope=scope, scorers=scorers,
             skip_missing_identities=skip_missing_identities, skip_unreadable=skip_unreadable, top_k_store=top_k,
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
-            scorer_options=parse_options(scorer_options))
+            scorer_options=parse_options(scorer_options), **on_ray)
         if fmt == "json":
             click.echo(dumps({"runs": [r.as_json() for r in results]}))
             return
@@ -87,7 +89,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
                         weights=weights, scope=scope, scorers=scorers, skip_missing_identities=skip_missing_identities,
                         skip_unreadable=skip_unreadable, top_k_store=top_k, seed=seed, device=device,
                         batch_size=batch_size, workers=workers, overwrite=overwrite,
-                        scorer_options=parse_options(scorer_options), oracle=oracle)
+                        scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
     print_run(res, fmt)
 
 
@@ -242,10 +244,12 @@ def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=None)
-def embed_cmd(encoder, images, out, weights, device, batch_size, workers) -> None:
+@engine_options()
+def embed_cmd(encoder, images, out, weights, device, batch_size, workers, engine, ray_address, ray_actors,
+              ray_shard_size) -> None:
     """Write L2-normalised embeddings of the listed images."""
     res = api.embed(encoder, images, out=out, weights=weights, device=device, batch_size=batch_size,
-                    workers=workers)
+                    workers=workers, engine=engine, ray=ray_settings(engine, ray_address, ray_actors, ray_shard_size))
     click.echo(f"{out}\t{res.vectors.shape[0]}x{res.vectors.shape[1]}\t"
                f"{res.n_from_cache} cached, {res.n_computed} computed")
 

@@ -5,7 +5,7 @@ import math
 
 import click
 
-from fpr.cli.main import cli, format_option, parse_options, scorer_option
+from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
 from fpr.cli.output import dumps, render_rows
 from fpr.errors import InputError
 
@@ -99,24 +99,15 @@ def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, samplin
                          seed, name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt)
         return
 
-    import pandas as pd
-
-    from fpr.encoders.background import parse_background
-
-    steps = [parse_background(b) for b in background.split(",") if b.strip()] or ["keep"]
-    results, tables = [], []
-    for step in steps:
-        label = None if len(steps) == 1 else f"{name or 'abl'}-bg-{step.replace(':', '-')}"
-        res = api.ablate(gallery, encoder, queries, per_identity=per_identity, identities=identities,
-                         sampling=sampling, repeats=repeats, seed=0 if seed is None else seed, design=design,
-                         name=label or name, workspace=ctx.obj["workspace"], weights=weights, device=device,
-                         batch_size=batch_size, workers=workers, skip_missing_identities=skip_missing_identities,
-                         plot=plot if len(steps) == 1 else None, overwrite=overwrite, background=step)
-        results.append(res)
-        t = res.rows if raw else res.summary
-        tables.append(t.assign(background=step) if len(steps) > 1 else t)
+    sweep = api.ablate_backgrounds(gallery, encoder, queries, backgrounds=background, name=name, plot=plot,
+                                   per_identity=per_identity, identities=identities, sampling=sampling,
+                                   repeats=repeats, seed=0 if seed is None else seed, design=design,
+                                   workspace=ctx.obj["workspace"], weights=weights, device=device,
+                                   batch_size=batch_size, workers=workers,
+                                   skip_missing_identities=skip_missing_identities, overwrite=overwrite)
+    results, steps = sweep.results, sweep.steps
     res = results[-1]
-    table = pd.concat(tables, ignore_index=True)
+    table = sweep.table(raw=raw)
     rows = [{k: (None if _isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     if fmt == "json":
         click.echo(dumps({"ablation": res.name, "ablations": [r.name for r in results], "baseline": res.baseline.id, "images_embedded": res.n_images,
@@ -187,10 +178,12 @@ def _isna(v) -> bool:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=None)
+@engine_options(shards=False)
 @format_option()
 @click.pass_context
 def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, scorer_options, chunk_size, scope,
-               skip_missing_identities, restart, list_names, device, batch_size, workers, fmt) -> None:
+               skip_missing_identities, restart, list_names, device, batch_size, workers, engine, ray_address,
+               ray_actors, fmt) -> None:
     """Keep generated images that preserved identity (paper 5.4); streams, resumes after a kill."""
     from fpr import api
     from fpr.eval.filter import describe_variables
@@ -206,9 +199,11 @@ def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, 
     res = api.filter_queries(index_name, queries, keep, out, rejected=rejected, copy_to=copy_to, scorers=scorers,
                          chunk_size=chunk_size, workspace=ctx.obj["workspace"], scope=scope,
                          skip_missing_identities=skip_missing_identities, device=device, batch_size=batch_size,
-                         workers=workers, scorer_options=parse_options(scorer_options), restart=restart)
+                         workers=workers, scorer_options=parse_options(scorer_options), restart=restart,
+                         engine=engine, ray=ray_settings(engine, ray_address, ray_actors))
     if fmt == "json":
-        click.echo(dumps({**res.as_row(), "scorers": res.scorers, "reasons": res.reasons}))
+        click.echo(dumps({**res.as_row(), "scorers": res.scorers, "reasons": res.reasons,
+                          **({"engine": res.engine} if res.engine else {})}))
         return
     click.echo(render_rows([res.as_row()], fmt))
     if fmt == "table" and res.reasons:

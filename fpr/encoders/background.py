@@ -10,8 +10,8 @@ Segmenters (a registry, :func:`register_segmenter`):
 
 - ``grabcut`` (the default; OpenCV, no weights, always runs): GrabCut initialised with
   the image minus a 4% border as "probably foreground" (generated and gallery images
-  frame their subject), 5 iterations, on the image shrunk to at most 256 px (the mask is
-  scaled back), OpenCV's random generator seeded so the mask is reproducible.
+  frame their subject), 5 iterations, on the image resized to a 256 px longer side (the
+  mask is scaled back), OpenCV's random generator seeded so the mask is reproducible.
 - ``deeplabv3``: torchvision's DeepLabV3-MobileNetV3-Large (COCO/VOC classes); the
   foreground is every pixel not labelled background. Its weights must already be in the
   torch hub cache (``$TORCH_HOME/hub/checkpoints``); nothing is downloaded.
@@ -67,10 +67,13 @@ def parse_background(value: str | None) -> str:
     return v
 
 
-def _small(img: Image.Image) -> Image.Image:
+def _small(img: Image.Image, *, enlarge: bool = False) -> Image.Image:
+    """The image with its longer side at most ``WORK_SIDE`` (exactly, when ``enlarge``)."""
     w, h = img.size
     s = WORK_SIDE / max(w, h)
-    return img.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR) if s < 1 else img
+    if s < 1 or (enlarge and s > 1):
+        return img.resize((max(1, round(w * s)), max(1, round(h * s))), Image.BILINEAR)
+    return img
 
 
 def _upscale(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -85,7 +88,10 @@ def grabcut_mask(img: Image.Image) -> np.ndarray:
     except ImportError:
         raise NotFoundError("background removal with grabcut needs OpenCV",
                             hint="pip install 'fpr[vistar]' (opencv-python-headless)") from None
-    small = _small(img.convert("RGB"))
+    # GrabCut's smoothness term is tuned in pixels: on small images (96 px world renders) it cuts the
+    # subject into fragments, so small images are enlarged to the working side first
+    # (mean IoU with the world's true masks 0.30 -> 0.63: benchmarks/segmenter_quality.py).
+    small = _small(img.convert("RGB"), enlarge=True)
     arr = np.ascontiguousarray(np.asarray(small)[:, :, ::-1])  # BGR
     h, w = arr.shape[:2]
     mx, my = max(1, round(0.04 * w)), max(1, round(0.04 * h))

@@ -248,6 +248,76 @@ def _phased(dataset: _DecodeDataset, batch_size: int, n_threads: int):
             yield _collate(list(pool.map(dataset.__getitem__, range(start, min(start + batch_size, len(dataset))))))
 
 
+@dataclass
+class Decoded:
+    """Files hashed, decoded and put through a protocol, ready for :func:`embed_decoded`.
+
+    The first half of :func:`embed_paths`, for engines that decode in other processes than
+    the one holding the model (the Ray engine decodes in tasks and embeds in actors)."""
+
+    hashes: list[str | None]
+    pixels: np.ndarray  # (N, 3, S, S) float32: the protocol's output; zeros for failed rows
+    failed: dict[int, str] = field(default_factory=dict)  # input row -> one-line reason
+
+
+def decode_paths(preprocess, paths: Sequence[str | Path]) -> Decoded:
+    """Hash, decode and preprocess files in order, with the same reader and decoder as :func:`embed_paths`."""
+    paths = [str(p) for p in paths]
+    kept: dict[int, bytes] = {}
+    hashes, failed = _hash_all(paths, kept)
+    ds = _DecodeDataset(paths, preprocess, [kept.get(i) for i in range(len(paths))])
+    size = preprocess.output_size
+    pixels = np.zeros((len(paths), 3, size, size), dtype=np.float32)
+    for i in range(len(paths)):
+        if hashes[i] is None:
+            continue
+        _, tensor, err = ds[i]
+        if err:
+            failed[i] = err
+        else:
+            pixels[i] = tensor.numpy()
+    return Decoded(hashes, pixels, failed)
+
+
+def embed_decoded(encoder: Encoder, decoded: Decoded, *, batch_size: int = 32,
+                  cache: EmbeddingCache | None = None) -> EmbedResult:
+    """Embed decoded images (see :func:`decode_paths`) in order; like :func:`embed_paths` with
+    ``on_error="skip"``: cached hashes are looked up, duplicated content is embedded once, new
+    vectors are added to ``cache``."""
+    check_batch_size(batch_size)
+    start = time.perf_counter()
+    hashes, failed = list(decoded.hashes), dict(decoded.failed)
+    out = np.full((len(hashes), encoder.spec.dim), np.nan, dtype=np.float32)
+    known = [h for i, h in enumerate(hashes) if h is not None and i not in failed]
+    hits = cache.get_many(known) if cache is not None else {}
+    todo: dict[str, int] = {}
+    for i, h in enumerate(hashes):
+        if h is None or i in failed:
+            continue
+        if h in hits:
+            out[i] = hits[h]
+        elif h not in todo:
+            todo[h] = i
+    rows = list(todo.values())
+    for s in range(0, len(rows), batch_size):
+        part = rows[s:s + batch_size]
+        vecs = encoder.embed_batch(torch.from_numpy(decoded.pixels[part]))
+        EMBED_STATS["images_embedded"] += len(part)
+        if cache is not None:
+            cache.add([hashes[i] for i in part], vecs)
+        out[part] = vecs
+    for i, h in enumerate(hashes):
+        if h is not None and i not in failed and h in todo:
+            out[i] = out[todo[h]]
+    n_cached = sum(1 for i, h in enumerate(hashes) if h is not None and i not in failed and h in hits)
+    return EmbedResult(out, hashes, failed, n_cached, len(todo), time.perf_counter() - start)
+
+
+def raise_if_failed(failed: dict[int, str], on_error: str) -> None:
+    """``on_error="raise"``: the first failure as one InputError (the message :func:`embed_paths` raises)."""
+    _raise_if(failed, on_error, len(failed))
+
+
 def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_size: int, workers: int | None,
                 cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
                 amp_dtype: torch.dtype | None = None, data: Sequence[bytes | None] | None = None

@@ -271,6 +271,37 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
                           plot_path, timings)
 
 
+@dataclass
+class BackgroundSweep:
+    """One gallery ablation per background step (the paper's Table 14: keep vs remove)."""
+
+    steps: list[str]
+    results: list[AblationResult]
+
+    def table(self, *, raw: bool = False) -> pd.DataFrame:
+        """Rows (``raw``) or summaries of every step; a ``background`` column when there is more than one."""
+        parts = [r.rows if raw else r.summary for r in self.results]
+        if len(self.steps) > 1:
+            parts = [t.assign(background=s) for t, s in zip(parts, self.steps)]
+        return pd.concat(parts, ignore_index=True)
+
+
+def ablate_backgrounds(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
+                       backgrounds: str | Sequence[str] = "keep", name: str | None = None,
+                       plot: str | Path | None = None, **options) -> BackgroundSweep:
+    """:func:`ablate` once per background step. With several steps each ablation is stored as
+    ``<name>-bg-<step>`` and no plot is drawn; ``options`` are :func:`ablate`'s."""
+    from fpr.encoders.background import parse_background
+
+    items = backgrounds.split(",") if isinstance(backgrounds, str) else list(backgrounds)
+    steps = list(dict.fromkeys(parse_background(b) for b in items if b.strip())) or ["keep"]
+    many = len(steps) > 1
+    results = [ablate(gallery, encoder, queries, background=step, plot=None if many else plot,
+                      name=f"{name or 'abl'}-bg-{step.replace(':', '-')}" if many else name, **options)
+               for step in steps]
+    return BackgroundSweep(steps, results)
+
+
 def _prepare_groups(pool, refs, qdf, vec_of) -> list[_Group]:
     groups = []
     for g in sorted({it.group for it in pool}):

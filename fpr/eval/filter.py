@@ -70,6 +70,7 @@ class FilterResult:
     images_per_s: float
     scorers: list[str]
     reasons: dict[str, int] = field(default_factory=dict)  # failed clause -> rows
+    engine: dict = field(default_factory=dict)  # --engine ray: Ray version, actors, cache used or bypassed
 
     def as_row(self) -> dict:
         return {"out": self.out, "rejected": self.rejected, "rows": self.n_rows, "kept": self.n_kept,
@@ -253,11 +254,18 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
                    workspace: str | Path | None = None, scope: str = "group",
                    skip_missing_identities: bool = False, device: str = "auto", batch_size: int = 64,
                    workers: int | None = None, scorer_options: Mapping[str, str] | None = None,
-                   restart: bool = False, after_chunk: Callable[[int], None] | None = None) -> FilterResult:
+                   restart: bool = False, after_chunk: Callable[[int], None] | None = None,
+                   engine: str = "local", ray=None) -> FilterResult:
     """Split generated images into kept and rejected by a keep-rule; streams and resumes (see module doc).
 
     ``after_chunk(k)`` is called after chunk ``k`` is durably recorded (progress hooks, tests).
+    ``engine="ray"``: the chunks run on Ray (:mod:`fpr.eval.ray_engine`, options ``ray``) and are
+    recorded in the same state folder as they finish, so the resume rules are the same (and a run
+    killed on one engine resumes on the other).
     """
+    from fpr.eval import ray_engine
+
+    ray_opts = ray_engine.ray_options(engine, ray)
     start = time.perf_counter()
     if chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")
@@ -286,7 +294,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     ws = Workspace.open(workspace)
     opened = pipeline.open_index(ws, index)
     gi = opened.index
-    enc = load_encoder(gi.card.encoder, device=device)
+    enc = load_encoder(gi.card.encoder, device="cpu" if ray_opts else device)  # Ray: the actors place it
     if enc.weights.checksum != gi.card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
                             hint="rebuild the index")
@@ -338,20 +346,11 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
 
     base = qpath.resolve().parent
     copy_dir = Path(copy_to) if copy_to else None
-    offset = 0
-    n_resumed = 0
-    n_processed = 0
-    t_work = 0.0
-    k = -1
-    for k, raw in enumerate(_iter_chunks(qpath, chunk_size)):
-        n = len(raw)
-        if str(k) in done:
-            offset += n
-            n_resumed += 1
-            continue
-        t0 = time.perf_counter()
-        settings = pipeline.EvalSettings(scope, True, True, names, options, 0, device, batch_size, workers)
-        frame = _process_chunk(raw, offset, base, opened, enc, rule, variables, settings, ws)
+    settings = pipeline.EvalSettings(scope, True, True, names, options, 0, device, batch_size, workers)
+    tally = {"resumed": 0, "processed": 0, "t_work": 0.0, "offset": 0}
+
+    def record(k: int, n: int, frame: pd.DataFrame, dt: float) -> None:
+        """Write a finished chunk's parts and record it in the state (durably, then ``after_chunk``)."""
         kept_mask = frame["__keep"].to_numpy(dtype=bool)
         kept, rej = frame[kept_mask], frame[~kept_mask]
         _write_part(kept[columns], state_dir / f"{k:06d}.kept.{out_fmt}", out_fmt)
@@ -362,16 +361,46 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         clause_counts = Counter(c for c in frame["__clause"] if c)
         done[str(k)] = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(clause_counts)}
         atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
-        dt = time.perf_counter() - t0
-        t_work += dt
-        n_processed += n
-        offset += n
+        tally["t_work"] += dt
+        tally["processed"] += n
         progress.log(f"chunk {k + 1}/{n_chunks_est}: {n} images, kept {int(kept_mask.sum())}, "
-                     f"{n / dt if dt > 0 else float('inf'):.1f} img/s; {offset}/{n_rows} done "
-                     f"({n_processed / t_work if t_work > 0 else float('inf'):.1f} img/s overall)")
+                     f"{n / dt if dt > 0 else float('inf'):.1f} img/s; {len(done)}/{n_chunks_est} chunks done "
+                     f"({tally['processed'] / tally['t_work'] if tally['t_work'] > 0 else float('inf'):.1f} img/s "
+                     f"overall)")
         if after_chunk is not None:
             after_chunk(k)
+
+    k = -1
+    pending: list[tuple[int, dict]] = []
+    for k, raw in enumerate(_iter_chunks(qpath, chunk_size)):
+        n = len(raw)
+        offset = tally["offset"]
+        tally["offset"] += n
+        if str(k) in done:
+            tally["resumed"] += 1
+            continue
+        if ray_opts is not None:  # queued for Ray: the paths are what the decode tasks read
+            qdf = pipeline.normalize_queries(raw.reset_index(drop=True), base=base, id_offset=offset,
+                                             required=REQUIRED, where="queries chunk")
+            pending.append((k, {"raw": raw, "offset": offset, "paths": qdf["path"].tolist()}))
+            continue
+        t0 = time.perf_counter()
+        frame = _process_chunk(raw, offset, base, opened, enc, rule, variables, settings, ws.root)
+        record(k, n, frame, time.perf_counter() - t0)
     n_chunks = k + 1
+    engine_info: dict = {}
+    if ray_opts is not None:
+        if chunk_size > 4 * ray_engine.default_shard_size(enc):
+            progress.log(f"ray: a chunk ({chunk_size} images) is the unit of work on Ray and its decoded pixels "
+                         f"cross the object store: --chunk-size {ray_engine.default_shard_size(enc)} keeps them "
+                         "under 256 MB")
+        job = FilterJob(ray_engine.portable_index(opened), rule.text, list(variables), settings, base, ws.root)
+        engine_info = ray_engine.run_shards(
+            pending, job, enc, options=ray_opts, device=device, batch_size=batch_size,
+            cache_root=ray_engine.cache_root_for_workers(),
+            on_result=lambda k, res: record(k, res["n"], res["frame"], res["seconds"]), what="filter")
+        engine_info.update(chunks=n_chunks, chunks_resumed=tally["resumed"])
+    n_resumed, n_processed, t_work = tally["resumed"], tally["processed"], tally["t_work"]
 
     parts = sorted(state_dir.glob(f"*.kept.{out_fmt}"))
     if len(parts) != n_chunks or len(done) != n_chunks:
@@ -392,21 +421,41 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
                  + (f"; {ips:.1f} img/s" if n_processed else "") + f"; wrote {out}"
                  + (f" and {rej_path}" if rej_path else ""))
     return FilterResult(str(out), str(rej_path) if rej_path else None, n_rows, n_kept, n_rows - n_kept, n_chunks,
-                        n_resumed, seconds, ips, names, dict(reasons.most_common()))
+                        n_resumed, seconds, ips, names, dict(reasons.most_common()), engine_info)
+
+
+class FilterJob:
+    """One chunk on a Ray actor (:mod:`fpr.eval.ray_engine`): :func:`_process_chunk` with the chunk's
+    images embedded by the actor."""
+
+    def __init__(self, opened: pipeline.OpenIndex, rule_text: str, variable_names: list[str],
+                 settings: pipeline.EvalSettings, base: Path, workspace_root: Path):
+        self.opened, self.rule_text, self.variable_names = opened, rule_text, variable_names
+        self.settings, self.base, self.workspace_root = settings, base, workspace_root
+
+    def run(self, encoder, job_input: dict, embedded, embed) -> dict:
+        t0 = time.perf_counter()
+        variables = rule_variables()
+        rule = parse_rule(self.rule_text, list(variables))
+        frame = _process_chunk(job_input["raw"], job_input["offset"], self.base, self.opened, encoder, rule,
+                               variables, self.settings, self.workspace_root, embed=embed)
+        return {"n": len(frame), "frame": frame, "seconds": time.perf_counter() - t0 + embedded.seconds}
 
 
 def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: pipeline.OpenIndex, enc, rule, variables,
-                   settings: pipeline.EvalSettings, ws: Workspace) -> pd.DataFrame:
-    """Score one chunk exactly as ``run_query`` scores queries; return input + values + keep/reason."""
+                   settings: pipeline.EvalSettings, workspace_root: Path, embed=None) -> pd.DataFrame:
+    """Score one chunk exactly as ``run_query`` scores queries; return input + values + keep/reason.
+
+    ``embed``: the embedding function (default: :func:`fpr.encoders.embed.embed_paths` with ``enc``)."""
     raw = raw.reset_index(drop=True)
     qdf = pipeline.normalize_queries(raw, base=base, id_offset=offset, required=REQUIRED, where="queries chunk")
 
-    def embed(paths, *, on_error="raise", desc="embedding"):
+    def local_embed(paths, *, on_error="raise", desc="embedding"):
         return embed_paths(enc, paths, batch_size=settings.batch_size, workers=settings.workers, on_error=on_error,
                            desc=desc)
 
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index, embed, settings, encoder_id=enc.id,
-                           workspace=ws.root, dim=enc.spec.dim)
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, embed or local_embed, settings, encoder_id=enc.id,
+                           workspace=workspace_root, dim=enc.spec.dim)
     pq_ = ev.per_query
     values: dict[str, np.ndarray] = {v: pd.to_numeric(pq_[col], errors="coerce").to_numpy(dtype=np.float64)
                                      for v, col in BASE_COLUMNS.items()}

@@ -350,9 +350,8 @@ def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores, embed: E
         rankings = scored.rankings(qdf["query_id"].to_numpy(), gallery.item_ids)
     aux = empty_aux()
     if settings.scorers and len(ok):
-        whole = _ScoreSource(gallery_scores, len(gallery.item_ids)).part(None)  # scorers see (Q, G) scores
         batch = query_batch(qdf.iloc[ok], qvecs[ok], gallery, encoder_id, settings.device, settings.scorer_options,
-                            workspace, gallery_scores=whole.scores)
+                            workspace, gallery_scores=whole_gallery_scores(gallery_scores, len(gallery.item_ids)))
         aux = run_scorers(settings.scorers, batch)
     return Evaluation(status, per_query, aux, rankings, qvecs, reasons)
 
@@ -465,6 +464,11 @@ def _scope_parts(codes: LabelCodes, scope: str, ok: np.ndarray):
         lo, hi = np.searchsorted(g_sorted, g, "left"), np.searchsorted(g_sorted, g, "right")
         cols = g_order[lo:hi]
         yield (None if len(cols) == len(codes.g_group) else cols), pos
+
+
+def whole_gallery_scores(gallery_scores, n_items: int) -> Callable[[np.ndarray], np.ndarray]:
+    """(Q, dim) query vectors -> (Q, G) float32 similarities against every gallery row, as scorers see them."""
+    return _ScoreSource(gallery_scores, n_items).part(None).scores
 
 
 class _ScoreSource:
@@ -690,4 +694,5 @@ def leave_one_out_map(vectors: np.ndarray, identities: Sequence[str], groups: Se
 
 __all__ = ["QUERY_COLUMNS", "SCOPES", "SIM_SOURCES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE", "EvalSettings",
            "Evaluation", "GalleryLabels", "OpenIndex", "evaluate", "index_change", "open_index", "expand_extras", "leave_one_out_map", "missing_identities",
-           "normalize_queries", "pairwise_sim", "query_batch", "query_frame", "rankings_frame", "stored_columns"]
+           "normalize_queries", "pairwise_sim", "query_batch", "query_frame", "rankings_frame", "stored_columns",
+           "whole_gallery_scores"]

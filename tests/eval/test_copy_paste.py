@@ -2,7 +2,6 @@
 flag rates and AUROC."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -88,3 +87,15 @@ def test_held_out_world_seed_flag_rates_and_auroc(tmp_path):
     y = wide["method"] != "faithful"
     assert roc_auc_score(y, wide["score"]) >= 0.97
     assert (wide["score"] == wide["pixel"]).all() and wide["score"].between(0, 1).all()
+
+
+def test_default_threshold_is_the_calibrated_one():
+    """The default is a claim backed by benchmarks/calibrate_copy_paste.py: its table states the calibrated value."""
+    import re
+    from pathlib import Path
+
+    table = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "copy_paste_calibration.md").read_text()
+    m = re.search(r"\*\*Calibrated threshold: ([0-9.]+)\*\*", table)
+    assert m, "calibration table without its threshold line"
+    assert DEFAULTS["threshold"] == pytest.approx(float(m.group(1)), abs=5e-4)
+    assert "## Validation seeds 201, 202" in table and "## Calibration seeds 101, 102" in table

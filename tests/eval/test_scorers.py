@@ -173,7 +173,8 @@ def test_copy_paste_flags_pastes_and_not_rerenderings(tmp_path):
                        options={"copy-paste.encoder": "pixels-16"})
     got = run_scorers(["copy-paste"], batch)
     wide = got.pivot(index="query_id", columns="metric", values="value")
-    assert set(wide.columns) == {"score", "flag", "appearance", "pixel", "pixel_matches", "mirrored"}
+    assert set(wide.columns) == {"score", "flag", "appearance", "pixel", "pixel_matches", "mirrored", "forward",
+                                 "reverse"}
     for n in names:
         assert wide.loc[n, "flag"] == cases[n][1], (n, wide.loc[n].to_dict())
     copies = wide.loc[[n for n in names if cases[n][1] == 1]]

@@ -42,7 +42,7 @@ class QueryBatch:
     extras: list[dict] | None = None  # per query: the queries table's other columns (expected_text, panels, ...)
     # The gallery the run retrieves from, rows aligned (FAISS order), for gallery-aware scorers such as
     # ``dreambench-concept.mode=choice``; ``gallery_scores(query_vectors)`` -> (Q, G) similarities
-    # under the run's encoder. None when not wired (e.g. ``fpr score``, which has no query vectors).
+    # under the run's encoder. Wired for scorers whose ``uses_gallery`` says so, else None.
     gallery_paths: list[str] | None = None
     gallery_identities: list[str] | None = None
     gallery_groups: list[str] | None = None
@@ -64,6 +64,11 @@ class Scorer:
     def provenance(self, batch: QueryBatch) -> dict:
         """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
         return {}
+
+    def uses_gallery(self, options: dict) -> bool:
+        """Whether, with these options, it reads the run's query vectors and gallery scores (``fpr score``
+        then re-embeds the run's queries, from the embedding cache where they are)."""
+        return False
 
     def check(self, batch: QueryBatch) -> None:
         if "prompt" in self.needs and not any(p for p in batch.prompts):
@@ -111,6 +116,11 @@ def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[st
     for n in names:
         get_scorer(n)
     return names
+
+
+def uses_gallery(names: list[str], options: dict | None) -> bool:
+    """Whether any of the named scorers reads the run's query vectors and gallery scores."""
+    return any(get_scorer(n).uses_gallery(dict(options or {})) for n in names)
 
 
 def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:

@@ -96,6 +96,9 @@ class DreamBenchConcept(Scorer):
         return judge_config(NAME, batch.options).provenance(load_template("dreambench_concept"),
                                                             load_template("dreambench_choice"))
 
+    def uses_gallery(self, options: dict) -> bool:
+        return str(options.get(f"{NAME}.mode", "pair")) != "pair"
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = batch.options
         mode = str(opts.get(f"{NAME}.mode", "pair"))
@@ -106,7 +109,7 @@ class DreamBenchConcept(Scorer):
         if mode != "pair":
             if batch.query_vectors is None or batch.gallery_scores is None or batch.gallery_paths is None:
                 raise InputError(f"{NAME}.mode={mode} needs the run's query vectors and its gallery",
-                                 hint=f"use it with 'fpr query --scorers {NAME}', not 'fpr score'")
+                                 hint=f"run it through 'fpr query' or 'fpr score', which provide them")
             if not 2 <= k <= len(LETTERS) or scope not in ("group", "all"):
                 raise InputError(f"{NAME}.k must be 2-26 and {NAME}.choice_scope group or all")
         cfg = judge_config(NAME, opts)

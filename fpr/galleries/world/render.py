@@ -191,12 +191,8 @@ def compose(layer: np.ndarray, v: View) -> Image.Image:
     alpha = layer[..., 3:4]
     img = bg * (1 - alpha) + layer[..., :3] * alpha
     if v.occlusion is not None:
-        cx, cy, rx, ry, ang, r, g, b = v.occlusion
-        m = Image.new("L", (size, size), 0)
-        d = ImageDraw.Draw(m)
-        d.ellipse([(cx - rx) * size, (cy - ry) * size, (cx + rx) * size, (cy + ry) * size], fill=255)
-        m = np.asarray(m.rotate(ang, center=(cx * size, cy * size)), np.float32)[..., None] / 255.0
-        img = img * (1 - m) + np.array([r, g, b], np.float32) * m
+        m = occluder_alpha(v)[..., None]
+        img = img * (1 - m) + np.array(v.occlusion[5:], np.float32) * m
     bright, grad, direction, lr, lg, lb = v.light
     lin = np.linspace(-0.5, 0.5, size, dtype=np.float32)
     ramp = np.cos(direction) * lin[None, :] + np.sin(direction) * lin[:, None]
@@ -208,6 +204,22 @@ def compose(layer: np.ndarray, v: View) -> Image.Image:
     if v.blur > 0.15:
         out = out.filter(ImageFilter.GaussianBlur(v.blur))
     return out
+
+
+def occluder_alpha(v: View) -> np.ndarray:
+    """The occluding ellipse's coverage as float32 (size, size) in [0, 1]; zeros without one."""
+    size = v.size
+    if v.occlusion is None:
+        return np.zeros((size, size), np.float32)
+    cx, cy, rx, ry, ang = v.occlusion[:5]
+    m = Image.new("L", (size, size), 0)
+    ImageDraw.Draw(m).ellipse([(cx - rx) * size, (cy - ry) * size, (cx + rx) * size, (cy + ry) * size], fill=255)
+    return np.asarray(m.rotate(ang, center=(cx * size, cy * size)), np.float32) / 255.0
+
+
+def visible_subject(layer: np.ndarray, v: View) -> np.ndarray:
+    """Ground-truth foreground of a rendered view: the animal where it is not hidden by the occluder (bool)."""
+    return (layer[..., 3] * (1.0 - occluder_alpha(v))) >= 0.5
 
 
 def render_view(markings: Markings, v: View) -> Image.Image:

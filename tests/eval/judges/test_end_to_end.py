@@ -70,6 +70,18 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     assert out[("paste", "*")]["dreambench-concept.cached"] == 1
     assert list((ws / "judge-cache").rglob("*.json"))
 
+    # choice mode through 'fpr score': the run's queries are embedded again under its encoder, so the
+    # options, letters and requests are those of the query run: every answer comes from the cache
+    r = _cli(ws, "score", "--run", "judged", "--scorers", "dreambench-concept", "--overwrite", "--scorer-option",
+             "dreambench-concept.mode=both", "--scorer-option", "dreambench-concept.k=3", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert judge_env.count() == 0
+    assert _cli(ws, "export", "--run", "judged", "--out", str(ws.parent / "rescored.csv")).exit_code == 0
+    rescored = pd.read_csv(ws.parent / "rescored.csv")
+    for metric in ("choice_correct", "choice_in_options", "retrieval_correct", "choice_correct.note"):
+        key = f"dreambench-concept.{metric}"
+        assert rescored[key].tolist() == exported[key].tolist(), metric
+
 
 def test_whole_run_fault_through_the_cli_is_one_line(small_world, judge_env, monkeypatch):
     ws, queries = small_world

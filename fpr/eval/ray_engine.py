@@ -1,0 +1,670 @@
+"""The Ray engine: ``fpr embed``, ``fpr query`` and ``fpr filter`` on a Ray cluster (``--engine ray``).
+
+The work is cut into shards of queries (``fpr filter``: its chunks). A Ray Data
+pipeline carries them:
+
+1. a dataset with one row per shard still to do (its queries, pickled);
+2. ``map_batches`` of :func:`_decode_shard` in tasks: the shard's images are read,
+   hashed, decoded and put through the encoder's protocol by
+   :func:`fpr.encoders.embed.decode_paths`, the same reader and decoder as a local run;
+3. ``map_batches`` of :class:`_ShardWorker` on an actor pool: each actor receives the
+   encoder and the job (the gallery index with its labels, the settings) once, from
+   the object store, embeds the decoded images with
+   :func:`fpr.encoders.embed.embed_decoded` and runs the job, which calls the local
+   engine's own functions (:func:`fpr.eval.pipeline.evaluate`, the filter's chunk
+   function) with the embeddings served from what was just computed;
+4. the driver receives each finished shard (streaming, in completion order) and
+   writes it as files in a shard folder; a shard whose files exist is not run again.
+
+Results therefore equal a local run's query for query by construction: the same
+functions compute them, and every per-query value depends on that query alone.
+On a CPU the embeddings are bit for bit those of a local run (the encoder embeds one
+image per forward pass); on a GPU, for the same device and precision, up to the
+batch composition.
+
+Ray is imported here only, and only when the engine runs: a missing Ray is one
+line naming ``fpr[ray]``. When Ray is already initialised (a notebook, a test) that
+runtime is used as it is; otherwise ``ray.init`` connects to ``address`` or starts a
+local runtime on this machine, shut down after the run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import pickle
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr import progress
+from fpr.errors import FprError, InputError
+from fpr.files import atomic_write_path, ensure_dir
+
+ENGINES = ("local", "ray")
+INSTALL_HINT = "install the optional extra: pip install 'fpr[ray]'"
+DEFAULT_SHARD_SIZE = 256
+SHARD_PIXEL_BYTES = 256 * 2 ** 20  # default shard: at most this much decoded pixels (float32) per shard
+# Test hook: a file holding a shard number; the actor that takes that shard deletes the file and
+# exits its process (as a crashed or preempted worker would). Ray restarts the actor and retries.
+CRASH_ENV = "FPR_RAY_CRASH_ONCE"
+_ADDRESS = re.compile(r"^(auto|local|ray://[^\s/:]+:\d+|[^\s/:]+:\d+)$")
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine '{engine}'", hint=f"valid: {', '.join(ENGINES)}")
+    return engine
+
+
+@dataclass
+class RayOptions:
+    """How to run on Ray. ``address``: ``ray://HOST:PORT``, ``auto`` or ``HOST:PORT`` of a running
+    cluster; None starts a local runtime (``num_cpus``, ``object_store_mb``). ``actors``: actor pool
+    size (default one per GPU when the cluster has GPUs and the device allows them, else 1).
+    ``shard_size``: images per shard, the unit of resume (``fpr filter`` uses its chunk size); default
+    :func:`default_shard_size`.
+    ``decode_cpus`` / ``actor_cpus``: CPUs per decode task / per actor; when equal, on a CPU-only
+    cluster Ray fuses decoding into the actors (no pixel copies through the object store)."""
+
+    address: str | None = None
+    actors: int | None = None
+    shard_size: int | None = None
+    num_cpus: int | None = None
+    object_store_mb: float | None = None
+    decode_cpus: float = 1.0
+    actor_cpus: float = 1.0
+
+    def check(self) -> "RayOptions":
+        if self.address is not None and not _ADDRESS.match(str(self.address)):
+            raise InputError(f"bad Ray address '{self.address}'",
+                             hint="give ray://HOST:PORT (Ray client), HOST:PORT (the head node), or auto")
+        if self.actors is not None and self.actors < 1:
+            raise InputError(f"--ray-actors must be at least 1, got {self.actors}")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise InputError(f"the shard size must be at least 1, got {self.shard_size}")
+        return self
+
+
+def ray_options(engine: str, options: "RayOptions | dict | None") -> "RayOptions | None":
+    """Checked options for ``engine``; options given with the local engine are an error."""
+    check_engine(engine)
+    if isinstance(options, dict):
+        options = RayOptions(**options)
+    if engine == "local":
+        if options is not None and (options.address or options.actors):
+            raise InputError("--ray-address and --ray-actors go with --engine ray")
+        return None
+    _ray()  # a missing Ray is said before any model is loaded
+    return (options or RayOptions()).check()
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise InputError("the Ray engine needs Ray, which is not installed", hint=INSTALL_HINT) from None
+    return ray
+
+
+# --------------------------------------------------------------------------- the runtime
+
+class Runtime:
+    """``with Runtime(options) as ray:`` a connected Ray; started (and shut down) here unless one is running."""
+
+    def __init__(self, options: RayOptions):
+        self.options = options
+        self.started = False
+
+    def __enter__(self):
+        ray = _ray()
+        _quiet_ray(ray)
+        if ray.is_initialized():
+            progress.log("ray: using the Ray runtime this process is already connected to"
+                         + (f" (not {self.options.address})" if self.options.address else ""))
+            return ray
+        kwargs = dict(include_dashboard=False, log_to_driver=progress.enabled(),
+                      logging_level=logging.INFO if progress.enabled() else logging.ERROR)
+        address = self.options.address
+        try:
+            if address and address != "local":
+                ray.init(address=address, **kwargs)
+            else:
+                mb = self.options.object_store_mb
+                ray.init(num_cpus=self.options.num_cpus, object_store_memory=int(mb * 2 ** 20) if mb else None,
+                         runtime_env=local_runtime_env(), **kwargs)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError, OSError) as exc:
+            where = f"the Ray cluster at '{address}'" if address and address != "local" else "a local Ray runtime"
+            raise InputError(f"cannot start or reach {where}: {_first_line(exc)}",
+                             hint="check --ray-address (ray://HOST:10001, HOST:6379 or auto) and that the "
+                                  "cluster runs the same Ray and Python versions") from None
+        self.started = True
+        return ray
+
+    def __exit__(self, *exc):
+        if self.started:
+            _ray().shutdown()
+        return False
+
+
+def local_runtime_env() -> dict:
+    """The runtime environment of a local runtime: its workers import the same fpr as this process
+    (a checkout on ``PYTHONPATH`` or an installed package). A cluster's nodes need fpr installed."""
+    import fpr
+
+    root = str(Path(fpr.__file__).resolve().parent.parent)
+    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+
+
+def _quiet_ray(ray) -> None:
+    """Ray Data's own progress (bars or log lines) goes to stderr; ``--quiet`` silences it."""
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = progress.enabled()
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.INFO if progress.enabled() else logging.ERROR)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --------------------------------------------------------------------------- stages
+
+def _decode_shard(batch: dict, preprocess) -> dict:
+    """Task: read, hash, decode and preprocess the images of each shard in the batch."""
+    from fpr.encoders.embed import decode_paths
+
+    decoded = [pickle.dumps(decode_paths(preprocess, pickle.loads(p)["paths"]), protocol=5)
+               for p in batch["payload"]]
+    return {"shard": batch["shard"], "payload": batch["payload"], "decoded": np.array(decoded, dtype=object)}
+
+
+def open_worker_cache(encoder, root: str | None) -> tuple[object | None, str]:
+    """The embedding cache at ``root`` when this process can reach it (an existing, writable folder,
+    e.g. on a shared file system), else None; with a note saying which."""
+    from fpr.encoders.embed import cache_for
+
+    if not root:
+        return None, "bypassed: no cache folder"
+    if not (os.path.isdir(root) and os.access(root, os.W_OK)):
+        return None, f"bypassed: {root} not reachable from the worker"
+    return cache_for(encoder, root), f"used: {root}"
+
+
+class _ShardWorker:
+    """Actor: holds the encoder and the job (loaded once from the object store), runs shards."""
+
+    def __init__(self, shared_ref, cache_root: str | None, batch_size: int, gpu: bool, crash_file: str | None):
+        import torch
+
+        ray = _ray()
+        shared = ray.get(shared_ref[0])
+        enc = shared["encoder"]
+        if gpu and torch.cuda.is_available():
+            from fpr.encoders.registry import Encoder
+
+            enc = Encoder(enc.spec, enc.weights, enc.model, torch.device("cuda"))
+        self.encoder = enc
+        self.job = shared["job"]
+        self.batch_size = batch_size
+        self.crash_file = crash_file
+        self.cache, self.cache_note = open_worker_cache(enc, cache_root)
+
+    def _embed(self, paths, *, on_error: str = "raise", desc: str = "embedding"):
+        from fpr.encoders.embed import embed_paths
+
+        return embed_paths(self.encoder, paths, batch_size=self.batch_size, workers=0,
+                           cache=self.cache if self.cache is not None else False, on_error=on_error, desc=desc)
+
+    def __call__(self, batch: dict) -> dict:
+        from fpr.encoders.embed import embed_decoded
+
+        out = []
+        for k, payload, decoded in zip(batch["shard"], batch["payload"], batch["decoded"]):
+            self._maybe_crash(int(k))
+            t0 = time.perf_counter()
+            dec = pickle.loads(decoded)
+            job_input = pickle.loads(payload)
+            try:
+                embedded = embed_decoded(self.encoder, dec, batch_size=self.batch_size, cache=self.cache)
+                served = served_embedder(job_input["paths"], embedded, self._embed)
+                result = self.job.run(self.encoder, job_input, embedded, served)
+            except FprError as exc:  # bad input (an unreadable image, ...): raised again by the driver, as is
+                result = {"fpr_error": exc}
+            result["worker"] = {"pid": os.getpid(), "device": self.encoder.device_class,
+                                "precision": self.encoder.precision, "embedding_key": self.encoder.cache_key,
+                                "cache": self.cache_note,
+                                "seconds": time.perf_counter() - t0, "n_images": len(dec.hashes)}
+            out.append(pickle.dumps(result, protocol=5))
+        return {"shard": batch["shard"], "result": np.array(out, dtype=object)}
+
+    def _maybe_crash(self, k: int) -> None:
+        if not self.crash_file:
+            return
+        try:
+            target = int(Path(self.crash_file).read_text().strip())
+        except (OSError, ValueError):
+            return
+        if target == k:
+            Path(self.crash_file).unlink()
+            os._exit(17)
+
+
+def served_embedder(paths: Sequence[str], embedded, fallback: Callable):
+    """An ``embed(paths, on_error=, desc=)`` for the pipeline that serves ``paths`` (already embedded
+    as ``embedded``) from memory and anything else from ``fallback`` (references, scorers)."""
+    from fpr.encoders.embed import EmbedResult, raise_if_failed
+
+    pos: dict[str, int] = {}
+    for i, p in enumerate(paths):
+        pos.setdefault(str(p), i)
+
+    def embed(want, *, on_error: str = "raise", desc: str = "embedding"):
+        want = [str(p) for p in want]
+        if not all(p in pos for p in want):
+            return fallback(want, on_error=on_error, desc=desc)
+        rows = [pos[p] for p in want]
+        failed = {j: embedded.failed[i] for j, i in enumerate(rows) if i in embedded.failed}
+        raise_if_failed(failed, on_error)
+        return EmbedResult(embedded.vectors[rows], [embedded.hashes[i] for i in rows], failed,
+                           embedded.n_from_cache, embedded.n_computed, embedded.seconds)
+    return embed
+
+
+# --------------------------------------------------------------------------- the driver
+
+def _actor_plan(ray, options: RayOptions, device: str) -> tuple[int, float]:
+    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows."""
+    gpus = int(ray.cluster_resources().get("GPU", 0))
+    use_gpu = gpus > 0 and device != "cpu"
+    if device.startswith("cuda") and gpus == 0:
+        raise InputError(f"--device {device} but the Ray cluster has no GPUs",
+                         hint="use --device auto or cpu, or a cluster with GPU nodes")
+    if use_gpu:
+        return (options.actors or gpus), 1.0
+    return (options.actors or 1), 0.0
+
+
+def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: RayOptions, device: str,
+               batch_size: int, cache_root: str | None, on_result: Callable[[int, dict], None],
+               what: str) -> dict:
+    """Run ``job`` over ``shards`` ((number, input dict with ``paths``)) on Ray; ``on_result(k, result)``
+    is called in the driver for each finished shard. Returns the run's engine information."""
+    if not shards:  # everything was done by an earlier, interrupted run: no need to start Ray
+        return {"engine": "ray", "ray_version": _ray().__version__, "address": options.address or "local",
+                "actors": 0, "gpus_per_actor": 0.0}
+    with Runtime(options) as ray:
+        n_actors, gpus = _actor_plan(ray, options, device)
+        n_actors = max(1, min(n_actors, len(shards)))
+        info = {"engine": "ray", "ray_version": ray.__version__, "address": options.address or "local",
+                "actors": n_actors, "gpus_per_actor": gpus}
+        shared = ray.put({"encoder": encoder, "job": job})
+        rows = [{"shard": int(k), "payload": pickle.dumps(inp, protocol=5)} for k, inp in shards]
+        ds = ray.data.from_items(rows, override_num_blocks=len(rows))
+        ds = ds.map_batches(_decode_shard, batch_size=1, batch_format="numpy",
+                            fn_kwargs={"preprocess": encoder.preprocessing}, num_cpus=options.decode_cpus)
+        ds = ds.map_batches(_ShardWorker, batch_size=1, batch_format="numpy",
+                            compute=ray.data.ActorPoolStrategy(size=n_actors), num_cpus=options.actor_cpus,
+                            num_gpus=gpus or None,
+                            fn_constructor_kwargs={"shared_ref": [shared], "cache_root": cache_root,
+                                                   "batch_size": batch_size, "gpu": gpus > 0,
+                                                   "crash_file": os.environ.get(CRASH_ENV) or None})
+        progress.log(f"ray: {what}: {len(shards)} shard(s) on {n_actors} actor(s)"
+                     f"{' with a GPU each' if gpus else ''} (Ray {ray.__version__}, {info['address']})")
+        workers: dict = {}
+        t0 = time.perf_counter()
+        n_images = 0
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for k, raw in zip(batch["shard"], batch["result"]):
+                res = pickle.loads(raw)
+                w = res.pop("worker")
+                if "fpr_error" in res:
+                    raise res["fpr_error"]
+                workers.setdefault(w["cache"], 0)
+                workers[w["cache"]] += 1
+                info.setdefault("actor_device", w["device"])
+                info.setdefault("actor_precision", w["precision"])
+                info.setdefault("actor_embedding_key", w["embedding_key"])
+                n_images += w["n_images"]
+                on_result(int(k), res)
+        dt = time.perf_counter() - t0
+        info["cache"] = "; ".join(f"{note} ({n} shard{'s' if n != 1 else ''})" for note, n in workers.items())
+        info["seconds"] = round(dt, 3)
+        info["images_per_s"] = round(n_images / dt, 2) if dt > 0 else None
+        progress.log(f"ray: {what}: {n_images} images in {dt:.1f}s ({n_images / max(dt, 1e-9):.1f} img/s); "
+                     f"embedding cache {info['cache']}")
+        return info
+
+
+def cache_root_for_workers() -> str:
+    """The embedding cache folder the workers are offered (created here, so that a worker that
+    sees it shares it; a worker on a node without it bypasses the cache)."""
+    from fpr.encoders.cache import default_cache_root
+
+    root = default_cache_root()
+    try:
+        ensure_dir(root)
+    except InputError:
+        pass  # the workers then find no cache folder and say so
+    return str(root.resolve())
+
+
+def portable_index(opened):
+    """An :class:`fpr.eval.pipeline.OpenIndex` without its gallery item list and its lazily built
+    searchers, to ship to the actors once."""
+    from fpr.eval.pipeline import OpenIndex
+    from fpr.index.faiss_index import GalleryIndex
+
+    gi = opened.index
+    clean = GalleryIndex(gi.card, gi.index, gi.item_ids, gi.ref_vectors, gi.ref_ids, gi.approx)
+    return OpenIndex(clean, opened.row, [], opened.labels)
+
+
+# --------------------------------------------------------------------------- shard folders
+
+class ShardFolder:
+    """``<root>/part-NNNNNN*``: one shard's files; ``part-NNNNNN.done`` written last marks it complete.
+
+    ``state.json`` holds the fingerprint of the work; a folder holding another work's shards is
+    emptied first (the same rule as ``fpr filter``'s state folder)."""
+
+    def __init__(self, root: Path, fingerprint: dict):
+        self.root = Path(root)
+        self.fingerprint = fingerprint_of(fingerprint)
+        state = self.root / "state.json"
+        if state.exists():
+            try:
+                old = json.loads(state.read_text()).get("fingerprint")
+            except (OSError, ValueError):
+                old = None
+            if old != self.fingerprint:
+                progress.log(f"found the shards of a different run in {self.root}; starting over")
+                shutil.rmtree(self.root, ignore_errors=True)
+        if not state.exists():
+            ensure_dir(self.root)
+            atomic_write_path(state, lambda tmp: Path(tmp).write_text(json.dumps({"fingerprint": self.fingerprint})))
+
+    def path(self, k: int, suffix: str) -> Path:
+        return self.root / f"part-{k:06d}{suffix}"
+
+    def done(self) -> set[int]:
+        return {int(p.name[5:11]) for p in self.root.glob("part-*.done")}
+
+    def mark_done(self, k: int) -> None:
+        atomic_write_path(self.path(k, ".done"), lambda tmp: Path(tmp).write_text("done\n"))
+
+    def write_parquet(self, k: int, suffix: str, df: pd.DataFrame) -> None:
+        atomic_write_path(self.path(k, suffix), lambda tmp: df.to_parquet(tmp, index=False))
+
+    def write_json(self, k: int, suffix: str, obj) -> None:
+        atomic_write_path(self.path(k, suffix), lambda tmp: Path(tmp).write_text(json.dumps(obj, default=str)))
+
+    def read_parquet(self, k: int, suffix: str) -> pd.DataFrame:
+        return pd.read_parquet(self.path(k, suffix))
+
+    def read_json(self, k: int, suffix: str):
+        return json.loads(self.path(k, suffix).read_text())
+
+
+def discard_shards(shard_dir: str | Path) -> None:
+    """Remove a shard folder once its results are stored (a rerun then computes afresh, as a local run
+    does: the shards are the unit of resume, not a second store)."""
+    shutil.rmtree(shard_dir, ignore_errors=True)
+
+
+def fingerprint_of(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def frame_digest(df: pd.DataFrame) -> str:
+    """A digest of a table's content (every column as text), for fingerprints."""
+    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
+    h.update(pd.util.hash_pandas_object(df.astype(str), index=False).to_numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def default_shard_size(encoder) -> int:
+    """256 images, fewer where their decoded pixels would pass 256 MB (a 440 px protocol: 111)."""
+    size = encoder.preprocessing.output_size
+    return int(max(1, min(DEFAULT_SHARD_SIZE, SHARD_PIXEL_BYTES // (3 * size * size * 4))))
+
+
+def n_shards(n_rows: int, size: int) -> int:
+    return max(0, math.ceil(n_rows / size))
+
+
+# --------------------------------------------------------------------------- embed
+
+class EmbedJob:
+    """Per shard: the embeddings, hashes and failures of its images."""
+
+    def run(self, encoder, job_input: dict, embedded, embed) -> dict:
+        return {"vectors": embedded.vectors, "hashes": embedded.hashes, "failed": embedded.failed,
+                "n_from_cache": embedded.n_from_cache, "n_computed": embedded.n_computed}
+
+
+def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard_dir: Path, batch_size: int = 64,
+                    on_error: str = "raise", device: str = "auto"):
+    """:func:`fpr.encoders.embed.embed_paths` on Ray: rows in input order; shards in ``shard_dir``
+    (kept until the caller removes them, so a killed run resumes)."""
+    from fpr.encoders.embed import EmbedResult, raise_if_failed
+
+    start = time.perf_counter()
+    paths = [str(p) for p in paths]
+    size = options.shard_size or default_shard_size(encoder)
+    folder = ShardFolder(shard_dir, {"what": "embed", "paths": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
+                                     "encoder": encoder.id, "weights": encoder.weights.checksum,
+                                     "protocol": encoder.preprocessing.key(), "shard": size})
+    total = n_shards(len(paths), size)
+    done = folder.done()
+    todo = [(k, {"paths": paths[k * size:(k + 1) * size]}) for k in range(total) if k not in done]
+    if done:
+        progress.log(f"resuming: {len(done)} of {total} shards already done ({folder.root})")
+
+    def write(k: int, res: dict) -> None:
+        n = len(res["hashes"])
+        df = pd.DataFrame({"row": np.arange(k * size, k * size + n), "hash": res["hashes"],
+                           "vector": [v.tobytes() for v in res["vectors"]],
+                           "error": [res["failed"].get(i, "") for i in range(n)]})
+        folder.write_parquet(k, ".parquet", df)
+        folder.write_json(k, ".json", {"n_from_cache": res["n_from_cache"], "n_computed": res["n_computed"]})
+        folder.mark_done(k)
+
+    info = run_shards(todo, EmbedJob(), encoder, options=options, device=device, batch_size=batch_size,
+                      cache_root=cache_root_for_workers(), on_result=write, what="embedding")
+    out = np.full((len(paths), encoder.spec.dim), np.nan, dtype=np.float32)
+    hashes: list[str | None] = [None] * len(paths)
+    failed: dict[int, str] = {}
+    n_cached = n_computed = 0
+    for k in range(total):
+        df = folder.read_parquet(k, ".parquet")
+        counts = folder.read_json(k, ".json")
+        n_cached += counts["n_from_cache"]
+        n_computed += counts["n_computed"]
+        for row, h, vec, err in df[["row", "hash", "vector", "error"]].itertuples(index=False):
+            hashes[row] = h if isinstance(h, str) else None
+            if err:
+                failed[row] = err
+            else:
+                out[row] = np.frombuffer(vec, dtype=np.float32)
+    raise_if_failed(failed, on_error)
+    res = EmbedResult(out, hashes, failed, n_cached, n_computed, time.perf_counter() - start)
+    res.engine = {**info, "shards": total, "shards_resumed": len(done), "shard_dir": str(folder.root)}
+    return res
+
+
+# --------------------------------------------------------------------------- query
+
+class QueryJob:
+    """Per shard: :func:`fpr.eval.pipeline.evaluate` of its queries against the broadcast index."""
+
+    def __init__(self, opened, settings, encoder_id: str, workspace: str | None, where: str, dim: int):
+        self.opened = opened
+        self.settings = settings
+        self.encoder_id = encoder_id
+        self.workspace = workspace
+        self.where = where
+        self.dim = dim
+        from fpr.eval import pipeline
+
+        self.block_bytes = pipeline.BLOCK_BYTES
+
+    def run(self, encoder, job_input: dict, embedded, embed) -> dict:
+        from fpr.eval import pipeline
+
+        qdf = job_input["qdf"]
+        pipeline.BLOCK_BYTES = self.block_bytes  # block as the driver's process does (FPR_EVAL_BLOCK_MB there)
+        ev = pipeline.evaluate(qdf, self.opened.labels, self.opened.index, embed, self.settings, where=self.where,
+                               encoder_id=self.encoder_id,
+                               workspace=Path(self.workspace) if self.workspace else None, dim=self.dim)
+        return {"per_query": pipeline.stored_columns(ev.per_query, ""), "aux": ev.aux, "rankings": ev.rankings,
+                "reasons": ev.reasons, "aux_provenance": ev.aux.attrs.get("provenance")}
+
+
+def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: int | None = None
+               ) -> tuple[list[np.ndarray], bool]:
+    """Rows of each shard, and whether every shard scores its queries in the blocks a local run uses.
+
+    A local run scores the queries group by group (scope group) or all at once (scope all), in
+    blocks of ``block`` (default :func:`fpr.eval.pipeline.auto_block` of the part's gallery size)
+    queries in row order. BLAS picks its kernels by the height of a block, so a score's last bit
+    depends on which queries share its block. Where a block fits in a shard, a shard holds whole
+    local blocks (pieces of a part whose length is a multiple of its block size, starting on a
+    block boundary), so its scores are the local run's bit for bit; where it does not (a small
+    gallery has blocks of up to 4,096 queries), pieces are ``shard_size`` long and the top-k
+    scores may differ from a local run's in the last bit (AP, ranks and every per-query value do
+    not). Pieces of several groups share a shard up to ``shard_size`` queries; queries without a
+    relevant gallery image (skipped) fill shards of their own. An image that proves unreadable
+    is dropped from its local block, shifting that part's later blocks there and not here.
+    """
+    from fpr.eval import pipeline
+
+    codes = labels.codes(qdf)
+    ok = np.flatnonzero(labels.has_relevant(qdf))
+    rest = np.setdiff1d(np.arange(len(qdf)), ok)
+    parts: list[tuple[np.ndarray, int]] = []
+    if scope == "all":
+        parts.append((ok, len(codes.g_group)))
+    else:
+        g_counts = np.bincount(codes.g_group, minlength=int(max(codes.g_group.max(initial=-1),
+                                                                 codes.q_group.max(initial=-1))) + 1)
+        qg = codes.q_group[ok]
+        for g in np.unique(qg):
+            parts.append((ok[qg == g], int(g_counts[g])))
+    pieces: list[np.ndarray] = []
+    aligned = True
+    for rows, n_cols in parts:
+        step = block or pipeline.auto_block(n_cols)
+        if step <= shard_size:
+            piece = (shard_size // step) * step
+        else:
+            piece = shard_size
+            aligned = aligned and len(rows) <= shard_size  # a part within one shard is one local block
+        pieces += [rows[s:s + piece] for s in range(0, len(rows), piece)]
+    pieces += [rest[s:s + shard_size] for s in range(0, len(rest), shard_size)]
+    shards: list[list[np.ndarray]] = []
+    filled = shard_size
+    for piece in pieces:
+        if filled + len(piece) > shard_size:
+            shards.append([])
+            filled = 0
+        shards[-1].append(piece)
+        filled += len(piece)
+    return [np.sort(np.concatenate(sh)) for sh in shards], aligned
+
+
+def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOptions, shard_dir: Path,
+                 fingerprint: dict, where: str = "queries", workspace: Path | None = None):
+    """:func:`fpr.eval.pipeline.evaluate` on Ray, shard by shard (:func:`shard_plan`); returns
+    (Evaluation, engine info), rows in query order as a local run returns them.
+
+    Missing identities must have been checked by the caller (``missing_identities``) with the
+    same ``skip`` setting; shards are written to ``shard_dir`` and read back at the end."""
+    from fpr.eval import pipeline
+
+    size = options.shard_size or default_shard_size(encoder)
+    plan, aligned = shard_plan(qdf, opened.labels, settings.scope, size, settings.block_size)
+    if not aligned:
+        progress.log(f"ray: the local engine scores these queries in blocks larger than a shard ({size}): "
+                     "top-k scores may differ from a local run's in the last bit (AP, ranks and per-query "
+                     "values do not); for equality give --ray-shard-size at least the block, or lower "
+                     "FPR_EVAL_BLOCK_MB (docs/ray.md)")
+    folder = ShardFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size,
+                                     "block_bytes": pipeline.BLOCK_BYTES})
+    total = len(plan)
+    done = folder.done()
+    if done:
+        progress.log(f"resuming: {len(done)} of {total} shards already done ({folder.root})")
+    has_rel = opened.labels.has_relevant(qdf)
+    todo = []
+    for k, rows in enumerate(plan):
+        if k in done:
+            continue
+        part = qdf.iloc[rows].reset_index(drop=True)
+        todo.append((k, {"qdf": part, "paths": part["path"][has_rel[rows]].tolist()}))
+
+    def write(k: int, res: dict) -> None:
+        folder.write_parquet(k, ".aux.parquet", res["aux"])
+        folder.write_parquet(k, ".rankings.parquet", res["rankings"])
+        folder.write_json(k, ".json", {"reasons": res["reasons"], "aux_provenance": res["aux_provenance"]})
+        folder.write_parquet(k, ".parquet", res["per_query"])
+        folder.mark_done(k)
+
+    job = QueryJob(portable_index(opened), settings, encoder.id, str(workspace) if workspace else None, where,
+                   encoder.spec.dim)
+    info = run_shards(todo, job, encoder, options=options, device=settings.device, batch_size=settings.batch_size,
+                      cache_root=cache_root_for_workers(), on_result=write, what="query")
+    per_query, aux, rankings, reasons, aux_prov = [], [], [], {}, None
+    for k in range(total):
+        per_query.append(folder.read_parquet(k, ".parquet"))
+        aux.append(folder.read_parquet(k, ".aux.parquet"))
+        rankings.append(folder.read_parquet(k, ".rankings.parquet"))
+        meta = folder.read_json(k, ".json")
+        reasons.update(meta["reasons"])
+        aux_prov = aux_prov or meta.get("aux_provenance")
+    stored = pd.concat(per_query, ignore_index=True) if per_query else pipeline.stored_columns(
+        pipeline.query_frame(qdf.iloc[:0], np.array([], dtype=object), []), "")
+    stored = stored.sort_values("row_number", kind="stable").reset_index(drop=True)
+    order = {q: i for i, q in enumerate(stored["query_id"])}  # query order, as a local run lists rows
+    aux_df = _in_query_order(_concat(aux, pipeline.empty_aux()), order, ["scorer", "metric"])
+    if aux_prov:
+        aux_df.attrs["provenance"] = aux_prov
+    per = pipeline.expand_extras(stored.drop(columns=["run_id"]))
+    per["row_number"] = per["row_number"].astype(np.int64)
+    ev = pipeline.Evaluation(per["status"].to_numpy(dtype=object), per, aux_df,
+                             _in_query_order(_concat(rankings, pipeline.empty_rankings()), order, [], ["rank"]),
+                             np.zeros((len(per), 0), np.float32), reasons)
+    info = {**info, "shards": total, "shards_resumed": len(done), "shard_size": size,
+            "blocks_aligned": aligned, "shard_dir": str(folder.root)}
+    return ev, info
+
+
+def _in_query_order(df: pd.DataFrame, order: dict, before: list[str], after: Sequence[str] = ()) -> pd.DataFrame:
+    if not len(df):
+        return df
+    key = df["query_id"].map(order)
+    return (df.assign(__q=key).sort_values([*before, "__q", *after], kind="stable").drop(columns="__q")
+            .reset_index(drop=True))
+
+
+def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else empty
+
+
+def _digest_columns(qdf: pd.DataFrame) -> pd.DataFrame:
+    return qdf.drop(columns=[c for c in ("reference_list",) if c in qdf.columns])
+
+
+__all__ = ["ENGINES", "RayOptions", "Runtime", "ShardFolder", "check_engine", "embed_paths_ray", "evaluate_ray",
+           "ray_options", "run_shards", "served_embedder"]
