@@ -471,6 +471,9 @@ def whole_gallery_scores(gallery_scores, n_items: int) -> Callable[[np.ndarray],
     return _ScoreSource(gallery_scores, n_items).part(None).scores
 
 
+SCORE_ROWS = 64  # score blocks are padded to a multiple of this many queries (see _Part.scores)
+
+
 class _ScoreSource:
     """Where block scores and top-k candidates come from: an index or a scores callable."""
 
@@ -500,7 +503,14 @@ class _Part:
     exact: bool
 
     def scores(self, q: np.ndarray) -> np.ndarray:
-        return np.asarray(self.scores_fn(q), dtype=np.float32)
+        # BLAS picks its kernels by a product's height, so the last bit of a score would depend on
+        # how many queries share its block (a local block, a Ray shard, a group). Padded to whole
+        # panels of SCORE_ROWS rows, every query goes through the same kernel wherever it is scored.
+        n = len(q)
+        rows = -(-n // SCORE_ROWS) * SCORE_ROWS
+        if rows != n:
+            q = np.concatenate([q, np.zeros((rows - n, q.shape[1]), dtype=q.dtype)])
+        return np.asarray(self.scores_fn(q), dtype=np.float32)[:n]
 
     def top_k(self, q: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(local rows, scores) of the k best per query by the tie rule (see :func:`score_blocks`)."""

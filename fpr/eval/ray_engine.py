@@ -531,46 +531,23 @@ class QueryJob:
                 "reasons": ev.reasons, "aux_provenance": ev.aux.attrs.get("provenance")}
 
 
-def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: int | None = None
-               ) -> tuple[list[np.ndarray], bool]:
-    """Rows of each shard, and whether every shard scores its queries in the blocks a local run uses.
-
-    A local run scores the queries group by group (scope group) or all at once (scope all), in
-    blocks of ``block`` (default :func:`fpr.eval.pipeline.auto_block` of the part's gallery size)
-    queries in row order. BLAS picks its kernels by the height of a block, so a score's last bit
-    depends on which queries share its block. Where a block fits in a shard, a shard holds whole
-    local blocks (pieces of a part whose length is a multiple of its block size, starting on a
-    block boundary), so its scores are the local run's bit for bit; where it does not (a small
-    gallery has blocks of up to 4,096 queries), pieces are ``shard_size`` long and the top-k
-    scores may differ from a local run's in the last bit (AP, ranks and every per-query value do
-    not). Pieces of several groups share a shard up to ``shard_size`` queries; queries without a
-    relevant gallery image (skipped) fill shards of their own. An image that proves unreadable
-    is dropped from its local block, shifting that part's later blocks there and not here.
+def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int) -> list[np.ndarray]:
+    """Rows of each shard: the queries of each scored part (a group with ``--scope group``, all of
+    them with ``all``) in row order, cut into pieces of at most ``shard_size`` and packed into shards
+    of up to ``shard_size`` queries; queries without a relevant gallery image (skipped) fill shards of
+    their own. Keeping a group's queries together lets an actor score them against one sub-index.
+    Where a shard's pieces fall does not change any value: score blocks are padded to whole BLAS
+    panels (:data:`fpr.eval.pipeline.SCORE_ROWS`), so a query's scores do not depend on its block-mates.
     """
-    from fpr.eval import pipeline
-
     codes = labels.codes(qdf)
     ok = np.flatnonzero(labels.has_relevant(qdf))
     rest = np.setdiff1d(np.arange(len(qdf)), ok)
-    parts: list[tuple[np.ndarray, int]] = []
     if scope == "all":
-        parts.append((ok, len(codes.g_group)))
+        parts = [ok]
     else:
-        g_counts = np.bincount(codes.g_group, minlength=int(max(codes.g_group.max(initial=-1),
-                                                                 codes.q_group.max(initial=-1))) + 1)
         qg = codes.q_group[ok]
-        for g in np.unique(qg):
-            parts.append((ok[qg == g], int(g_counts[g])))
-    pieces: list[np.ndarray] = []
-    aligned = True
-    for rows, n_cols in parts:
-        step = block or pipeline.auto_block(n_cols)
-        if step <= shard_size:
-            piece = (shard_size // step) * step
-        else:
-            piece = shard_size
-            aligned = aligned and len(rows) <= shard_size  # a part within one shard is one local block
-        pieces += [rows[s:s + piece] for s in range(0, len(rows), piece)]
+        parts = [ok[qg == g] for g in np.unique(qg)]
+    pieces = [rows[s:s + shard_size] for rows in parts for s in range(0, len(rows), shard_size)]
     pieces += [rest[s:s + shard_size] for s in range(0, len(rest), shard_size)]
     shards: list[list[np.ndarray]] = []
     filled = shard_size
@@ -580,7 +557,7 @@ def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int, block: in
             filled = 0
         shards[-1].append(piece)
         filled += len(piece)
-    return [np.sort(np.concatenate(sh)) for sh in shards], aligned
+    return [np.sort(np.concatenate(sh)) for sh in shards]
 
 
 def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOptions, shard_dir: Path,
@@ -593,14 +570,8 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
     from fpr.eval import pipeline
 
     size = options.shard_size or default_shard_size(encoder)
-    plan, aligned = shard_plan(qdf, opened.labels, settings.scope, size, settings.block_size)
-    if not aligned:
-        progress.log(f"ray: the local engine scores these queries in blocks larger than a shard ({size}): "
-                     "top-k scores may differ from a local run's in the last bit (AP, ranks and per-query "
-                     "values do not); for equality give --ray-shard-size at least the block, or lower "
-                     "FPR_EVAL_BLOCK_MB (docs/ray.md)")
-    folder = ShardFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size,
-                                     "block_bytes": pipeline.BLOCK_BYTES})
+    plan = shard_plan(qdf, opened.labels, settings.scope, size)
+    folder = ShardFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size})
     total = len(plan)
     done = folder.done()
     if done:
@@ -645,7 +616,7 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
                              _in_query_order(_concat(rankings, pipeline.empty_rankings()), order, [], ["rank"]),
                              np.zeros((len(per), 0), np.float32), reasons)
     info = {**info, "shards": total, "shards_resumed": len(done), "shard_size": size,
-            "blocks_aligned": aligned, "shard_dir": str(folder.root)}
+            "shard_dir": str(folder.root)}
     return ev, info
 
 

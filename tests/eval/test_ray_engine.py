@@ -58,12 +58,10 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
     """The demo world with its own encoder (fpr-world-v2): every stored value equal, vectors bit for bit,
     each side computing its embeddings (separate caches); the run says it ran on Ray with the cache used.
 
-    Scoring blocks of 3 queries (FPR_EVAL_BLOCK_MB: 3 x 6 gallery images of a species x 24 bytes), shards
-    of 7: a shard holds two whole blocks of a species, as the local run blocks them."""
+    The local run scores each species' queries in one block, Ray in shards of 7: a query's scores do not
+    depend on its block-mates (score blocks are padded to whole BLAS panels)."""
     from fpr.eval import pipeline
     from fpr.galleries.world import World, WorldConfig
-
-    monkeypatch.setattr(pipeline, "BLOCK_BYTES", 3 * 6 * pipeline.BYTES_PER_PAIR)
 
     build = World(WorldConfig(seed=3, identities=2, gallery=3, references=1, queries=1, size=64)).write(
         tmp_path / "world")
@@ -83,9 +81,9 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
     eng = res.provenance["engine"]
     n = len(queries)
     assert eng["engine"] == "ray" and eng["ray_version"] == ray.__version__ and eng["actors"] == 1
-    plan, aligned = ray_engine.shard_plan(api.read_queries(queries), pipeline.open_index(
+    plan = ray_engine.shard_plan(api.read_queries(queries), pipeline.open_index(
         Workspace.open(workspace), "world-idx").labels, "group", 7)
-    assert aligned and eng["blocks_aligned"] and max(len(r) for r in plan) == 6
+    assert max(len(r) for r in plan) == 7
     assert eng["shards"] == len(plan) > queries["group"].nunique() and eng["shards_resumed"] == 0
     assert eng["cache"].startswith(f"used: {tmp_path / 'cache-ray' / 'embeddings'}")
     stored = json.loads(api.sql("SELECT provenance FROM runs WHERE run_id = 'on-ray'", workspace=workspace)
@@ -129,14 +127,10 @@ def test_filter_on_ray_keeps_the_same_rows(setup, monkeypatch):
 def test_query_resumes_after_the_driver_is_killed(setup, ray_runtime, monkeypatch):
     """A CLI driver connected to the running cluster is killed after some shards; the rerun skips them.
 
-    Scoring blocks of 2 queries (FPR_EVAL_BLOCK_MB: 2 x 12 gallery images x 24 bytes) give shards of 2."""
-    from fpr.eval import pipeline
-
+    Shards of 2: 2 groups x 8 pieces (15 queries each)."""
     tmp, ws, qfile = setup
-    block_bytes = 2 * 12 * pipeline.BYTES_PER_PAIR
-    monkeypatch.setattr(pipeline, "BLOCK_BYTES", block_bytes)  # the local run below blocks the same
     address = ray_runtime.get_runtime_context().gcs_address
-    env = {**os.environ, "FPR_QUIET": "0", "FPR_EVAL_BLOCK_MB": repr(block_bytes / 2 ** 20),
+    env = {**os.environ, "FPR_QUIET": "0",
            "PYTHONPATH": os.pathsep.join([str(Path(api.__file__).resolve().parent.parent),
                                           os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "fpr", "--workspace", str(ws), "query", "--index", INDEX, "--queries", str(qfile),
@@ -155,7 +149,7 @@ def test_query_resumes_after_the_driver_is_killed(setup, ray_runtime, monkeypatc
     assert not api.sql("SELECT * FROM runs", workspace=ws).shape[0]  # nothing stored: the driver died first
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert f"resuming: {n_done} of 16 shards already done" in out.stderr  # 2 groups x 8 blocks (15 queries)
+    assert f"resuming: {n_done} of 16 shards already done" in out.stderr  # 2 groups x 8 pieces (15 queries)
     printed = json.loads(out.stdout)  # stdout holds the result only; Ray's progress went to stderr
     assert printed["provenance"]["engine"]["shards_resumed"] == n_done
     loc = api.run_query(INDEX, qfile, run="local", workspace=ws)
@@ -214,9 +208,9 @@ def test_engine_errors_are_one_line(setup, monkeypatch):
     assert r.exit_code == 2 and "pip install 'fpr[ray]'" in r.output
 
 
-def test_shard_plan_keeps_whole_scoring_blocks():
-    """Hand-computed: group a has ok rows 0,2,3,5,7, group b 1,6, row 4 has no relevant item. Blocks of 2
-    and shards of 5: pieces [0,2,3,5] [7] (a), [1,6] (b), [4] (skipped), packed up to 5 rows."""
+def test_shard_plan_keeps_groups_together():
+    """Hand-computed: group a has ok rows 0,2,3,5,7, group b 1,6, row 4 has no relevant item. Shards of 5:
+    pieces [0,2,3,5,7] (a), [1,6] (b), [4] (skipped), packed up to 5 rows."""
     from fpr.eval.pipeline import GalleryLabels, normalize_queries
 
     labels = GalleryLabels(np.arange(5), np.array(list("aaabb"), object),
@@ -225,12 +219,12 @@ def test_shard_plan_keeps_whole_scoring_blocks():
     rows = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("a", "a1"), ("b", "b9"), ("a", "a1"), ("b", "b1"), ("a", "a2")]
     qdf = normalize_queries(pd.DataFrame([{"path": f"q{i}.png", "identity": ident, "group": g, "method": "m"}
                                           for i, (g, ident) in enumerate(rows)]))
-    plan, aligned = ray_engine.shard_plan(qdf, labels, "group", 5, block=2)
-    assert [r.tolist() for r in plan] == [[0, 2, 3, 5, 7], [1, 4, 6]] and aligned
-    plan, aligned = ray_engine.shard_plan(qdf, labels, "all", 5, block=2)  # one part: ok rows in order
-    assert [r.tolist() for r in plan] == [[0, 1, 2, 3], [4, 5, 6, 7]] and aligned
-    plan, aligned = ray_engine.shard_plan(qdf, labels, "group", 1, block=2)  # blocks do not fit: said
-    assert [r.tolist() for r in plan] == [[0], [2], [3], [5], [7], [1], [6], [4]] and not aligned
+    plan = ray_engine.shard_plan(qdf, labels, "group", 5)
+    assert [r.tolist() for r in plan] == [[0, 2, 3, 5, 7], [1, 4, 6]]
+    plan = ray_engine.shard_plan(qdf, labels, "all", 5)  # one part: ok rows in order
+    assert [r.tolist() for r in plan] == [[0, 1, 2, 3, 5], [4, 6, 7]]
+    plan = ray_engine.shard_plan(qdf, labels, "group", 1)
+    assert [r.tolist() for r in plan] == [[0], [2], [3], [5], [7], [1], [6], [4]]
 
 
 def test_workers_use_the_cache_only_where_they_reach_it(tmp_path):
