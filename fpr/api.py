@@ -472,13 +472,14 @@ def _new_run_id() -> str:
     return f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
-def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str) -> Encoder:
+def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str, *,
+                   hint: str = "pass --weights with the original file, or rebuild the index") -> Encoder:
     """The encoder an index was built with (same weights), with the index's protocol, background step included."""
     card = opened.index.card
     enc = load_encoder(card.encoder, weights=weights, device=device)
     if enc.weights.checksum != card.weights_checksum:
         raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{opened.row.name}' was built with",
-                            hint="pass --weights with the original file, or rebuild the index")
+                            hint=hint)
     return with_background(enc, background_of_key(card.preprocessing))
 
 
@@ -860,7 +861,9 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     qvecs = scores_fn = None
     if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
         weights = (run.provenance or {}).get("weights_path")
-        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device)
+        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device,
+                             hint=f"the run's weights file ({weights}) must be where it was when the run was made"
+                                  if weights else "rebuild the index and rerun the query")
         qvecs = _embedder(enc, 64, None)(qdf["path"].tolist(), desc="embedding queries").vectors
         scores_fn = pipeline.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
     batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
