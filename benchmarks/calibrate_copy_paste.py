@@ -198,7 +198,7 @@ def main(argv=None) -> None:
     ap.add_argument("--calibration-seeds", type=int, nargs="+", default=[101, 102])
     ap.add_argument("--validation-seeds", type=int, nargs="+", default=[201, 202])
     ap.add_argument("--max-fpr", type=float, default=0.02, help="share of faithful the threshold may flag")
-    ap.add_argument("--speed-queries", type=int, default=60)
+    ap.add_argument("--speed-queries", type=int, default=240)
     ap.add_argument("--baseline-rev", default="0d09812", help="git revision of the scorer to compare speed with")
     ap.add_argument("--queries", help="your own queries CSV (instead of the world)")
     ap.add_argument("--label-column", default="is_copy")

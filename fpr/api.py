@@ -1060,7 +1060,7 @@ def import_weights(encoder_id: str, path: str | Path, *, overwrite: bool = False
 
 def training_source(source: str = "world", *, gallery: str | None = None, workspace: str | Path | None = None,
                     identities: int = 400, per_identity: int = 4, render_size: int = 96, seed: int = 0,
-                    val_fraction: float = 0.2):
+                    val_fraction: float = 0.2, twins: float = 0.0):
     """The data a trainer reads: a stored gallery, the built-in world, or a manifest file."""
     from fpr.galleries import training
 
@@ -1072,7 +1072,7 @@ def training_source(source: str = "world", *, gallery: str | None = None, worksp
         if identities < 2 or per_identity < 1:
             raise InputError("--identities must be >= 2 and --per-identity >= 1")
         return training.WorldSource(identities=identities, per_identity=per_identity, render_size=render_size,
-                                    seed=seed)
+                                    seed=seed, twins=twins)
     path = Path(source)
     if not path.exists():
         raise InputError("training source not found", where=str(path),

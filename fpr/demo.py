@@ -3,7 +3,7 @@
 1. render a world (per species a group of identities with gallery and reference
    images) and each simulated method's queries, whose identity drift is known;
 2. import the gallery into the workspace, build the index with the shipped
-   encoder ``fpr-world-v2``, evaluate every method plus the ``oracle`` row (the
+   encoder ``fpr-world-v3``, evaluate every method plus the ``oracle`` row (the
    gallery's reference images as queries: real images, the paper's Table 1
    ceiling) with the ``copy-paste`` scorer -- a normal run that
    ``fpr report --run R`` shows again;
@@ -25,8 +25,8 @@ import pandas as pd
 
 from fpr import progress
 
-DEMO_ENCODER = "fpr-world-v2"
-KEEP_RULE = "top1 and ap >= 0.5 and not copy_paste"  # the rule docs/workflows.md documents
+DEMO_ENCODER = "fpr-world-v3"
+KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.md documents
 FULL = dict(identities=10, gallery=10, references=3, queries=3)
 QUICK = dict(identities=5, gallery=6, references=2, queries=2)
 

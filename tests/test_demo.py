@@ -47,15 +47,15 @@ def test_quick_demo_json_carries_the_oracle_and_flag_rates(quick_demo):
     overall = next(r for r in oracle if r["group"] == "*")
     assert overall["n_queries"] == 3 * 5 * 2  # every reference image of the quick world, once
     assert overall["map"] >= 0.9 and out["validity"]["oracle_map"] == pytest.approx(overall["map"])
-    assert out["encoder"] == "fpr-world-v2"
+    assert out["encoder"] == "fpr-world-v3"
     v = out["validity"]
     rates = v["copy_paste_flag_rate"]
     assert set(rates) == {"oracle", "faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic", "paste",
                           "paste-mirror", "paste-rescale", "edit", "near-copy"}
-    # measured on this world (30 queries per method): faithful and every drift level 0.0; paste 0.933,
-    # paste-mirror 0.867, paste-rescale 0.967, edit 0.933, near-copy 1.0
+    # measured on this world (30 queries per method): faithful and every drift level 0.0; paste 0.967,
+    # paste-mirror 0.967, paste-rescale 1.0, edit 1.0, near-copy 1.0
     assert rates["faithful"] == 0.0 and rates["near-copy"] == 1.0, rates
-    assert min(rates[m] for m in ("paste", "paste-mirror", "paste-rescale", "edit")) >= 26 / 30, rates
+    assert min(rates[m] for m in ("paste", "paste-mirror", "paste-rescale", "edit")) >= 29 / 30, rates
     assert max(rates[m] for m in ("drift-0.1", "drift-0.25", "drift-0.5", "generic")) == 0.0, rates
     # the summary rows carry the same flag rate as the mean of the per-query flags
     paste = next(r for r in out["summary"] if r["method"] == "paste" and r["group"] == "*")
@@ -63,21 +63,21 @@ def test_quick_demo_json_carries_the_oracle_and_flag_rates(quick_demo):
 
 
 def test_keep_rule_prefers_faithful_and_drops_copies(quick_demo):
-    """The documented rule 'top1 and ap >= 0.5 and not copy_paste' keeps a larger share of faithful generations
-    than of each drift level, in drift order, and far fewer copies than faithful generations.
+    """The documented rule 'top1 and ap >= 0.9 and not copy_paste' keeps a larger share of faithful generations
+    than of each drift level, in drift order, and (almost) no copies.
 
-    Measured (30 queries per method): faithful 0.933 > drift-0.1 0.833 > drift-0.25 0.767 > drift-0.5 0.5 >
-    generic 0.133; copies: near-copy 0, paste-rescale 0.033, paste 0.067, edit 0.067, paste-mirror 0.133 (the
-    unflagged copies; the issue's target of none kept is not reached yet)."""
+    Measured (30 queries per method): faithful 1.0 > drift-0.1 0.933 > drift-0.25 0.833 > drift-0.5 0.467 >
+    generic 0.067; copies: paste-rescale, edit, near-copy 0, paste and paste-mirror 0.033 (one unflagged copy
+    each: a leopard whose reference is blurred and half hidden by an occluder)."""
     _, out = quick_demo
     v = out["validity"]
     kept = v["kept_share"]
-    assert v["keep_rule"] == "top1 and ap >= 0.5 and not copy_paste"
+    assert v["keep_rule"] == "top1 and ap >= 0.9 and not copy_paste"
     order = ["faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"]
-    assert [kept[m] for m in order] == sorted((kept[m] for m in order), reverse=True), kept
-    assert all(kept["faithful"] > kept[m] for m in order[1:]), kept
-    assert kept["near-copy"] == 0 and max(kept[m] for m in ("paste", "paste-mirror", "paste-rescale",
-                                                             "edit")) <= 4 / 30, kept
+    assert all(kept[a] > kept[b] for a, b in zip(order, order[1:])), kept
+    assert kept["faithful"] == 1.0 and kept["generic"] <= 2 / 30, kept
+    copies = ("paste", "paste-mirror", "paste-rescale", "edit", "near-copy")
+    assert max(kept[m] for m in copies) <= 1 / 30 and sum(kept[m] for m in copies) <= 2 / 30, kept
 
 
 def test_demo_run_is_stored_like_any_run(quick_demo):

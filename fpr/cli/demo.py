@@ -12,7 +12,7 @@ from fpr.cli.output import dumps, render_rows
 @click.option("--seed", type=int, default=0, show_default=True, help="World and bootstrap seed.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the rendered images (default: <workspace>/demo/<gallery>).")
-@click.option("--encoder", default="fpr-world-v2", show_default=True)
+@click.option("--encoder", default="fpr-world-v3", show_default=True)
 @click.option("--siblings", type=float, default=0.0, show_default=True,
               help="Share of markings the gallery identities of a species have in common (harder).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")

@@ -32,6 +32,9 @@ from fpr.cli.output import dumps, render_rows
 @click.option("--per-identity", type=click.IntRange(min=1), default=4, show_default=True,
               help="World only: images rendered per identity and epoch.")
 @click.option("--render-size", type=click.IntRange(min=1), default=96, show_default=True, help="World only: rendered image side.")
+@click.option("--twins", type=float, default=0.0, show_default=True,
+              help="World only: give every identity a twin class with this share of its markings redrawn "
+                   "(0 = none; fpr-world-v3 uses 0.25).")
 @click.option("--val-fraction", type=float, default=0.2, show_default=True,
               help="Manifest/gallery only: share of identities held out for validation.")
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), default=None, help="Cap on batches per epoch (smoke tests).")
@@ -47,7 +50,7 @@ from fpr.cli.output import dumps, render_rows
 @format_option()
 @click.pass_context
 def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_size, lr, margin, scale, pretrained,
-              identities, per_identity, render_size, val_fraction, steps_per_epoch, seed, device, workers, threads,
+              identities, per_identity, render_size, twins, val_fraction, steps_per_epoch, seed, device, workers, threads,
               out, flat, overwrite, fmt) -> None:
     """Train an encoder; validate by oracle mAP on held-out identities each epoch; register it by id."""
     from fpr.encoders import train as tr
@@ -58,7 +61,7 @@ def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_s
     config.check()  # bad arch etc. fail before any data is read
     src = api.training_source(source, gallery=gallery, workspace=ctx.obj["workspace"], identities=identities,
                               per_identity=per_identity, render_size=render_size, seed=seed,
-                              val_fraction=val_fraction)
+                              val_fraction=val_fraction, twins=twins)
     res = api.train_encoder(src, config, encoder_id=encoder_id, out=out, flat=flat, overwrite=overwrite,
                             command=tr.command_line())
     row = res.as_row()

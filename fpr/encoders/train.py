@@ -367,5 +367,8 @@ def _write_outputs(net: nn.Module, card: dict, folder: Path, weights_path: Path,
 
 
 def command_line() -> str:
-    argv = [Path(sys.argv[0]).name] + sys.argv[1:] if sys.argv else []
-    return " ".join(argv)
+    """The command as a user would retype it (``python -m fpr ...`` is recorded as ``fpr ...``)."""
+    if not sys.argv:
+        return ""
+    prog = Path(sys.argv[0]).name
+    return " ".join(["fpr" if prog in ("__main__.py", "fpr") else prog] + sys.argv[1:])

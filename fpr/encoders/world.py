@@ -1,9 +1,12 @@
 """The encoders trained on the built-in world, shipped inside the package.
 
-``fpr-world-v2`` (the default, :data:`WORLD_ENCODER_ID`) is trained on world
+``fpr-world-v3`` (the default, :data:`WORLD_ENCODER_ID`) is trained on world
 version 2, whose generations take new views (pose, size, position, mirror,
-lighting); ``fpr-world-v1`` (world version 1, reference-like poses) stays
-loadable so older runs and indices can be reproduced. They let the whole flow
+lighting), with a *twin* class per identity (a quarter of its markings redrawn)
+so that it ranks partly changed markings below exact ones; ``fpr-world-v2``
+(the same world, no twins, a smaller run on a CPU) and ``fpr-world-v1`` (world
+version 1, reference-like poses) stay loadable so older runs and indices can be
+reproduced. They let the whole flow
 (``fpr demo``) run on a fresh machine with no download and no GPU. Each card
 (``weights/<id>.json``) records the architecture, preprocessing, training data,
 metrics and the exact command that reproduces it; ``docs/world.md`` repeats it.
@@ -16,8 +19,8 @@ from importlib import resources
 from fpr.encoders.registry import register
 from fpr.encoders.weights import WeightsSource
 
-WORLD_ENCODER_ID = "fpr-world-v2"
-SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2")
+WORLD_ENCODER_ID = "fpr-world-v3"
+SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3")
 PACKAGE_WEIGHTS = f"encoders/weights/{WORLD_ENCODER_ID}.safetensors"
 PACKAGE_CARD = f"encoders/weights/{WORLD_ENCODER_ID}.json"
 

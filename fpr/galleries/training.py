@@ -19,11 +19,15 @@ from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 
 
+# Twin classes draw their redrawn share from pattern families far above any evaluation world's seed.
+TWIN_FAMILY_BASE = 10_000_000
+
+
 class _WorldEpochs(torch.utils.data.Dataset):
-    def __init__(self, items: list[tuple[str, int]], per_identity: int, seed: int, render_size: int,
-                 preprocess, poses: str = "mixed"):
+    def __init__(self, items: list[tuple[str, int, bool]], per_identity: int, seed: int, render_size: int,
+                 preprocess, poses: str = "mixed", twins: float = 0.0):
         self.items, self.k, self.seed = items, per_identity, seed
-        self.render_size, self.preprocess, self.poses = render_size, preprocess, poses
+        self.render_size, self.preprocess, self.poses, self.twins = render_size, preprocess, poses, twins
 
     def __len__(self) -> int:
         return len(self.items) * self.k
@@ -33,9 +37,10 @@ class _WorldEpochs(torch.utils.data.Dataset):
 
         epoch, i = index
         c, k = divmod(i, self.k)
-        species, ident = self.items[c]
-        img = render_identity(species, ident, f"train|{self.seed}|{epoch}|{k}", size=self.render_size,
-                              poses=self.poses)
+        species, ident, twin = self.items[c]
+        img = render_identity(species, ident, f"train|{self.seed}|{epoch}|{k}{'|twin' if twin else ''}",
+                              size=self.render_size, poses=self.poses, siblings=self.twins if twin else 0.0,
+                              family=TWIN_FAMILY_BASE + ident)
         return self.preprocess(img), c
 
 
@@ -44,22 +49,32 @@ class WorldSource:
 
     def __init__(self, *, species: Sequence[str] | None = None, identities: int = 400, per_identity: int = 4,
                  render_size: int = 96, seed: int = 0, val_identities: int = 10, val_images: int = 8,
-                 poses: str = "mixed"):
+                 poses: str = "mixed", twins: float = 0.0):
         """``poses``: what training images show (``mixed``: photographs and generations' new views, half
-        each; ``real``: photographs only; see :func:`fpr.galleries.world.render_identity`)."""
+        each; ``real``: photographs only; see :func:`fpr.galleries.world.render_identity`).
+
+        ``twins`` in [0, 1): when above 0, every training identity gets a *twin* class, the same animal
+        with that share of its markings redrawn (a new pattern on one blob-shaped region of the body,
+        as the world's drift does). Telling an identity from its twin is the finer task the metric is
+        about: an encoder trained on it ranks partly changed markings below the exact ones instead of
+        matching on whichever part survived."""
         from fpr.galleries.world import SPECIES, WORLD_VERSION, train_identities
 
         self.species = tuple(species or SPECIES)
         self.identities, self.per_identity, self.render_size = identities, per_identity, render_size
         self.seed, self.val_identities, self.val_images = seed, val_identities, val_images
-        self.poses = poses
+        if not 0.0 <= twins < 1.0:
+            raise InputError(f"--twins must be in [0, 1), got {twins}", hint="e.g. --twins 0.25; 0 = no twin classes")
+        self.poses, self.twins = poses, float(twins)
         self.version = WORLD_VERSION
-        self.items = [(sp, i) for sp in self.species for i in train_identities(sp, identities, seed)]
-        self.classes = [f"{sp}/{i}" for sp, i in self.items]
+        self.items = [(sp, i, twin) for twin in ((False, True) if self.twins else (False,))
+                      for sp in self.species for i in train_identities(sp, identities, seed)]
+        self.classes = [f"{sp}/{i}" + ("~twin" if twin else "") for sp, i, twin in self.items]
         self.name = "world"
 
     def dataset(self, preprocess, seed):
-        return _WorldEpochs(self.items, self.per_identity, seed, self.render_size, preprocess, self.poses)
+        return _WorldEpochs(self.items, self.per_identity, seed, self.render_size, preprocess, self.poses,
+                            self.twins)
 
     def validation(self):
         from fpr.galleries.world import render_identity, val_identities
@@ -77,7 +92,8 @@ class WorldSource:
                 "identities_per_species": self.identities, "images_per_identity_per_epoch": self.per_identity,
                 "render_size": self.render_size, "identity_seed": self.seed, "n_classes": len(self.classes),
                 "validation": f"{self.val_identities} held-out identities x {self.val_images} images per species",
-                **({"poses": self.poses} if self.poses != "mixed" else {})}
+                **({"poses": self.poses} if self.poses != "mixed" else {}),
+                **({"twins": self.twins} if self.twins else {})}
 
     def fingerprint(self):
         return "sha256:" + hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()

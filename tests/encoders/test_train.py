@@ -50,7 +50,7 @@ def test_small_training_improves_oracle_map(trained):
     losses = [h["loss"] for h in res.history]
     assert len(losses) == 8 and losses[-1] < 0.6 * losses[0], losses
     fresh = [(render_identity(sp, i, f"check|{k}", size=64, poses="real"), f"{sp}/{i}", sp)
-             for sp, i in src.items[:12] for k in range(4)]
+             for sp, i, _twin in src.items[:12] for k in range(4)]
     pre = res.card["preprocessing"]
     from fpr.encoders.preprocess import Preprocessing
 
@@ -220,3 +220,30 @@ def test_training_is_reproducible_with_a_fixed_seed(tmp_path):
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa), [k for k in wa if not torch.equal(wa[k], wb[k])]
     assert a.weights_path.read_bytes() == b.weights_path.read_bytes()  # same bytes: same checksum
+
+
+def test_twins_add_a_class_per_identity_with_part_of_the_markings_redrawn():
+    """`--twins 0.25`: every training identity gets a twin class whose renders redraw a quarter of its markings
+    (a blob-shaped region), nothing else; the twins enter the training-data fingerprint."""
+    from fpr.errors import InputError
+    from fpr.galleries.world import identity_markings
+    from fpr.galleries.world.patterns import body_mask
+
+    plain = training.WorldSource(identities=3, per_identity=2, seed=0)
+    twins = training.WorldSource(identities=3, per_identity=2, seed=0, twins=0.25)
+    assert len(twins.classes) == 2 * len(plain.classes) == 18
+    assert twins.classes[:9] == plain.classes and twins.classes[9:] == [c + "~twin" for c in plain.classes]
+    assert twins.describe()["twins"] == 0.25 and "twins" not in plain.describe()
+    assert twins.fingerprint() != plain.fingerprint()
+    sp, ident, _ = twins.items[0]
+    base = identity_markings(sp, ident).labels()
+    twin = identity_markings(sp, ident, siblings=0.25, family=training.TWIN_FAMILY_BASE + ident).labels()
+    changed = float((base != twin)[body_mask(sp)].mean())
+    assert 0.1 < changed < 0.35, changed  # a quarter of the body redrawn (where the new pattern differs)
+    ds = twins.dataset(lambda im: torch.from_numpy(np.asarray(im, np.float32)), seed=0)
+    assert len(ds) == 18 * 2
+    x0, c0 = ds[(0, 0)]
+    xt, ct = ds[(0, 9 * 2)]  # the first identity's twin, same k
+    assert (c0, ct) == (0, 9) and not torch.equal(x0, xt)
+    with pytest.raises(InputError, match="--twins must be in"):
+        training.WorldSource(identities=3, twins=1.0)

@@ -1,4 +1,4 @@
-"""The shipped encoder (fpr-world-v2; v1 stays registered): registered, loads from the package, embeds (dim, unit norm), documented."""
+"""The shipped encoder (fpr-world-v3; v1 and v2 stay registered): registered, loads from the package, embeds (dim, unit norm), documented."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,11 +48,19 @@ def test_shipped_encoder_oracle_map_on_unseen_identities():
     assert res["*"] >= 0.8, res
 
 
-def test_v1_stays_loadable_next_to_v2():
+def test_older_versions_stay_loadable_next_to_v3():
+    from fpr.cli.demo import demo_cmd
+    from fpr.demo import DEMO_ENCODER
     from fpr.encoders.world import SHIPPED_IDS, shipped_card as card_of
 
-    assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2") and WORLD_ENCODER_ID == "fpr-world-v2"
+    assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3") and WORLD_ENCODER_ID == "fpr-world-v3"
+    default = next(p.default for p in demo_cmd.params if p.name == "encoder")
+    assert DEMO_ENCODER == default == WORLD_ENCODER_ID
     assert card_of("fpr-world-v1")["training_data"]["world_version"] == "1"
     assert card_of("fpr-world-v2")["training_data"]["world_version"] == "2"
+    v3 = card_of("fpr-world-v3")
+    assert v3["training_data"]["world_version"] == "2" and v3["training_data"]["twins"] == 0.25
+    assert v3["training_data"]["n_classes"] == 2 * 3 * 800 and v3["metrics"]["val_map"] >= 0.98
+    assert v3["command"].startswith("fpr encoders train ") and "--twins 0.25" in v3["command"]
     enc = registry.load_encoder("fpr-world-v1", device="cpu")
     assert enc.spec.dim == 128

@@ -99,3 +99,43 @@ def test_default_threshold_is_the_calibrated_one():
     assert m, "calibration table without its threshold line"
     assert DEFAULTS["threshold"] == pytest.approx(float(m.group(1)), abs=5e-4)
     assert "## Validation seeds 201, 202" in table and "## Calibration seeds 101, 102" in table
+
+
+def test_scores_do_not_depend_on_worker_processes(tmp_path, monkeypatch):
+    """Large batches are matched in forked processes; every value must equal the in-process run's, bit for bit,
+    in the input order."""
+    from fpr.eval.scorers import copy_paste
+
+    build = World(WorldConfig(seed=31, identities=2, gallery=1, references=3, queries=2,
+                              species=("zebra", "leopard"), methods=("faithful", "paste", "edit"))).write(tmp_path / "w")
+    q = pd.DataFrame(build.queries)
+    batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
+                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
+    monkeypatch.setattr(copy_paste, "CHUNK", 5)  # several tasks per worker, chunks cut across identities
+    runs, used = [], []
+    for processes in (1, 2):
+        monkeypatch.setattr(copy_paste, "_match_processes", lambda n, p=processes: used.append(p) or p)
+        runs.append(run_scorers(["copy-paste"], batch))
+    assert used == [1, 2]
+    pd.testing.assert_frame_equal(runs[0], runs[1], check_exact=True)
+    assert list(runs[0]["query_id"].unique()) == list(q["query_id"])
+    assert len(runs[0]) == 8 * len(q) and runs[0].loc[runs[0]["metric"] == "flag", "value"].sum() >= 4
+
+
+def test_worker_processes_only_for_large_batches_from_the_main_thread(monkeypatch):
+    import threading
+
+    from fpr.eval.scorers import copy_paste
+
+    monkeypatch.setattr(copy_paste.os, "cpu_count", lambda: 4)
+    monkeypatch.delitem(copy_paste.sys.modules, "ray", raising=False)
+    assert copy_paste._match_processes(2 * copy_paste.CHUNK - 1) == 1
+    assert copy_paste._match_processes(2 * copy_paste.CHUNK) == 2
+    assert copy_paste._match_processes(100 * copy_paste.CHUNK) == 4
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(copy_paste._match_processes(100 * copy_paste.CHUNK)))
+    t.start()
+    t.join()
+    assert seen == [1]  # e.g. the HTTP service's worker threads
+    monkeypatch.setitem(copy_paste.sys.modules, "ray", object())
+    assert copy_paste._match_processes(100 * copy_paste.CHUNK) == 1

@@ -121,7 +121,7 @@ def _patches(rng: np.random.Generator) -> np.ndarray:
 _MAKERS = {"zebra": _stripes, "leopard": _spots, "giraffe": _patches}
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=8192)
 def base_labels(species: str, pattern_seed: int) -> np.ndarray:
     """The label map of one pure pattern (read-only array)."""
     lab = _MAKERS[species](seeded_rng("pattern", species, int(pattern_seed)))
@@ -262,7 +262,8 @@ class Markings:
         return Markings(self.species, self.base, self.layers + ((int(pattern_seed), float(fraction), region_key),))
 
 
-@lru_cache(maxsize=2048)
+# Sized for a trainer's worker that renders thousands of identities (and their twins) every epoch.
+@lru_cache(maxsize=8192)
 def _labels_cached(m: Markings) -> np.ndarray:
     lab = base_labels(m.species, m.base)
     for seed, frac, key in m.layers:
@@ -273,7 +274,7 @@ def _labels_cached(m: Markings) -> np.ndarray:
     return lab
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=8192)
 def texture_rgba(m: Markings) -> Image.Image:
     """The identity's RGBA canvas: marking colours, alpha = silhouette."""
     lab = m.labels()
