@@ -34,7 +34,7 @@ import fpr.api as api  # noqa: E402
 from fpr.encoders.preprocess import Preprocessing  # noqa: E402
 from fpr.encoders.registry import EncoderSpec, register  # noqa: E402
 from fpr.encoders.weights import WeightsSource  # noqa: E402
-from fpr.eval.ablate import ablate  # noqa: E402
+from fpr.workflows.ablate import ablate  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 
 

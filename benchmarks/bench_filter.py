@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("FPR_QUIET", "1")
 
 import fpr.api as api  # noqa: E402
-from fpr.eval.filter import filter_queries  # noqa: E402
+from fpr.workflows.filter import filter_queries  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

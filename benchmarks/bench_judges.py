@@ -1,7 +1,7 @@
 """The DB++ column on the demo world, request counts cold vs warm, and what each fault looks like to a user.
 
 Runs ``fpr demo --quick`` into a temporary workspace, starts the loopback test
-judge (``tests/eval/judges/server.py``: a real HTTP server speaking the OpenAI
+judge (``tests/scorers/judges/server.py``: a real HTTP server speaking the OpenAI
 chat-completions protocol; its "concept judge" compares the reference and the
 query pixel by pixel, so it is a stand-in for GPT-4o, not a model), then:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.eval.judges.server import API_KEY, MODELS, Fault, JudgeServer  # noqa: E402
+from tests.scorers.judges.server import API_KEY, MODELS, Fault, JudgeServer  # noqa: E402
 
 
 def fpr(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -112,7 +112,7 @@ FAULTS = [
 
 def failure_table(tmp: Path, server: JudgeServer) -> None:
     from fpr.errors import FprError
-    from fpr.eval.scorers import QueryBatch, run_scorers
+    from fpr.scorers import QueryBatch, run_scorers
     from PIL import Image
 
     img = tmp / "q.png"

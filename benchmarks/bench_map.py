@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fpr.eval import metrics as M  # noqa: E402
-from fpr.eval.metrics import retrieval_metrics_labels  # noqa: E402
+from fpr.metrics import ranking as M  # noqa: E402
+from fpr.metrics.ranking import retrieval_metrics_labels  # noqa: E402
 
 
 def per_query_loop(scores: np.ndarray, q_labels: np.ndarray, g_labels: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("FPR_QUIET", "1")
 
 import fpr.api as api  # noqa: E402
-from fpr.eval import ray_engine  # noqa: E402
+from fpr.engines import ray as ray_engine  # noqa: E402
 
 
 def make_images(root: Path, n: int, size: int = 96) -> list[str]:

@@ -48,13 +48,13 @@ def world_queries(seed: int, identities: int, folder: Path) -> pd.DataFrame:
 
 def score(q: pd.DataFrame, scorer_module=None, options: dict | None = None) -> tuple[pd.DataFrame, float]:
     """Wide frame of copy-paste metrics per query, and queries per second."""
-    from fpr.eval.scorers import QueryBatch
+    from fpr.scorers import QueryBatch
 
     batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
                        [None] * len(q), [str(r).split(";") if str(r) else [] for r in q["reference_paths"]],
                        device="cpu", options=dict(options or {}))
     if scorer_module is None:
-        from fpr.eval.scorers import get_scorer
+        from fpr.scorers import get_scorer
 
         scorer = get_scorer("copy-paste")
     else:
@@ -87,7 +87,7 @@ def auroc(neg: np.ndarray, pos: np.ndarray) -> float:
 def baseline_module(rev: str):
     """The copy-paste scorer module of git revision ``rev`` (loaded under another name: no registration clash)."""
     try:
-        src = subprocess.run(["git", "show", f"{rev}:fpr/eval/scorers/copy_paste.py"], cwd=ROOT, check=True,
+        src = subprocess.run(["git", "show", f"{rev}:fpr/scorers/copy_paste.py"], cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"baseline {rev} not available ({exc}); skipping the throughput ratio", file=sys.stderr)
@@ -139,7 +139,7 @@ def run_world(args) -> str:
     _, qps_after = score(sub)
     base = baseline_module(args.baseline_rev)
     qps_before = score(sub, base)[1] if base is not None else float("nan")
-    from fpr.eval.scorers.copy_paste import DEFAULTS
+    from fpr.scorers.copy_paste import DEFAULTS
 
     lines = [
         "# copy-paste calibration and validation (built-in world)",
@@ -153,7 +153,7 @@ def run_world(args) -> str:
         "halfway to the next copy-like score.",
         "",
         f"**Calibrated threshold: {t:.3f}** (the `copy-paste.threshold` default in "
-        f"`fpr/eval/scorers/copy_paste.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
+        f"`fpr/scorers/copy_paste.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
         "",
         f"**Validation AUROC(copy-like vs faithful): {a:.4f}** "
         f"(copy-like = {', '.join(COPY_LIKE)}; {len(pos)} vs {len(neg)} queries)",

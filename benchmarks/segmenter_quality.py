@@ -32,7 +32,7 @@ import torch  # noqa: E402
 
 from fpr.encoders import background as B  # noqa: E402
 from fpr.encoders.registry import load_encoder  # noqa: E402
-from fpr.eval.metrics import retrieval_metrics_labels  # noqa: E402
+from fpr.metrics.ranking import retrieval_metrics_labels  # noqa: E402
 from fpr.galleries.world import identity_markings, val_identities  # noqa: E402
 from fpr.galleries.world.patterns import SPECIES, seeded_rng  # noqa: E402
 from fpr.galleries.world.render import animal_layer, compose, sample_view, visible_subject  # noqa: E402

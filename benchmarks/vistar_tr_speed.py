@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw, ImageFont
 def main(n: int = 20) -> None:
     import matplotlib
 
-    from fpr.eval.scorers import vistar_tr as tr
+    from fpr.scorers import vistar_tr as tr
 
     font = ImageFont.truetype(os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "fonts", "ttf",
                                            "DejaVuSans.ttf"), 40)

@@ -1,35 +1,29 @@
 """fpr: Finer-Personalization Rank — retrieval-based identity preservation for personalized generation.
 
 The Python API is the CLI's: ``fpr.import_gallery``, ``fpr.build_index``, ``fpr.run_query``,
-``fpr.report``, ``fpr.export_run``, ``fpr.embed``, ``fpr.sql``, ... (see :mod:`fpr.api`).
-They are imported lazily so ``import fpr`` stays cheap.
+``fpr.report``, ``fpr.export_run``, ``fpr.embed``, ``fpr.sql``, ... Every name of
+:data:`fpr.api.PUBLIC` is an attribute of this package (resolved on first use, so
+``import fpr`` stays cheap) and is listed by ``dir(fpr)``.
 """
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-_API_NAMES = frozenset({
-    "GalleryInfo", "IndexInfo", "RunResult", "import_gallery", "curate_gallery", "read_manifest", "read_folder",
-    "list_galleries", "show_gallery", "gallery_items", "build_index", "list_indices", "load_index", "run_query",
-    "report", "list_runs", "export_run", "embed", "sql", "compare", "score_run", "ablate", "filter_queries",
-    "GallerySpec", "ImageRecord",
-})
+
+def _api():
+    # import_module, not "from fpr import api": the latter asks this module's __getattr__ first
+    return importlib.import_module("fpr.api")
 
 
-def __getattr__(name: str):
-    import importlib
-
-    if name not in _API_NAMES:  # submodules and everything else: the normal import machinery
+def __getattr__(name: str) -> Any:
+    api = _api()
+    if name not in api.PUBLIC:  # submodules and everything else: the normal import machinery
         raise AttributeError(f"module 'fpr' has no attribute {name!r}")
-    api = importlib.import_module("fpr.api")
-    if name in _API_NAMES:
-        if name == "GallerySpec":
-            from fpr.galleries.curate import GallerySpec
+    return getattr(api, name)
 
-            return GallerySpec
-        if name == "ImageRecord":
-            from fpr.galleries.records import ImageRecord
 
-            return ImageRecord
-        return getattr(api, name)
-    raise AttributeError(f"module 'fpr' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_api().PUBLIC))

@@ -105,7 +105,7 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
 
 def copy_paste_rates(per_query: pd.DataFrame, aux: pd.DataFrame) -> dict:
     """Per method: copy-paste flag rate and mean score, and the share :data:`KEEP_RULE` keeps."""
-    from fpr.eval.rules import parse_rule
+    from fpr.metrics.rules import parse_rule
 
     cp = aux[aux["scorer"] == "copy-paste"].pivot_table(index="query_id", columns="metric", values="value",
                                                          aggfunc="first")
@@ -179,7 +179,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
 
 def _ci(v, lo, hi) -> str:
-    from fpr.eval.report import format_cell
+    from fpr.report.paper import format_cell
 
     return format_cell(v, lo, hi)
 
@@ -187,9 +187,9 @@ def _ci(v, lo, hi) -> str:
 def paper_table(summary: list[dict], metric: str) -> list[dict]:
     """One row per method (in drift order); a column per group and overall: 'value [lo,hi]'.
 
-    The same pivot as ``fpr report`` (:func:`fpr.eval.report.pivot`), one metric, one encoder.
+    The same pivot as ``fpr report`` (:func:`fpr.report.paper.pivot`), one metric, one encoder.
     """
-    from fpr.eval import report as rep
+    from fpr.report import paper as rep
     from fpr.galleries.world import METHOD_DRIFT
 
     p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT]))

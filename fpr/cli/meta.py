@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr.cli.main import cli, format_option
-from fpr.cli.output import dumps, render_rows
+from fpr.report.cells import dumps, render_rows
 from fpr.errors import InputError
 
 META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "n_metric_ties", "n_rated", "spearman", "spearman_lo",
@@ -36,7 +36,7 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better,
              plot_file, fmt) -> None:
     """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
     from fpr import api
-    from fpr.eval.meta import plot
+    from fpr.workflows.meta import plot
 
     pair = None
     if compare:

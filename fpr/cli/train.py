@@ -7,7 +7,7 @@ import click
 from fpr import api
 from fpr.cli.encoders import encoders
 from fpr.cli.main import format_option
-from fpr.cli.output import dumps, render_rows
+from fpr.report.cells import dumps, render_rows
 
 
 @encoders.command("train")

@@ -6,7 +6,7 @@ import math
 import click
 
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.cli.output import dumps, render_rows
+from fpr.report.cells import dumps, render_rows
 from fpr.errors import InputError
 
 
@@ -21,7 +21,7 @@ def scorers_group() -> None:
 @format_option()
 def scorers_list_cmd(fmt) -> None:
     """List scorers: name, what they need, the metrics they store, options."""
-    from fpr.eval.scorers import all_scorers
+    from fpr.scorers import all_scorers
 
     rows = []
     for name, sc in all_scorers().items():
@@ -130,7 +130,7 @@ OFFICIAL_COLUMNS = ["variant", "identities", "per_identity", "sampling", "group"
 def _ablate_official(ctx, gallery, encoder, queries, settings, selection, cluster_encoder, cluster_weights, seed,
                      name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt) -> None:
     from fpr import api
-    from fpr.eval.ablate_official import SUBSAMPLE_SEED
+    from fpr.workflows.ablate_official import SUBSAMPLE_SEED
 
     res = api.ablate_official(gallery, encoder, queries, settings=settings,
                           selection=[s.strip() for s in selection.split(",") if s.strip()],
@@ -186,7 +186,7 @@ def filter_cmd(ctx, index_name, queries, keep, out, rejected, copy_to, scorers, 
                ray_actors, fmt) -> None:
     """Keep generated images that preserved identity (paper 5.4); streams, resumes after a kill."""
     from fpr import api
-    from fpr.eval.filter import describe_variables
+    from fpr.workflows.filter import describe_variables
 
     if list_names:
         click.echo(render_rows(describe_variables(), fmt, ["name", "column", "scorer", "description"]))

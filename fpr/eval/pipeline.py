@@ -11,7 +11,7 @@ means the same thing wherever it appears:
   vectors; :meth:`GalleryLabels.relevance` gives the scope and relevance masks and
   :func:`missing_identities` the "no relevant gallery image" check;
 - :func:`evaluate` embeds the queries, computes AP, ranks, CMC, mINP (the metric
-  engine in :mod:`fpr.eval.metrics`), Sim, the top-k rankings and auxiliary scores,
+  engine in :mod:`fpr.metrics.ranking`), Sim, the top-k rankings and auxiliary scores,
   with the skip policy, and returns rows shaped as the store declares them;
 - :func:`leave_one_out_map` is the oracle mAP the trainer validates with.
 
@@ -30,8 +30,9 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.eval.metrics import retrieval_metrics, top_k
-from fpr.eval.scorers import QueryBatch, run_scorers
+from fpr.metrics.ranking import retrieval_metrics, top_k
+from fpr.metrics.specs import ranking_metrics
+from fpr.scorers import QueryBatch, run_scorers
 from fpr.galleries.records import GalleryItem
 from fpr.index import faiss_index
 from fpr.store import records as db
@@ -415,8 +416,8 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     ok = np.asarray(ok, dtype=np.int64)
     n = len(ok)
     kk = max(0, int(k))
-    names = ("ap", "first_hit_rank", "last_hit_rank", "n_relevant", "n_scope", "cmc1", "cmc5", "cmc10", "inp")
-    values = {c: np.zeros(n) for c in names}
+    specs = ranking_metrics()
+    values = {m.column: np.zeros(n) for m in specs}
     top_rows = np.full((n, kk), -1, dtype=np.int64)
     top_scores = np.full((n, kk), -np.inf, dtype=np.float32)
     top_rel = np.zeros((n, kk), dtype=bool)
@@ -432,11 +433,8 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
             scores = part.scores(qb)
             rel = codes.q_key[rows][:, None] == g_key[None, :]
             m = retrieval_metrics(scores, rel)
-            for col, v in (("ap", m.ap), ("first_hit_rank", m.first_hit_rank), ("last_hit_rank", m.last_hit_rank),
-                           ("n_relevant", m.n_relevant), ("cmc1", m.cmc(1)), ("cmc5", m.cmc(5)),
-                           ("cmc10", m.cmc(10)), ("inp", m.inp)):
-                values[col][p] = v
-            values["n_scope"][p] = part.n
+            for spec in specs:
+                values[spec.column][p] = spec.compute(m, part.n)
             if kk:
                 idx, val = part.top_k(qb, scores, kk)
                 width = idx.shape[1]

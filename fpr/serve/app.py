@@ -34,9 +34,9 @@ from starlette.requests import ClientDisconnect
 import fpr
 from fpr import api
 
-from fpr.cli.output import to_jsonable
+from fpr.report.cells import to_jsonable
 from fpr.errors import BusyError, ConflictError, FprError, InputError, NotFoundError
-from fpr.eval.scorers import parse_scorer_list
+from fpr.scorers import parse_scorer_list
 from fpr.serve.auth import AuthError, TokenStore
 from fpr.serve.config import ServeConfig
 from fpr.serve.jobs import DONE, QUEUED, RUNNING, JobStore, now

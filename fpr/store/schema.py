@@ -3,8 +3,9 @@
 A column is declared here and nowhere else: the DDL of a new workspace, the
 migrations of an old one, the insert of a run, the export, the per-query
 metrics a summary averages and the names a filter keep-rule may use all derive
-from these declarations. Adding a per-query metric is one :class:`Column` with a
-:class:`Metric` on ``query_results`` plus one :class:`AddColumn` migration.
+from these declarations. The per-query metric columns of ``query_results`` come from
+``fpr.metrics.specs.PER_QUERY_METRICS``: adding one is a ``MetricSpec`` there plus
+one :class:`AddColumn` migration here.
 
 Versions: the workspace records ``meta.schema_version``. Version 1 is the schema
 written by fpr 0.1.0. :data:`MIGRATIONS` holds the ordered steps from each
@@ -17,16 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-
-@dataclass(frozen=True)
-class Metric:
-    """A per-query value that summaries average and keep-rules can name."""
-
-    summary: str | None  # name in summary rows (e.g. "map"); None: not averaged
-    rule: str | None  # name in a filter keep-rule (e.g. "top1"); None: not usable there
-    description: str
-    integer: bool = False  # exported and filtered as an integer
-    interval: bool = False  # summary rows carry a bootstrap 95% interval
+from fpr.metrics.specs import PER_QUERY_METRICS, MetricSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +26,7 @@ class Column:
     name: str
     type: str
     default: str | None = None  # SQL default expression
-    metric: Metric | None = None
+    metric: MetricSpec | None = None  # a per-query metric (declared in fpr/metrics/specs.py)
     export: bool = True  # part of `fpr export`
 
     def ddl(self) -> str:
@@ -103,26 +95,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         Column("content_hash", "VARCHAR", export=False), Column("method", "VARCHAR"),
         Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"), Column("prompt", "VARCHAR"),
         Column("reference_paths", "VARCHAR"), Column("status", "VARCHAR"),
-        Column("ap", "DOUBLE", metric=Metric("map", "ap", "average precision of the query against the gallery "
-                                                         "(0..1)", interval=True)),
-        Column("first_hit_rank", "INTEGER", metric=Metric(None, "first_hit_rank", "rank of the first gallery image "
-                                                                                  "of the identity (1 = best)",
-                                                          integer=True)),
-        Column("last_hit_rank", "INTEGER", metric=Metric(None, None, "rank of the last gallery image of the identity",
-                                                         integer=True)),
-        Column("n_relevant", "INTEGER", metric=Metric(None, "n_relevant", "number of gallery images of the identity "
-                                                                          "in scope", integer=True)),
-        Column("n_scope", "INTEGER", metric=Metric(None, None, "gallery images in the query's scope", integer=True)),
-        Column("cmc1", "DOUBLE", metric=Metric("cmc@1", "top1", "1 if the first-ranked gallery image has the query's "
-                                                                "identity (CMC@1)", integer=True)),
-        Column("cmc5", "DOUBLE", metric=Metric("cmc@5", "top5", "1 if an image of the identity is within the top 5 "
-                                                                "(CMC@5)", integer=True)),
-        Column("cmc10", "DOUBLE", metric=Metric("cmc@10", "top10", "1 if an image of the identity is within the top "
-                                                                   "10 (CMC@10)", integer=True)),
-        Column("inp", "DOUBLE", metric=Metric("minp", "inp", "inverse negative penalty: n_relevant / rank of the "
-                                                             "last relevant image")),
-        Column("sim", "DOUBLE", metric=Metric("sim", "sim", "mean cosine similarity to the query's Sim references "
-                                                            "(see sim_source)", interval=True)),
+        *(Column(m.column, m.sql_type, metric=m) for m in PER_QUERY_METRICS),
         Column("n_references", "INTEGER"),
         Column("extra", "JSON", export=False),  # the queries file's other columns, exported as columns
         Column("sim_source", "VARCHAR")),  # which references Sim used: sim_reference | reference_paths | identity

@@ -63,11 +63,11 @@ def test_a_missing_builtin_module_is_an_error(monkeypatch):
 
 
 def test_a_missing_scorer_module_is_an_error(monkeypatch):
-    import fpr.eval.scorers as S
+    import fpr.scorers as S
 
     monkeypatch.setattr(S, "SCORER_MODULES", S.SCORER_MODULES + ("no_such_scorer",))
     monkeypatch.setattr(S, "_loaded", False)
-    with pytest.raises(ModuleNotFoundError, match="fpr.eval.scorers.no_such_scorer"):
+    with pytest.raises(ModuleNotFoundError, match="fpr.scorers.no_such_scorer"):
         S.all_scorers()
 
 

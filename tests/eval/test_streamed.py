@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fpr.eval import pipeline as P
-from fpr.eval.metrics import retrieval_metrics, top_k
+from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.index import faiss_index as F
 
 

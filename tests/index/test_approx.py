@@ -9,7 +9,7 @@ import pytest
 
 from fpr.errors import InputError
 from fpr.eval import pipeline as P
-from fpr.eval.metrics import retrieval_metrics
+from fpr.metrics.ranking import retrieval_metrics
 from fpr.index import faiss_index as F
 
 

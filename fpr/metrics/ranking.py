@@ -1,0 +1,288 @@
+"""Retrieval metrics over a score matrix, vectorised across queries.
+
+Definitions (ARCHITECTURE.md, pinned by tests):
+
+- AP = (1/R) * sum_k rel_k * precision@k over the full scoped ranking, R = all
+  relevant items in scope, no interpolation, no top-k cut.
+- Ties are grouped as scikit-learn does: every relevant item in a block of equal
+  scores gets the precision at the *end* of the block. AP therefore does not
+  depend on the order of equal scores. Ranks use the same convention: an item's
+  rank is the last position of its tie block (a tie never helps a query).
+- CMC@k: 1 if the first relevant item's rank <= k. mINP: R / rank of the last
+  relevant item.
+
+Items outside a query's scope are passed as ``-inf`` scores with ``rel=False``;
+they sort last and never count.
+
+Two implementations give the same numbers: a compiled kernel (:mod:`fpr.metrics._kernels`,
+numba; O(G log R) per query, no sort of the row) used when numba imports, and the NumPy
+engine below (candidates + packed-key sorts), the fallback. ``FPR_METRICS_ENGINE``
+(auto | numba | numpy) picks one; the tests run both.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_CHUNK = 256
+DENSE_BLOCK = 64  # rows per sort in the dense path (keeps its int64 temporaries in cache)
+THREADS = min(4, os.cpu_count() or 1)
+DENSE_FRACTION = 0.2  # above this share of candidates, sorting whole rows is cheaper
+
+
+@dataclass
+class RetrievalMetrics:
+    ap: np.ndarray  # (Q,) float64; NaN when the query has no relevant item
+    first_hit_rank: np.ndarray  # (Q,) int64, 1-based; 0 when no relevant item
+    last_hit_rank: np.ndarray  # (Q,) int64
+    n_relevant: np.ndarray  # (Q,) int64
+
+    def cmc(self, k: int) -> np.ndarray:
+        return ((self.first_hit_rank >= 1) & (self.first_hit_rank <= k)).astype(np.float64)
+
+    @property
+    def inp(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.last_hit_rank > 0, self.n_relevant / np.maximum(self.last_hit_rank, 1), np.nan)
+
+
+# "auto": the compiled kernel (fpr.metrics._kernels, numba) when numba imports, else NumPy;
+# "numba" / "numpy" force one (tests run both).
+ENGINE = os.environ.get("FPR_METRICS_ENGINE", "auto")
+
+
+def _kernels():
+    if ENGINE == "numpy":
+        return None
+    try:
+        from fpr.metrics import _kernels
+    except ImportError:
+        if ENGINE == "numba":
+            raise
+        return None
+    return _kernels
+
+
+def _float_scores(scores: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(scores if scores.dtype in (np.float32, np.float64) else scores.astype(np.float64))
+
+
+PARALLEL_MIN = 1 << 21  # score entries below which the kernel runs on the calling thread
+
+
+def _compiled(kernel, scores: np.ndarray, *rel) -> RetrievalMetrics:
+    q, g = scores.shape
+    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64))
+    if q and g:
+        if q * g < PARALLEL_MIN or THREADS == 1 or q == 1:
+            bad = kernel(scores, *rel, *out, 0, q)
+        else:
+            step = max(1, min(DEFAULT_CHUNK, -(-q // (8 * THREADS))))
+            with ThreadPoolExecutor(max_workers=THREADS) as pool:
+                bad = any(pool.map(lambda s: kernel(scores, *rel, *out, s, min(s + step, q)), range(0, q, step)))
+        if bad:
+            raise ValueError("relevant items have NaN scores")
+    else:
+        out[0][:], out[1][:], out[2][:], out[3][:] = np.nan, 0, 0, 0
+    return RetrievalMetrics(*out)
+
+
+def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, *, chunk: int = DEFAULT_CHUNK) -> RetrievalMetrics:
+    """Per-query metrics for a (Q, G) score matrix and a boolean (Q, G) relevance mask."""
+    scores = np.asarray(scores)
+    relevant = np.asarray(relevant, dtype=bool)
+    if scores.shape != relevant.shape or scores.ndim != 2:
+        raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be the same 2-D shape")
+    k = _kernels()
+    if k is not None:
+        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant))
+    return _chunked(scores, lambda s, e: np.flatnonzero(relevant[s:e]), chunk,
+                    lambda s, e, flat: relevant[s:e].reshape(-1)[flat])
+
+
+def retrieval_metrics_labels(scores: np.ndarray, query_labels, gallery_labels, *,
+                             chunk: int = DEFAULT_CHUNK) -> RetrievalMetrics:
+    """Same as :func:`retrieval_metrics` with relevance = equal labels; never builds a (Q, G) mask."""
+    scores = np.asarray(scores)
+    q_lab, g_lab = np.asarray(query_labels), np.asarray(gallery_labels)
+    if scores.ndim != 2 or scores.shape != (len(q_lab), len(g_lab)):
+        raise ValueError(f"scores {scores.shape} do not match {len(q_lab)} query and {len(g_lab)} gallery labels")
+    uniq, codes = np.unique(np.concatenate([q_lab, g_lab]), return_inverse=True)
+    q_codes, g_codes = codes[:len(q_lab)], codes[len(q_lab):]
+    k = _kernels()
+    if k is not None:
+        n_codes = len(uniq)
+        g_order = np.argsort(g_codes, kind="stable").astype(np.int64)
+        g_count = np.bincount(g_codes, minlength=n_codes).astype(np.int64)
+        g_start = (np.cumsum(g_count) - g_count).astype(np.int64)
+        return _compiled(k.metrics_labels, _float_scores(scores), q_codes.astype(np.int64), g_order, g_start,
+                         g_count)
+    g_order = np.argsort(g_codes, kind="stable")
+    g_sorted = g_codes[g_order]
+    starts = np.searchsorted(g_sorted, q_codes, side="left")
+    counts = np.searchsorted(g_sorted, q_codes, side="right") - starts
+    g = scores.shape[1]
+
+    def rel_flat(s: int, e: int) -> np.ndarray:
+        c = counts[s:e]
+        rows = np.repeat(np.arange(e - s), c)
+        within = np.arange(int(c.sum())) - np.repeat(np.cumsum(c) - c, c)
+        cols = g_order[np.repeat(starts[s:e], c) + within]
+        return np.sort(rows * g + cols)
+
+    def rel_of(s: int, e: int, flat: np.ndarray) -> np.ndarray:
+        return g_codes[flat % g] == q_codes[s:e][flat // g]
+
+    return _chunked(scores, rel_flat, chunk, rel_of)
+
+
+def _chunked(scores: np.ndarray, rel_flat_for, chunk: int, rel_of) -> RetrievalMetrics:
+    def one(s: int):
+        e = min(s + chunk, len(scores))
+        return _chunk_metrics(np.ascontiguousarray(scores[s:e]), rel_flat_for(s, e),
+                              lambda flat: rel_of(s, e, flat))
+
+    starts = range(0, len(scores), chunk)
+    if len(starts) > 1 and THREADS > 1:
+        # NumPy releases the GIL in comparisons, sorts and reductions: blocks run in parallel.
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            parts = list(pool.map(one, starts))
+    else:
+        parts = [one(s) for s in starts]
+    if not parts:
+        empty_f, empty_i = np.zeros(0), np.zeros(0, dtype=np.int64)
+        return RetrievalMetrics(empty_f, empty_i, empty_i, empty_i)
+    return RetrievalMetrics(*(np.concatenate(p) for p in zip(*parts)))
+
+
+def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
+    """Metrics for one block of rows; ``rel_flat`` = sorted flat indices of the relevant entries,
+    ``rel_of(flat)`` = relevance of entries given by flat indices.
+
+    Only items scoring at or above a query's lowest relevant score can change its
+    AP or ranks, so each row is reduced to those *candidates* (one vectorised
+    comparison) and only they are sorted. On retrieval data the candidates are a
+    small fraction of the gallery; in the worst case this is a full sort.
+    """
+    q, g = scores.shape
+    flat_scores = scores.reshape(-1)
+    rel_rows = rel_flat // max(g, 1)
+    n_rel = np.bincount(rel_rows, minlength=q).astype(np.int64)
+    has = n_rel > 0
+    ap = np.full(q, np.nan)
+    first = np.zeros(q, dtype=np.int64)
+    last = np.zeros(q, dtype=np.int64)
+    if not has.any():
+        return ap, first, last, n_rel
+    rel_vals = flat_scores[rel_flat]
+    if np.isnan(rel_vals).any():
+        raise ValueError("relevant items have NaN scores")
+    low = np.full(q, np.inf, dtype=scores.dtype if scores.dtype.kind == "f" else np.float64)
+    low[has] = np.minimum.reduceat(rel_vals, np.searchsorted(rel_rows, np.flatnonzero(has)))
+
+    cand = np.flatnonzero(scores >= low[:, None])  # row-major, so grouped by row
+    if len(cand) > DENSE_FRACTION * scores.size:
+        if q > DENSE_BLOCK:  # sort in smaller blocks
+            parts = []
+            for s in range(0, q, DENSE_BLOCK):
+                lo, hi = s * g, min(s + DENSE_BLOCK, q) * g
+                sub_rel = rel_flat[(rel_flat >= lo) & (rel_flat < hi)] - lo
+                parts.append(_chunk_metrics(scores[s:s + DENSE_BLOCK], sub_rel,
+                                            lambda flat, lo=lo: rel_of(flat + lo)))
+            return tuple(np.concatenate(p) for p in zip(*parts))
+        rows, vals, rel = _sort_dense(scores, low, rel_of)
+    else:
+        rows, vals, rel = _sort_within_rows(cand // g, flat_scores[cand], rel_of(cand))
+
+    n = len(rows)
+    idx = np.arange(n, dtype=np.int64)
+    row_start = np.searchsorted(rows, np.arange(q), side="left")
+    pos = idx - row_start[rows]  # 0-based rank within the row
+    is_end = np.ones(n, dtype=bool)
+    is_end[:-1] = (vals[:-1] != vals[1:]) | (rows[:-1] != rows[1:])
+    block_end = np.minimum.accumulate(np.where(is_end, idx, n)[::-1])[::-1]
+
+    cum_rel = np.cumsum(rel, dtype=np.int64)
+    before_row = np.concatenate(([0], cum_rel))[row_start]  # relevant items in earlier rows
+    rank_end = pos[block_end] + 1  # 1-based rank, pessimistic over ties
+    rel_idx = np.flatnonzero(rel)
+    precision = (cum_rel[block_end[rel_idx]] - before_row[rows[rel_idx]]) / rank_end[rel_idx]
+    ap_sum = np.bincount(rows[rel_idx], weights=precision, minlength=q)
+    ap = np.where(has, ap_sum / np.maximum(n_rel, 1), np.nan)
+
+    first_of_row = np.full(q, 0, dtype=np.int64)
+    first_of_row[rows[rel_idx][::-1]] = rel_idx[::-1]  # reversed so the earliest index wins
+    first = np.where(has, rank_end[first_of_row], 0)
+    # The lowest relevant item's tie block ends the row's candidates.
+    last = np.where(has, np.bincount(rows, minlength=q), 0)
+    return ap, first.astype(np.int64), last.astype(np.int64), n_rel
+
+
+def _sort_dense(scores: np.ndarray, low: np.ndarray, rel_of):
+    """Candidates of a block where most items are candidates: sort whole rows, then drop non-candidates."""
+    q, g = scores.shape
+    order = np.argsort(-scores, axis=1)
+    flat = (order + (np.arange(q) * g)[:, None]).reshape(-1)
+    vals = scores.reshape(-1)[flat]
+    rows = np.repeat(np.arange(q), g)
+    keep = vals >= low[rows]
+    flat, vals, rows = flat[keep], vals[keep], rows[keep]
+    return rows, vals, rel_of(flat)
+
+
+def _sort_within_rows(rows: np.ndarray, vals: np.ndarray, rel: np.ndarray):
+    """Order candidates by (row, score descending); ties in any order (AP does not depend on it)."""
+    if vals.dtype == np.float32 and len(rows) and rows[-1] < (1 << 31):
+        # One sort of packed uint64 keys (row | order-preserving score bits | relevance) is several
+        # times faster than a two-key lexsort, and exact: the score bits are kept, not rounded.
+        bits = (vals + np.float32(0.0)).view(np.uint32)  # + 0.0 folds -0.0 into +0.0, as == does
+        ascending = np.where(bits & np.uint32(0x80000000), ~bits, bits | np.uint32(0x80000000))
+        key = (rows.astype(np.uint64) << np.uint64(33)) | ((~ascending).astype(np.uint64) << np.uint64(1)) \
+            | rel.astype(np.uint64)
+        key.sort()
+        desc = ((key >> np.uint64(1)) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        asc = ~desc
+        bits = np.where(asc & np.uint32(0x80000000), asc & np.uint32(0x7FFFFFFF), ~asc)
+        return (key >> np.uint64(33)).astype(np.int64), bits.view(np.float32), (key & np.uint64(1)).astype(bool)
+    order = np.lexsort((-vals.astype(np.float64), rows))
+    return rows[order], vals[order], rel[order]
+
+
+def average_precision(scores: np.ndarray, relevant: np.ndarray) -> float:
+    """AP of one query (1-D inputs); NaN when nothing is relevant."""
+    return float(retrieval_metrics(np.asarray(scores)[None, :], np.asarray(relevant)[None, :]).ap[0])
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and scores of the k best items per row (finite scores only; -1 pads).
+
+    Tie rule: score descending, then column ascending, so the result never depends on how
+    a partial sort breaks ties (the streamed evaluation's FAISS top-k follows the same rule).
+    """
+    scores = np.asarray(scores)
+    q, g = scores.shape
+    k = min(k, g)
+    if k == 0 or q == 0:
+        return np.zeros((q, k), np.int64), np.zeros((q, k), dtype=scores.dtype)
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(scores, part, axis=1).min(axis=1)  # the k-th best score
+    fin = np.isfinite(kth)
+    above = scores > kth[:, None]
+    at = (scores == kth[:, None]) & fin[:, None]
+    need = k - above.sum(axis=1)
+    take = above | (at & (np.cumsum(at, axis=1) <= need[:, None]))  # lowest columns of the tie at the k-th place
+    take &= np.isfinite(scores)
+    rows, cols = np.nonzero(take)
+    vals = scores[rows, cols]
+    order = np.lexsort((cols, -vals.astype(np.float64), rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(rows, np.arange(q))
+    pos = np.arange(len(rows)) - start[rows]
+    idx = np.full((q, k), -1, dtype=np.int64)
+    val = np.full((q, k), -np.inf, dtype=scores.dtype)
+    idx[rows, pos] = cols
+    val[rows, pos] = vals
+    return idx, val

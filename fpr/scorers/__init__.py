@@ -1,0 +1,145 @@
+"""Auxiliary per-query scorers, joined to retrieval results on the query id.
+
+A scorer is one module in this package defining a :class:`Scorer` subclass and
+calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES``. It
+declares what it needs (``image``, ``references``, ``prompt``, an encoder) and
+returns a long table ``query_id, metric, value`` and optionally ``note`` (text
+beside a value: OCR output, a judge's trajectory, or why a value is missing: a
+missing value is NaN with its reason, never a guess); fpr stores it in the
+``aux_scores`` table keyed by (run_id, query_id, scorer, metric).
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from fpr.errors import InputError, NotFoundError, choices_hint
+
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli", "dreambench_concept",
+                  "dreambench_prompt", "viescore", "cigeval", "hwpq")
+
+
+@dataclass
+class QueryBatch:
+    """The queries of a run, as scorers see them (rows aligned)."""
+
+    query_ids: list[str]
+    paths: list[str]
+    identities: list[str]
+    groups: list[str]
+    prompts: list[str | None]
+    reference_paths: list[list[str]]  # explicit per-query references, else the identity's reference set
+    query_vectors: np.ndarray | None = None  # embeddings under the run's encoder
+    encoder_id: str | None = None
+    device: str = "auto"
+    options: dict = field(default_factory=dict)  # scorer options, e.g. {"copy-paste.encoder": "pixels-16"}
+    workspace: Path | None = None  # the run's workspace folder (per-workspace caches, e.g. model judges)
+    extras: list[dict] | None = None  # per query: the queries table's other columns (expected_text, panels, ...)
+    # The gallery the run retrieves from, rows aligned (FAISS order), for gallery-aware scorers such as
+    # ``dreambench-concept.mode=choice``; ``gallery_scores(query_vectors)`` -> (Q, G) similarities
+    # under the run's encoder. Wired for scorers whose ``uses_gallery`` says so, else None.
+    gallery_paths: list[str] | None = None
+    gallery_identities: list[str] | None = None
+    gallery_groups: list[str] | None = None
+    gallery_scores: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.query_ids)
+
+
+class Scorer:
+    name: str = ""
+    description: str = ""
+    needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
+    metrics: tuple[str, ...] = ()
+
+    def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value[, note]
+        raise NotImplementedError
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
+        return {}
+
+    def uses_gallery(self, options: dict) -> bool:
+        """Whether, with these options, it reads the run's query vectors and gallery scores (``fpr score``
+        then re-embeds the run's queries, from the embedding cache where they are)."""
+        return False
+
+    def check(self, batch: QueryBatch) -> None:
+        if "prompt" in self.needs and not any(p for p in batch.prompts):
+            raise InputError(f"scorer '{self.name}' needs prompts but the queries have no 'prompt' column values",
+                             hint="add a prompt column to the queries file")
+
+
+_SCORERS: dict[str, Scorer] = {}
+_loaded = False
+
+
+def register_scorer(scorer: Scorer, *, replace: bool = False) -> Scorer:
+    if scorer.name in _SCORERS and not replace:
+        raise ValueError(f"scorer {scorer.name!r} already registered")
+    _SCORERS[scorer.name] = scorer
+    return scorer
+
+
+def _ensure_loaded() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for name in SCORER_MODULES:  # a listed module that is missing is a packaging bug: let it raise
+        importlib.import_module(f"fpr.scorers.{name}")
+    _loaded = True
+
+
+def all_scorers() -> dict[str, Scorer]:
+    _ensure_loaded()
+    return dict(sorted(_SCORERS.items()))
+
+
+def get_scorer(name: str) -> Scorer:
+    scorers = all_scorers()
+    if name not in scorers:
+        raise NotFoundError(f"unknown scorer '{name}'", hint=choices_hint(list(scorers), "scorers"))
+    return scorers[name]
+
+
+def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    if not text:
+        return []
+    names = text.split(",") if isinstance(text, str) else list(text)
+    names = [n.strip() for n in names if n.strip()]
+    for n in names:
+        get_scorer(n)
+    return names
+
+
+def uses_gallery(names: list[str], options: dict | None) -> bool:
+    """Whether any of the named scorers reads the run's query vectors and gallery scores."""
+    return any(get_scorer(n).uses_gallery(dict(options or {})) for n in names)
+
+
+def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
+    frames = []
+    provenance = {}
+    for name in names:
+        scorer = get_scorer(name)
+        scorer.check(batch)
+        df = scorer.score(batch)
+        provenance[name] = scorer.provenance(batch)
+        if not {"query_id", "metric", "value"} <= set(df.columns):
+            raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
+        df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
+        df.insert(1, "scorer", name)
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=["query_id", "scorer", "metric", "value", "note"])
+    out = pd.concat(frames, ignore_index=True)
+    out["value"] = pd.to_numeric(out["value"], errors="coerce").astype(float)
+    out["note"] = out["note"].astype(object).where(out["note"].notna(), None)
+    out.attrs["provenance"] = {k: v for k, v in provenance.items() if v}  # per scorer, for the run's provenance
+    return out

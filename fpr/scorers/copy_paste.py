@@ -1,0 +1,592 @@
+"""``copy-paste``: flags generations that reproduce a reference image instead of re-rendering the subject.
+
+Paper section 5.1: an editing-style generator that pastes the reference subject
+into a new scene gets near-perfect retrieval scores, which then reflect
+memorisation, not identity preservation. A copy keeps the reference's *pixels in
+their arrangement*: whatever it moved, resized, cropped, flipped, slightly
+rotated, recoloured or recompressed, many small textured patches of the
+reference are found in the query exactly where one similarity transform puts
+them. A re-rendering of the subject (a new pose, viewpoint, body warp)
+reproduces the markings but not their exact arrangement, so only a few patches
+land within a fraction of a pixel of where the transform predicts.
+
+Per query and reference (the ``copy-paste.max_refs`` most similar by appearance,
+default 5), both in greyscale at 128 px on the longer side, lightly blurred, and in
+*both directions* (the reference's patches sought in the query, and the query's in
+the reference: a reference on a busy background spends its most textured patches
+there, a copy on a plain one keeps them on the subject):
+
+1. the image whose patches are sought is cut into 8x8 patches (half-overlapping) at
+   6 scales (x1.41 .. x0.59, steps of 2^(1/4); with both directions, size ratios of
+   about 0.53 to 1.9 are covered); the 96 most textured per scale are kept;
+2. the 24 most textured patches per scale, and their mirror images (for a
+   mirrored copy), are matched at every second position of the other image by
+   normalised cross-correlation after removing each window's mean and linear
+   gradient (flat areas and smooth gradients match nothing; brightness, contrast
+   and mild colour changes do not matter); best matches with NCC >= 0.7 propose,
+   per scale and mirror, the similarity transform (rotation up to 12 degrees,
+   scale within 12% of the level) most of them agree with (within 2 px);
+3. each proposal first counts the patches that reach NCC >= 0.7 within 1 px of
+   where it puts them; the 3 best (per reference and direction) are *refined*:
+   the patches found within 2 px are collected with sub-pixel positions, the pair
+   hypothesis most agree with at 0.6 px is refitted on its inliers and the fit is
+   repeated on the matches within 0.6, 0.4, 0.3 px;
+4. every patch of that scale is then *verified* where the refined transform puts
+   it: its NCC peak within 1 px is >= 0.7 and the NCC *at* the predicted sub-pixel
+   position is at most 0.02 below that peak (a copy's patch sits exactly there; an
+   edge, e.g. a stripe, which cannot be located along its edge, is still checked
+   across it). A re-rendering of the subject (a new pose, a body warp) reproduces
+   the markings but not their exact arrangement, so only a few patches pass.
+
+The search stops as soon as one arrangement verifies 90% of the patches.
+
+Metrics
+``score``
+    in [0, 1], higher = more copy-like: the fraction of the textured patches (at
+    least 24 counted) verified in one arrangement, max over the checked
+    references, scales, mirror and both directions. Also reported as ``pixel``.
+``flag``
+    1 when ``score >= copy-paste.threshold`` (default: see DEFAULTS, calibrated).
+``pixel_matches``
+    the number of verified patches behind the score.
+``mirrored``
+    1 when the best evidence is a mirrored arrangement.
+``forward``, ``reverse``
+    the best fraction with the reference's patches sought in the query, and with
+    the query's patches sought in the reference (``score`` is the one with more
+    verified patches; a direction not tried because the other already verified
+    90% is reported as 0).
+``appearance``
+    max cosine similarity between the query and its references under a general
+    encoder (option ``copy-paste.encoder``, default ``pixels-16``). It ranks the
+    references, and decides alone when no reference has a textured patch (flat
+    cartoons): then ``score`` is the appearance, the flag is
+    ``appearance >= 0.98`` (``copy-paste.appearance_threshold``) and a ``note``
+    says so.
+
+The default threshold is calibrated on calibration seeds of the built-in world
+and validated on other seeds by ``benchmarks/calibrate_copy_paste.py`` (table in
+``benchmarks/results/copy_paste_calibration.md``); ``docs/workflows.md`` says how
+to recalibrate it on one's own labelled queries. Limitations: copies rotated by
+more than about 12 degrees, or warped, are not caught; a subject smaller than
+about a third of the frame leaves few patches; periodic textures shared by
+reference and query (brick walls, tiles) can produce consistent matches; a
+faithful generation that happens to take a reference's pose almost exactly
+scores in between.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import threading
+from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+from PIL import Image, ImageFilter
+from threadpoolctl import threadpool_limits
+
+from fpr import progress
+from fpr.encoders.embed import embed_paths
+from fpr.errors import InputError
+from fpr.scorers.encoding import cached_encoder
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.images import load_rgb
+
+DEFAULT_ENCODER = "pixels-16"
+WORK_SIDE = 128  # longer side of the greyscale working images (upsampled when smaller: finer sub-pixel checks)
+PATCH = 8
+STRIDE = 4  # reference patches overlap by half
+SCALES = tuple(2.0 ** (-k / 4) for k in range(-2, 4))  # reference scale relative to the query: 1.41 .. 0.59
+BLUR = 0.5  # Gaussian sigma (px at the working size): pixel noise and JPEG blocks carry no evidence
+NCC_MIN = 0.7  # a copy re-blurred or re-lit keeps small spots' NCC above this, not at 0.8 (calibration)
+TEXTURE_MIN = 0.03  # residual std (0..1 grey) after removing a patch's mean and gradient
+TOLERANCE = 0.3  # px at the working size: the refit's last step keeps matches this close to it
+MAX_ROTATION = np.deg2rad(12.0)
+SCALE_SLACK = 0.12  # a consistent set may be this much larger/smaller than its scale level
+MIN_DENOMINATOR = 24  # a reference with few textured patches cannot reach a high fraction by chance
+MAX_PATCHES_PER_SCALE = 96  # the most textured ones
+SEARCH_PATCHES = 24  # of which these are searched everywhere; all are verified
+HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
+REFINE_TOLERANCE = 0.6  # px: the loosely collected matches are refined from this tolerance down to TOLERANCE
+DROP_MAX = 0.02  # strict check: NCC at the predicted position >= its peak within 1 px minus this
+REFINE_POINTS = 32  # collected matches whose pairs propose the refined transform
+EARLY_STOP = 0.9  # fraction verified after which no other proposal is tried
+MAX_PROPOSALS = 3  # per reference and direction: the ones that collect most are refined
+DEFAULTS = {"max_refs": 5, "threshold": 0.380, "appearance_threshold": 0.98}  # threshold: see the calibration
+
+
+_BASIS: dict[int, np.ndarray] = {}
+
+
+def _basis(p: int) -> np.ndarray:
+    """Orthonormal rows spanning constant, x-ramp and y-ramp patches (what detrending removes)."""
+    if p not in _BASIS:
+        yy, xx = np.mgrid[0:p, 0:p].astype(np.float32)
+        b = np.stack([np.ones((p, p), np.float32), xx - xx.mean(), yy - yy.mean()]).reshape(3, -1)
+        _BASIS[p] = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return _BASIS[p]
+
+
+def _detrend(x: np.ndarray) -> np.ndarray:
+    b = _basis(PATCH)
+    return x - (x @ b.T) @ b
+
+
+def _grey(image: Image.Image, side: float) -> np.ndarray:
+    im = image.convert("L")
+    w, h = im.size
+    s = side / max(w, h)
+    im = im.resize((max(PATCH, round(w * s)), max(PATCH, round(h * s))), Image.BILINEAR)
+    return np.asarray(im.filter(ImageFilter.GaussianBlur(BLUR)), dtype=np.float32) / 255.0
+
+
+def _windows(q: np.ndarray) -> np.ndarray:
+    win = _detrend(sliding_window_view(q, (PATCH, PATCH)).reshape(-1, PATCH * PATCH))
+    norm = np.linalg.norm(win, axis=1)
+    # Flat windows get a floor instead of a tiny norm, so they never reach a high NCC.
+    win /= np.maximum(norm, TEXTURE_MIN * PATCH * 0.5)[:, None]
+    return win
+
+
+@dataclass
+class QueryWindows:
+    """Every PATCH x PATCH window of the query, detrended, unit rows, at WORK_SIDE; and every second one."""
+
+    windows: np.ndarray  # (L, PATCH*PATCH) float32, row-major over positions
+    width: int  # windows per row
+    height: int  # windows per column
+    coarse: np.ndarray  # (L2, PATCH*PATCH): positions (2i, 2j), for the search
+    coarse_width: int
+
+    @classmethod
+    def of(cls, image: Image.Image) -> "QueryWindows":
+        q = _grey(image, WORK_SIDE)
+        win = np.ascontiguousarray(_windows(q), dtype=np.float32)
+        h, w = q.shape[0] - PATCH + 1, q.shape[1] - PATCH + 1
+        coarse = np.ascontiguousarray(win.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH))
+        return cls(win, w, h, coarse, (w + 1) // 2)
+
+
+@dataclass
+class ReferencePatches:
+    """A reference's textured patches at every scale: unit templates, centres, scale index."""
+
+    templates: np.ndarray  # (K, PATCH*PATCH)
+    centres: np.ndarray  # (K,) complex x + iy, at that scale
+    scale_index: np.ndarray  # (K,)
+    n_textured: np.ndarray  # (len(SCALES),) patches kept per scale
+    rank: np.ndarray  # (K,) texture rank within its scale (0 = most textured)
+    flipped: np.ndarray  # (K, PATCH*PATCH): the templates mirrored left-right (a mirrored copy's patches)
+    flipped_centres: np.ndarray  # (K,) their centres in the mirrored reference
+    weight: np.ndarray  # (K,) texture energy (squared residual norm): strong marking edges count most
+
+    @classmethod
+    def of(cls, image: Image.Image) -> "ReferencePatches":
+        grey = image.convert("L")
+        temps, cents, scs, counts, ranks, fcents, weights = [], [], [], [], [], [], []
+        for si, s in enumerate(SCALES):
+            r = _grey(grey, WORK_SIDE * s)
+            if min(r.shape) < PATCH:
+                counts.append(0)
+                continue  # (nothing else to append: no patches at this scale)
+            # patches on a half-overlapping grid: enough of them fall inside the subject
+            win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
+            ny, nx = win.shape[:2]
+            t = _detrend(win.reshape(-1, PATCH * PATCH))
+            tn = np.linalg.norm(t, axis=1)
+            keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
+            if len(keep) > MAX_PATCHES_PER_SCALE:
+                keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
+            yy, xx = np.divmod(keep, nx)
+            order = np.argsort(-tn[keep], kind="stable")
+            rank = np.empty(len(keep), int)
+            rank[order] = np.arange(len(keep))
+            ranks.append(rank)
+            temps.append(t[keep] / tn[keep, None])
+            weights.append(tn[keep] ** 2)
+            cents.append((xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2))
+            fcents.append((r.shape[1] - (xx * STRIDE + PATCH / 2)) + 1j * (yy * STRIDE + PATCH / 2))
+            scs.append(np.full(len(keep), si))
+            counts.append(len(keep))
+        t = np.concatenate(temps).astype(np.float32)
+        # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
+        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
+        return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
+                   flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
+
+
+def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
+                   evaluate: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, complex, complex]:
+    """The similarity ``z -> a z + b`` (complex) that maps most correspondences ``p -> q`` within ``tol`` px.
+
+    Hypotheses: every pair (rotation <= MAX_ROTATION, scale within SCALE_SLACK of 1) and
+    every single point as a pure shift; counted on ``evaluate`` (other correspondences) when
+    given, else on ``p -> q``. Returns (inliers, a, b).
+    """
+    n = len(p)
+    if n == 0:
+        return 0, 1 + 0j, 0j
+    ep, eq = evaluate if evaluate is not None else (p, q)
+    shifts = q - p
+    votes = (np.abs(shifts[:, None] - (eq - ep)[None, :]) <= tol).sum(axis=1)
+    k = int(votes.argmax())
+    best = (int(votes[k]), 1 + 0j, complex(shifts[k]))
+    if n < 2:
+        return best
+    i, j = np.triu_indices(n, 1)
+    dp = p[j] - p[i]
+    ok = np.abs(dp) > 2 * PATCH
+    i, j, dp = i[ok], j[ok], dp[ok]
+    if len(i) == 0:
+        return best
+    a = (q[j] - q[i]) / dp
+    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.angle(a)) <= MAX_ROTATION)
+    if not ok.any():
+        return best
+    a, i = a[ok], i[ok]
+    b = q[i] - a * p[i]
+    counts = (np.abs(a[:, None] * ep[None, :] + b[:, None] - eq[None, :]) <= tol).sum(axis=1)
+    h = int(counts.argmax())
+    if counts[h] > best[0]:
+        best = (int(counts[h]), complex(a[h]), complex(b[h]))
+    return best
+
+
+def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Sub-pixel offset of a peak from a parabola through three samples (0 where a neighbour is missing)."""
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
+    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
+    den = lo - 2 * mid + hi
+    ok &= den < -1e-6
+    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
+
+
+def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
+               a: complex, b: complex, r: int):
+    """NCC of each template with the (2r+1)^2 windows around where ``z -> a z + b`` puts it.
+
+    Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
+    """
+    pred = a * centres + b
+    x0 = np.rint(pred.real - PATCH / 2).astype(int)
+    y0 = np.rint(pred.imag - PATCH / 2).astype(int)
+    d = np.arange(-r, r + 1)
+    xs = x0[:, None, None] + d[None, None, :]
+    ys = y0[:, None, None] + d[None, :, None]
+    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
+    return pred, x0, y0, inside, np.einsum("kd,kabd->kab", templates, windows[np.where(inside, ys * width + xs, 0)])
+
+
+def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
+           a: complex, b: complex, tol: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Templates found where the transform ``z -> a z + b`` puts them.
+
+    The NCC peak within 1 px of the prediction must be >= NCC_MIN and then, strictly (``tol``
+    None), the NCC *at* the predicted sub-pixel position may fall at most DROP_MAX below that
+    peak: a copy's patch sits exactly there, and an edge patch (a stripe), which cannot be
+    located along its edge, is still checked across it; loosely (``tol`` in px), the peak,
+    located to a sub-pixel, must lie within ``tol`` of the prediction.
+
+    NCC is computed only on the 5x5 windows around each prediction (cheap), so every patch of
+    the scale is checked; this also recovers patches whose best match elsewhere was a look-alike
+    (repeated spots or stripes). Returns (inlier mask, query positions: refined to a sub-pixel when
+    loose, the predictions when strict).
+    """
+    pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
+    local = np.where(inside, local, -np.inf)
+    rows = np.arange(len(centres))
+    inner = local[:, 1:4, 1:4].reshape(len(centres), 9)
+    j = inner.argmax(axis=1)
+    v = inner[rows, j]
+    if tol is None:
+        # NCC at the predicted sub-pixel position (quadratic through the 3x3 around the nearest sample):
+        # an edge patch (a stripe) cannot be located along its edge, but drops fast across it
+        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0
+        L = np.where(inside, local, -4.0)  # (NCC >= -1: outside the query nothing matches)
+        gx, gy = (L[:, 2, 3] - L[:, 2, 1]) / 2, (L[:, 3, 2] - L[:, 1, 2]) / 2
+        hxx, hyy = L[:, 2, 3] - 2 * L[:, 2, 2] + L[:, 2, 1], L[:, 3, 2] - 2 * L[:, 2, 2] + L[:, 1, 2]
+        hxy = (L[:, 3, 3] - L[:, 3, 1] - L[:, 1, 3] + L[:, 1, 1]) / 4
+        at = L[:, 2, 2] + gx * fx + gy * fy + 0.5 * (hxx * fx * fx + hyy * fy * fy) + hxy * fx * fy
+        return (v >= NCC_MIN) & (at >= v - DROP_MAX), pred
+    cy, cx = j // 3 + 1, j % 3 + 1
+    dx = _offset(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
+    dy = _offset(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
+    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
+    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
+
+
+def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
+    """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
+    _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
+    return int((np.where(inside, local, -1.0).reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
+
+
+def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
+    """Least-squares similarity ``q = a p + b`` (complex)."""
+    pm, qm = p.mean(), q.mean()
+    den = float(np.sum(np.abs(p - pm) ** 2))
+    a = complex(np.sum((q - qm) * np.conj(p - pm)) / den) if den > 1e-9 else 1 + 0j
+    return a, complex(qm - a * pm)
+
+
+def _plausible(a: complex) -> bool:
+    return abs(abs(a) - 1) <= SCALE_SLACK and abs(np.angle(a)) <= MAX_ROTATION
+
+
+def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok: np.ndarray, pos: np.ndarray):
+    """Coarse to fine: the inlier mask of the patches verified strictly after refining a proposal.
+
+    ``ok, pos``: the patches collected where the coarse proposal (every second position) puts
+    them (NCC peak within HYPOTHESIS_TOLERANCE). The pair hypothesis most of them agree with at
+    REFINE_TOLERANCE (sub-pixel positions; look-alikes 1-2 px off are outliers) is refitted on its
+    inliers, and the fit is repeated on the matches within shrinking tolerances, collecting again
+    each time.
+    """
+    def collect(a, b):
+        return verify(templates, query.windows, query.width, query.height, centres, a, b, HYPOTHESIS_TOLERANCE)
+
+    idx = np.flatnonzero(ok)
+    top = idx[::max(1, len(idx) // REFINE_POINTS)]  # spread over the collected set (stored by position)
+    _, a1, b1 = best_transform(centres[top], pos[top], REFINE_TOLERANCE, evaluate=(centres[ok], pos[ok]))
+    for tol in (REFINE_TOLERANCE, 0.4, TOLERANCE):
+        sel = ok & (np.abs(a1 * centres + b1 - pos) <= tol)
+        if sel.sum() < 3:
+            break
+        a2, b2 = _refit(centres[sel], pos[sel])
+        if not _plausible(a2):
+            break
+        ok2, pos2 = collect(a2, b2)
+        if ok2.sum() < 3:
+            break
+        a1, b1, ok, pos = a2, b2, ok2, pos2
+    return verify(templates, query.windows, query.width, query.height, centres, a1, b1)[0]
+
+
+def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int, bool]:
+    """(fraction, count, mirrored) of the reference's textured patches found in the query in one arrangement.
+
+    Search: the SEARCH_PATCHES most textured patches per scale (and their mirror images, for a
+    mirrored copy) are matched at every second query position; their best matches propose a
+    transform per scale and mirror (within HYPOTHESIS_TOLERANCE). Verification then checks every
+    patch of that scale at full resolution where the transform puts it.
+    """
+    if len(ref.templates) == 0:
+        return 0.0, 0, False
+    best = (0.0, 0, False)
+    search = ref.rank < SEARCH_PATCHES
+    n = int(search.sum())
+    ncc = np.concatenate([ref.templates[search], ref.flipped[search]]) @ query.coarse.T  # (2n, L2)
+    idx = ncc.argmax(axis=1)
+    val = ncc[np.arange(len(idx)), idx]
+    y, x = np.divmod(idx, query.coarse_width)
+    q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
+    scale = ref.scale_index[search]
+    hyps = []
+    for mirrored in (False, True):
+        part = slice(n, 2 * n) if mirrored else slice(0, n)
+        q, good = q_all[part], val[part] >= NCC_MIN
+        cen = (ref.flipped_centres if mirrored else ref.centres)[search]
+        for si in np.unique(scale[good]):
+            sel = good & (scale == si)
+            n0, a, b = best_transform(cen[sel], q[sel], HYPOTHESIS_TOLERANCE)
+            if n0 >= 2:
+                hyps.append((n0, -int(si), mirrored, a, b))
+    # every proposal collects the patches it predicts (one cheap check); only the MAX_PROPOSALS that
+    # collect most are refined and verified, most first, until one is nearly complete
+    collected = []
+    for n0, si, mirrored, a, b in hyps:
+        si = -si
+        at = ref.scale_index == si
+        t_at = (ref.flipped if mirrored else ref.templates)[at]
+        c_at = (ref.flipped_centres if mirrored else ref.centres)[at]
+        support = _support(t_at, query, c_at, a, b)
+        if support >= 3:
+            collected.append((support, si, mirrored, t_at, c_at, a, b))
+    collected.sort(key=lambda h: h[:2], reverse=True)
+    for _, si, mirrored, t_at, c_at, a, b in collected[:MAX_PROPOSALS]:
+        if best[0] >= EARLY_STOP:
+            break
+        ok, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b, HYPOTHESIS_TOLERANCE)
+        if ok.sum() < 3:
+            continue
+        inl = _align(t_at, c_at, query, ok, pos)
+        count = int(inl.sum())
+        frac = count / max(int(ref.n_textured[si]), MIN_DENOMINATOR)
+        if (count, frac) > (best[1], best[0]):
+            best = (frac, count, mirrored)
+    return best
+
+
+def _option(batch: QueryBatch, key: str) -> float:
+    raw = batch.options.get(f"copy-paste.{key}", DEFAULTS[key])
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"scorer option copy-paste.{key} must be a number, got '{raw}'") from None
+
+
+class CopyPaste(Scorer):
+    name = "copy-paste"
+    description = ("flags generations that reproduce a reference image (pasted, moved, resized, mirrored, "
+                   "recoloured, on a new background) instead of re-rendering the subject")
+    needs = frozenset({"image", "references"})
+    metrics = ("score", "flag", "pixel", "pixel_matches", "mirrored", "forward", "reverse", "appearance")
+    primary_metric = "flag"  # what a keep-rule means by `copy_paste`
+    options = {
+        "copy-paste.encoder": f"general encoder for the appearance signal (default {DEFAULT_ENCODER})",
+        "copy-paste.max_refs": f"references pixel-checked per query, most similar first (default {DEFAULTS['max_refs']})",
+        "copy-paste.threshold": f"flag at this score (default {DEFAULTS['threshold']}, calibrated on the world)",
+        "copy-paste.appearance_threshold": f"flag at this appearance when no reference has texture to match "
+                                           f"(default {DEFAULTS['appearance_threshold']})",
+    }
+
+    def score(self, batch: QueryBatch) -> pd.DataFrame:
+        max_refs = int(_option(batch, "max_refs"))
+        threshold = _option(batch, "threshold")
+        app_t = _option(batch, "appearance_threshold")
+        rows = [i for i, refs in enumerate(batch.reference_paths) if refs]
+        if not rows:
+            return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
+        enc = cached_encoder(str(batch.options.get("copy-paste.encoder", DEFAULT_ENCODER)), batch.device)
+        ref_paths = sorted({p for i in rows for p in batch.reference_paths[i]})
+        ref_vecs = dict(zip(ref_paths, embed_paths(enc, ref_paths, desc="copy-paste: embedding references").vectors))
+        q_vecs = embed_paths(enc, [batch.paths[i] for i in rows], desc="copy-paste: embedding queries").vectors
+        return self._match(batch, rows, ref_vecs, q_vecs, max_refs, threshold, app_t)
+
+    def _match(self, batch, rows, ref_vecs, q_vecs, max_refs, threshold, app_t) -> pd.DataFrame:
+        jobs = []
+        for j, i in enumerate(rows):
+            paths = batch.reference_paths[i]
+            sims = np.array([float(ref_vecs[r].astype(np.float64) @ q_vecs[j].astype(np.float64)) for r in paths])
+            order = np.argsort(-sims, kind="stable")[:max(1, max_refs)]
+            jobs.append(_Job(batch.query_ids[i], batch.paths[i], tuple(paths[k] for k in order), float(sims.max())))
+        settings = _Settings(max(EARLY_STOP, threshold), threshold, app_t)
+        out = [r for rows_of_query in _run_jobs(jobs, settings) for r in rows_of_query]
+        return pd.DataFrame(out, columns=["query_id", "metric", "value", "note"])
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One query to match: its references ordered most similar first, and that best appearance."""
+
+    query_id: str
+    path: str
+    refs: tuple[str, ...]
+    appearance: float
+
+
+@dataclass(frozen=True)
+class _Settings:
+    stop: float  # a score after which no other reference or direction can change the flag
+    threshold: float
+    appearance_threshold: float
+
+
+CHUNK = 24  # queries per task of a worker process
+
+
+def _match_processes(n_jobs: int) -> int:
+    """Worker processes for ``n_jobs`` queries; 1 = match in this process.
+
+    The matching is many small NumPy operations that hold the GIL (two threads gained 5% on 2 cores,
+    measured), so large batches go to forked processes. Only from the main thread and outside Ray:
+    the HTTP service matches in worker threads and Ray actors hold RPC threads, and forking while
+    another thread holds a lock can hang the child; those callers match in their own process.
+    """
+    if (n_jobs < 2 * CHUNK or threading.current_thread() is not threading.main_thread() or "ray" in sys.modules
+            or "fork" not in mp.get_all_start_methods()):
+        return 1
+    return max(1, min(os.cpu_count() or 1, 8, n_jobs // CHUNK))
+
+
+def _run_jobs(jobs: list[_Job], settings: _Settings) -> list[list[tuple]]:
+    n = _match_processes(len(jobs))
+    if n <= 1:
+        return _match_chunk(jobs, settings, _ReferenceCache(), desc="copy-paste: matching")
+    # tasks of queries that share their first reference, so a worker computes its patches once
+    order = sorted(range(len(jobs)), key=lambda k: (jobs[k].refs[:1], k))
+    chunks = [order[c:c + CHUNK] for c in range(0, len(order), CHUNK)]
+    results: list[list[tuple] | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool, \
+            progress.bar(total=len(jobs), desc=f"copy-paste: matching ({n} processes)", unit="query") as bar:
+        futures = {pool.submit(_match_chunk, [jobs[k] for k in c], settings): c for c in chunks}
+        for fut in as_completed(futures):
+            for k, rows in zip(futures[fut], fut.result()):
+                results[k] = rows
+            bar.update(len(futures[fut]))
+    return results
+
+
+_WORKER_CACHE: "_ReferenceCache | None" = None  # one per process: reference patches outlive a task
+
+
+def _match_chunk(jobs: list[_Job], settings: _Settings, cache: "_ReferenceCache | None" = None,
+                 desc: str | None = None) -> list[list[tuple]]:
+    """Rows of each job, in order; ``cache`` None: the worker process's own reference cache."""
+    global _WORKER_CACHE
+    if cache is None:
+        if _WORKER_CACHE is None:
+            _WORKER_CACHE = _ReferenceCache()
+        cache = _WORKER_CACHE
+    with threadpool_limits(1):  # many small matrix products: one BLAS thread each beats threads fighting
+        items = progress.bar(jobs, desc=desc, unit="query") if desc else jobs
+        return [_query_rows(job, cache, settings) for job in items]
+
+
+class _ReferenceCache:
+    """References are shared by many queries: their patches and windows are computed once."""
+
+    def __init__(self, size: int = 256):
+        self.size, self.items = size, OrderedDict()
+
+    def get(self, path: str) -> tuple[ReferencePatches, QueryWindows]:
+        if path not in self.items:
+            image = load_rgb(path)
+            self.items[path] = (ReferencePatches.of(image), QueryWindows.of(image))
+            if len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return self.items[path]
+
+
+def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[tuple]:
+    """The scorer's rows for one query checked against its references (most similar first)."""
+    image = load_rgb(job.path)
+    qid, stop, threshold, app_t, appearance = (job.query_id, settings.stop, settings.threshold,
+                                               settings.appearance_threshold, job.appearance)
+    qw, qp = QueryWindows.of(image), ReferencePatches.of(image)
+    best, fwd, rev, checkable = (0.0, 0, False), 0.0, 0.0, False
+    for path in job.refs:
+        if best[0] >= stop:  # a nearly complete copy found: nothing can change the flag
+            break
+        rp, rw = refs.get(path)
+        checkable = checkable or len(rp.templates) > 0
+        # both ways: the reference's patches in the query, and the query's in the reference (a
+        # reference on a busy background spends its textured patches there; a copy on a plain
+        # one keeps them on the subject)
+        for forward in (True, False):
+            if best[0] >= stop:
+                break
+            m = pixel_match(qw, rp) if forward else pixel_match(rw, qp)
+            fwd, rev = (max(fwd, m[0]), rev) if forward else (fwd, max(rev, m[0]))
+            if (m[1], m[0]) > (best[1], best[0]):
+                best = m
+    frac, count, mirrored = best
+    note = ""
+    if checkable:
+        score = float(frac)
+        flag = float(score >= threshold)
+    else:  # nothing textured to match: only a near-duplicate appearance can tell
+        frac = count = mirrored = fwd = rev = float("nan")
+        score, flag = float(np.clip(appearance, 0, 1)), float(appearance >= app_t)
+        note = "no reference has a textured patch: score = appearance"
+    return [(qid, "score", score, note), (qid, "flag", flag, note), (qid, "pixel", frac, note),
+            (qid, "pixel_matches", float(count), note), (qid, "mirrored", float(mirrored), note),
+            (qid, "forward", fwd, note), (qid, "reverse", rev, note), (qid, "appearance", appearance, "")]
+
+
+register_scorer(CopyPaste())

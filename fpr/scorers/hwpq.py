@@ -1,0 +1,211 @@
+"""``hwpq``: VISTAR's Hierarchical Weighted P/N Questioning, a questionnaire per prompt answered by a judge.
+
+1. For every distinct prompt the endpoint writes a questionnaire once
+   (``prompts/hwpq_questionnaire.txt``): four levels, L1 core bearers, L2
+   attributes, L3 interplay, L4 atmosphere; each a weight and 1-8 pairs of a
+   positive question (True when the image is right) and a mutually exclusive
+   negative one (True when it is wrong), each pair a weight. It must validate
+   against ``schemas/hwpq_questionnaire.schema.json`` and: every level exactly
+   once, level weights summing to 1 and question weights summing to 1 within
+   each level (within 1e-3). An invalid one is sent back with the error for a
+   corrected one, at most ``hwpq.max_attempts`` (3) replies, then the prompt's
+   queries are missing with the last error. Valid questionnaires are stored in
+   ``<workspace>/judge-cache/questionnaires/`` and reused by every run.
+2. The judge answers each question about the query image ``hwpq.votes`` (3)
+   times (seeds seed, seed+1, ...; temperature 0), ``Answer: True/False``; the
+   majority decides. A pair scores 1 when P is True and N is False, else 0 (so
+   N is asked only when P came out True: its answer cannot change a 0).
+3. ``L<k>`` = sum over the level's pairs of question weight x pair score;
+   ``score`` = sum over levels of level weight x ``L<k>``. A pair with a failed
+   vote (refusal, unparsable, request failed) is missing, and so are its level
+   and the score, with the reason in ``note``: no vote is guessed.
+
+Queries without a prompt get no rows. Options (``hwpq.<name>``): ``votes``,
+``max_attempts``, plus the judge client's (``model``, ``seed``, ...).
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+from importlib import resources
+
+import pandas as pd
+
+from fpr.errors import InputError
+from fpr.scorers.judges import parse
+from fpr.scorers.judges.cache import fingerprint, read_json, write_json_atomic
+from fpr.scorers.judges.client import (CLIENT_OPTIONS, ImageRef, JudgeClient, JudgeFailure, Tally, image_part,
+                                    judge_config, text_part)
+from fpr.scorers.judges.prompts import load_template
+from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+
+NAME = "hwpq"
+LEVELS = ("L1", "L2", "L3", "L4")
+TOLERANCE = 1e-3
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("fpr.scorers.judges").joinpath("schemas/hwpq_questionnaire.schema.json")
+                      .read_text(encoding="utf-8"))
+
+
+def validate_questionnaire(q) -> str | None:
+    """None when ``q`` is a valid questionnaire, else the first problem in words."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(q, _schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "top level"
+        return f"{where}: {exc.message[:160]}"
+    levels = [lv["level"] for lv in q["levels"]]
+    if sorted(levels) != list(LEVELS):
+        return f"levels must be L1, L2, L3, L4 once each, got {', '.join(levels)}"
+    total = sum(lv["weight"] for lv in q["levels"])
+    if abs(total - 1) > TOLERANCE:
+        return f"level weights sum to {total:.4g}, not 1"
+    for lv in q["levels"]:
+        s = sum(x["weight"] for x in lv["questions"])
+        if abs(s - 1) > TOLERANCE:
+            return f"question weights of {lv['level']} sum to {s:.4g}, not 1"
+        for x in lv["questions"]:
+            if x["positive"].strip().lower() == x["negative"].strip().lower():
+                return f"a pair of {lv['level']} repeats the same question as positive and negative"
+    return None
+
+
+def hwpq_score(questionnaire: dict, pairs: dict[tuple[str, int], float]) -> tuple[float, dict[str, float]]:
+    """(score, per-level scores) from pair scores ``{(level, question index): 1.0, 0.0 or NaN}``.
+
+    ``L = sum_q w_q * pair_q``, ``score = sum_l w_l * L_l``; a NaN pair makes its level and the score NaN.
+    """
+    levels: dict[str, float] = {}
+    score = 0.0
+    for lv in questionnaire["levels"]:
+        s = 0.0
+        for j, x in enumerate(lv["questions"]):
+            s += x["weight"] * pairs[(lv["level"], j)]
+        levels[lv["level"]] = s
+        score += lv["weight"] * s
+    return score, levels
+
+
+class _Questionnaires:
+    """One questionnaire per distinct prompt: from the workspace store, else generated once (thread-safe)."""
+
+    def __init__(self, client: JudgeClient, max_attempts: int):
+        self.client = client
+        self.t = load_template("hwpq_questionnaire")
+        self.root = client.cache.root / "questionnaires"
+        self.max_attempts = max_attempts
+        self._locks: dict[str, threading.Lock] = {}
+        self._memo: dict[str, dict | JudgeFailure] = {}
+        self._guard = threading.Lock()
+
+    def path(self, prompt: str):
+        key = fingerprint({"model": self.client.config.model, "template": self.t.tag, "digest": self.t.digest,
+                           "seed": self.client.config.seed, "prompt": prompt})
+        return self.root / f"{key}.json"
+
+    def get(self, prompt: str, tally: Tally) -> dict:
+        with self._guard:
+            lock = self._locks.setdefault(prompt, threading.Lock())
+        with lock:
+            if prompt not in self._memo:
+                try:
+                    self._memo[prompt] = self._load_or_make(prompt, tally)
+                except JudgeFailure as exc:
+                    self._memo[prompt] = exc
+            got = self._memo[prompt]
+        if isinstance(got, JudgeFailure):
+            raise JudgeFailure(got.reason)
+        return got
+
+    def _load_or_make(self, prompt: str, tally: Tally) -> dict:
+        path = self.path(prompt)
+        stored = read_json(path)
+        if stored is not None and validate_questionnaire(stored.get("questionnaire")) is None:
+            return stored["questionnaire"]
+        msgs = [{"role": "system", "content": self.t.render("system")},
+                {"role": "user", "content": self.t.render("user", prompt=prompt)}]
+        error = "no reply"
+        for attempt in range(1, self.max_attempts + 1):
+            reply = self.client.chat(msgs, template=self.t, tally=tally)
+            try:
+                q = parse.json_object(reply)
+                error = validate_questionnaire(q)
+            except JudgeFailure as exc:
+                q, error = None, exc.reason
+            if error is None:
+                write_json_atomic(path, {"prompt": prompt, "model": self.client.config.model,
+                                         "template": self.t.tag, "attempts": attempt, "questionnaire": q})
+                return q
+            msgs = msgs + [{"role": "assistant", "content": reply.content or ""},
+                           {"role": "user", "content": self.t.render("invalid", error=error)}]
+        raise JudgeFailure(f"questionnaire invalid after {self.max_attempts} attempts: {error}")
+
+
+class HWPQ(Scorer):
+    name = NAME
+    description = "model judge: VISTAR hierarchical weighted P/N questionnaire per prompt, k-vote answers, 0-1"
+    needs = frozenset({"image", "prompt"})
+    metrics = ("score",) + LEVELS + COST_METRICS
+    primary_metric = "score"
+    options = {f"{NAME}.votes": "votes per question, majority decides (default 3, odd)",
+               f"{NAME}.max_attempts": "questionnaire replies asked per prompt before giving up (default 3)",
+               **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        return judge_config(NAME, batch.options).provenance(load_template("hwpq_questionnaire"),
+                                                            load_template("hwpq_answer"))
+
+    def score(self, batch: QueryBatch) -> pd.DataFrame:
+        rows = [i for i, p in enumerate(batch.prompts) if p]
+        if not rows:
+            return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
+        votes = int(batch.options.get(f"{NAME}.votes", 3))
+        attempts = int(batch.options.get(f"{NAME}.max_attempts", 3))
+        if votes < 1 or votes % 2 == 0 or attempts < 1:
+            raise InputError(f"{NAME}.votes must be odd and >= 1 and {NAME}.max_attempts >= 1")
+        cfg = judge_config(NAME, batch.options)
+        client = JudgeClient(cfg, batch.workspace)
+        store = _Questionnaires(client, attempts)
+        answer_t = load_template("hwpq_answer")
+        metrics = ("score",) + LEVELS
+
+        def vote(image: ImageRef, question: str, tally: Tally) -> bool:
+            yes = 0
+            for v in range(votes):
+                msgs = [{"role": "system", "content": answer_t.render("system")},
+                        {"role": "user", "content": [text_part(answer_t.render("user", question=question)),
+                                                     image_part(image)]}]
+                reply = client.chat(msgs, template=answer_t, params={"vote": v, "seed": cfg.seed + v}, tally=tally)
+                yes += parse.true_false(reply)
+            return yes * 2 > votes
+
+        def judge(i: int, tally: Tally) -> dict:
+            q = store.get(batch.prompts[i], tally)
+            image = ImageRef.from_path(batch.paths[i], cfg.image_size)
+            pairs: dict = {}
+            notes: dict[str, list[str]] = {}
+            for lv in q["levels"]:
+                for j, x in enumerate(lv["questions"]):
+                    try:
+                        pairs[(lv["level"], j)] = float(vote(image, x["positive"], tally)
+                                                        and not vote(image, x["negative"], tally))
+                    except JudgeFailure as exc:
+                        pairs[(lv["level"], j)] = math.nan
+                        notes.setdefault(lv["level"], []).append(f"pair {j + 1}: {exc.reason}")
+            score, levels = hwpq_score(q, pairs)
+            out: dict = {}
+            for name, value in levels.items():
+                out[name] = (value, "; ".join(notes[name])) if name in notes else value
+            out["score"] = (score, "missing pairs in " + ", ".join(sorted(notes))) if notes else score
+            return out
+
+        return score_with_judge(batch, NAME, client, metrics, judge, rows)
+
+
+register_scorer(HWPQ())

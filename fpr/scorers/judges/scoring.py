@@ -1,0 +1,64 @@
+"""The per-query loop every judge scorer shares: concurrency, missing values with reasons, costs.
+
+A scorer supplies ``judge(i, tally) -> {metric: value or (value, note)}`` for query
+row ``i``. A :class:`~fpr.scorers.judges.client.JudgeFailure` raised there makes all
+of the scorer's score metrics NaN with the reason in ``note``; a value that is
+NaN carries its own note. Each query also gets the rows ``cached`` (answers
+served from the cache), ``calls`` (requests sent in this run), ``prompt_tokens``,
+``completion_tokens`` (tokens of the answers used, cached or not) and
+``missing`` (how many score metrics are missing), so the summary counts them. A
+one-line account goes to stderr.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Callable
+
+import pandas as pd
+
+from fpr import progress
+from fpr.scorers.judges.client import JudgeClient, JudgeFailure, Tally, for_each
+
+COST_METRICS = ("cached", "calls", "prompt_tokens", "completion_tokens", "missing")
+
+
+def score_with_judge(batch, scorer: str, client: JudgeClient, score_metrics: tuple[str, ...],
+                     judge: Callable[[int, Tally], dict], rows: list[int] | None = None) -> pd.DataFrame:
+    rows = list(range(len(batch))) if rows is None else rows
+
+    def one(i: int) -> list[tuple]:
+        tally = Tally()
+        try:
+            got = judge(i, tally)
+        except JudgeFailure as exc:
+            got = {m: (math.nan, exc.reason) for m in score_metrics}
+        out = []
+        missing = 0
+        for metric, v in got.items():
+            value, note = v if isinstance(v, tuple) else (v, None)
+            value = float(value)
+            if metric in score_metrics and math.isnan(value):
+                missing += 1
+            out.append((batch.query_ids[i], metric, value, note))
+        out += [(batch.query_ids[i], m, float(v), None) for m, v in tally.rows()]
+        out.append((batch.query_ids[i], "missing", float(missing), None))
+        return out
+
+    results = for_each(rows, one, concurrency=client.config.concurrency, desc=f"{scorer}: judging")
+    df = pd.DataFrame([r for rs in results for r in rs], columns=["query_id", "metric", "value", "note"])
+    _log(scorer, df, score_metrics, len(rows))
+    return df
+
+
+def _log(scorer: str, df: pd.DataFrame, score_metrics: tuple[str, ...], n: int) -> None:
+    if df.empty:
+        return
+    total = df.groupby("metric")["value"].sum()
+    miss = df[df["metric"].isin(score_metrics) & df["value"].isna()]
+    reasons = Counter(re.split(r"[:(;]", str(r))[0].strip() for r in miss["note"])
+    why = f" ({', '.join(f'{k} {v}' for k, v in reasons.most_common())})" if reasons else ""
+    progress.log(f"{scorer}: {n} queries, {len(miss)} missing value{'s' if len(miss) != 1 else ''}{why}; "
+                 f"answers: {int(total.get('cached', 0))} from the cache, {int(total.get('calls', 0))} requested; "
+                 f"tokens {int(total.get('prompt_tokens', 0))} in, {int(total.get('completion_tokens', 0))} out")

@@ -1,0 +1,1 @@
+"""User operations, one module each: what `fpr <command>`, the Python API and the service call."""

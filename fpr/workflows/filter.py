@@ -1,0 +1,500 @@
+"""Synthetic-data filtering (paper section 5.4): keep the generated images that kept their identity.
+
+    fpr filter --index leopards-miewid --queries generated.csv \\
+        --keep "top1 and ap >= 0.5 and clip_t >= 0.25 and not copy_paste" \\
+        --out kept.csv --rejected rejected.csv --copy-to kept-images/
+
+Every query gets exactly the per-query values ``fpr query`` computes (the same
+function, :func:`fpr.eval.pipeline.evaluate`) plus any auxiliary scorers; a keep-rule
+(:mod:`fpr.metrics.rules`) splits the rows. Outputs keep every input column and add
+the values, ``status`` and ``reason`` (the clause that failed; empty when kept).
+
+Scale and safety:
+
+- the queries file is read in chunks (CSV or Parquet) and processed chunk by
+  chunk, so inputs larger than memory stream through;
+- each finished chunk is written as a part file (temp file + rename) in a state
+  folder ``.<out name>.fpr-filter/`` beside ``--out``, and recorded in its
+  ``state.json`` (also replaced atomically). A killed run resumes at the first
+  unfinished chunk (finished chunks are not redone; re-embedding is free anyway
+  thanks to the embedding cache). A different command (rule, index, inputs,
+  chunk size, ...) starts over;
+- the outputs appear only when every chunk is done, each written to a temp file
+  and renamed, so a reader never sees a half-written file; the state folder is
+  then removed;
+- progress and throughput (images/s) go to stderr.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr import progress
+from fpr.encoders.embed import embed_paths
+from fpr.encoders.registry import load_encoder
+from fpr.errors import ConflictError, InputError
+from fpr.eval import pipeline
+from fpr.files import atomic_write_path
+from fpr.metrics.rules import BASE_VARIABLES, INTEGER_RULE_NAMES, RULE_COLUMNS, parse_rule
+from fpr.scorers import all_scorers, parse_scorer_list
+from fpr.store.workspace import Workspace
+
+REQUIRED = ("path", "identity", "group")
+STATE_VERSION = 1
+# rule variable -> per-query column (declared with the query_results table in fpr.store.schema)
+BASE_COLUMNS = RULE_COLUMNS
+INT_COLUMNS = INTEGER_RULE_NAMES
+
+
+@dataclass
+class FilterResult:
+    out: str
+    rejected: str | None
+    n_rows: int
+    n_kept: int
+    n_rejected: int
+    n_chunks: int
+    n_chunks_resumed: int
+    seconds: float
+    images_per_s: float
+    scorers: list[str]
+    reasons: dict[str, int] = field(default_factory=dict)  # failed clause -> rows
+    engine: dict = field(default_factory=dict)  # --engine ray: Ray version, actors, cache used or bypassed
+
+    def as_row(self) -> dict:
+        return {"out": self.out, "rejected": self.rejected, "rows": self.n_rows, "kept": self.n_kept,
+                "rejected_rows": self.n_rejected, "kept_fraction": self.n_kept / self.n_rows if self.n_rows else
+                float("nan"), "chunks": self.n_chunks, "resumed_chunks": self.n_chunks_resumed,
+                "seconds": round(self.seconds, 3), "images_per_s": round(self.images_per_s, 2)}
+
+
+def _alias(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def rule_variables(scorer_names: Sequence[str] | None = None) -> dict[str, tuple[str | None, str]]:
+    """Rule name -> (scorer or None, output column). Every registered scorer's metrics are offered as
+    ``<scorer>_<metric>`` (``-`` becomes ``_``) and its primary metric also as ``<scorer>``
+    (``clip_t`` = ``clip-t.score``, ``copy_paste`` = ``copy-paste.flag``)."""
+    out: dict[str, tuple[str | None, str]] = {k: (None, k) for k in BASE_COLUMNS}
+    scorers = all_scorers()
+    for name in scorer_names if scorer_names is not None else list(scorers):
+        sc = scorers[name]
+        for m in sc.metrics:
+            out.setdefault(_alias(f"{name}_{m}"), (name, f"{name}.{m}"))
+        primary = getattr(sc, "primary_metric", None) or (sc.metrics[0] if len(sc.metrics) == 1 else None)
+        if primary:
+            out.setdefault(_alias(name), (name, f"{name}.{primary}"))
+    return out
+
+
+def describe_variables() -> list[dict]:
+    """Rows for ``fpr filter --list-names``: every name a keep-rule can use."""
+    rows = [{"name": k, "column": k, "scorer": "", "description": v} for k, v in BASE_VARIABLES.items()]
+    scorers = all_scorers()
+    for name, (scorer, col) in rule_variables().items():
+        if scorer:
+            rows.append({"name": name, "column": col, "scorer": scorer, "description": scorers[scorer].description})
+    return rows
+
+
+# --------------------------------------------------------------------------- reading in chunks
+
+def _iter_chunks(path: Path, chunk_size: int, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(path)
+            for batch in pf.iter_batches(batch_size=chunk_size, columns=columns):
+                yield batch.to_pandas()
+        elif suffix in (".csv", ".tsv"):
+            reader = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False,
+                                 chunksize=chunk_size, usecols=columns)
+            with reader:
+                for df in reader:
+                    yield df
+        else:
+            raise InputError("queries file must be .csv, .tsv or .parquet", where=str(path))
+    except InputError:
+        raise
+    except (ValueError, OSError, pd.errors.ParserError) as exc:
+        raise InputError(f"cannot read queries file: {str(exc).splitlines()[0]}", where=str(path)) from None
+
+
+def _header(path: Path) -> list[str]:
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        return [str(c) for c in pq.read_schema(path).names]
+    try:
+        return [str(c) for c in pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", nrows=0).columns]
+    except (ValueError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"cannot read queries file: {str(exc).splitlines()[0]}", where=str(path)) from None
+
+
+def _prescan(path: Path, chunk_size: int, gallery_keys: set[str], skip_missing: bool) -> int:
+    """Count rows and check identities and query ids before any embedding (cheap: three columns)."""
+    header = _header(path)
+    cols = [c for c in ("identity", "group", "query_id", "path") if c in header]
+    n = 0
+    missing: Counter = Counter()
+    seen_ids: set[str] = set()
+    for df in _iter_chunks(path, max(chunk_size, 10000), columns=cols):
+        df = df.astype(object).where(df.notna(), "").astype(str)
+        for col in REQUIRED:
+            blank = np.flatnonzero(df[col].str.strip() == "")
+            if len(blank):
+                raise InputError(f"queries file has an empty '{col}' in row {n + int(blank[0]) + 2}", where=str(path))
+        keys = df["group"].str.strip() + "\x1f" + df["identity"].str.strip()
+        for k in keys[~keys.isin(gallery_keys)]:
+            missing[k.replace("\x1f", "/")] += 1
+        if "query_id" in df.columns:
+            for q in df["query_id"]:
+                if q and q in seen_ids:
+                    raise InputError(f"query_id '{q}' appears more than once", where=str(path))
+                seen_ids.add(q)
+        n += len(df)
+    if n == 0:
+        raise InputError("queries file has no rows", where=str(path))
+    if missing and not skip_missing:
+        names = sorted(missing)
+        total = sum(missing.values())
+        raise InputError(f"{total} {'query has' if total == 1 else 'queries have'} no gallery image of "
+                         f"{'its' if total == 1 else 'their'} identity: "
+                         f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}", where=str(path),
+                         hint="fix the identity/group labels or pass --skip-missing-identities (they are rejected)")
+    return n
+
+
+# --------------------------------------------------------------------------- state and parts
+
+
+def _fmt_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    raise InputError("output must end in .csv, .tsv or .parquet", where=str(path))
+
+
+def _write_part(df: pd.DataFrame, path: Path, fmt: str) -> None:
+    if fmt == "parquet":
+        atomic_write_path(path, lambda tmp: df.to_parquet(tmp, index=False))
+    else:
+        atomic_write_path(path, lambda tmp: df.to_csv(tmp, index=False, header=False,
+                                                 sep="\t" if fmt == "tsv" else ","))
+
+
+def _assemble(parts: list[Path], out: Path, fmt: str, columns: list[str]) -> None:
+    """Concatenate part files into ``out`` (streaming, temp file + rename)."""
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        def write(tmp: str) -> None:
+            schemas = [pq.read_schema(p) for p in parts]
+            schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema(
+                [(c, pa.string()) for c in columns])
+            schema = pa.schema([schema.field(c) for c in columns])
+            with pq.ParquetWriter(tmp, schema) as w:
+                for p in parts:
+                    t = pq.read_table(p)
+                    if t.num_rows:
+                        w.write_table(t.select(columns).cast(schema))
+    else:
+        def write(tmp: str) -> None:
+            with open(tmp, "w", newline="", encoding="utf-8") as fp:
+                fp.write(pd.DataFrame(columns=columns).to_csv(index=False, sep="\t" if fmt == "tsv" else ","))
+                for p in parts:
+                    with open(p, "r", newline="", encoding="utf-8") as src:
+                        shutil.copyfileobj(src, fp)
+    atomic_write_path(out, write)
+
+
+def _fingerprint(obj: dict) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def _safe(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".")
+    return s or "_"
+
+
+def _copy_kept(df: pd.DataFrame, folder: Path) -> None:
+    """``<folder>/<group>/<identity>/<query_id>-<file name>``: a folder tree ``fpr gallery import`` reads."""
+    for path, group, ident, qid in zip(df["__path"], df["__group"], df["__identity"], df["__query_id"]):
+        src = Path(path)
+        dest = folder / _safe(group) / _safe(ident) / f"{_safe(qid)}-{_safe(src.name)}"
+        if dest.exists() and dest.stat().st_size == src.stat().st_size:
+            continue
+        atomic_write_path(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))
+
+
+# --------------------------------------------------------------------------- the filter
+
+def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, *,
+                   rejected: str | Path | None = None, copy_to: str | Path | None = None,
+                   scorers: Sequence[str] | str | None = (), chunk_size: int = 1000,
+                   workspace: str | Path | None = None, scope: str = "group",
+                   skip_missing_identities: bool = False, device: str = "auto", batch_size: int = 64,
+                   workers: int | None = None, scorer_options: Mapping[str, str] | None = None,
+                   restart: bool = False, after_chunk: Callable[[int], None] | None = None,
+                   engine: str = "local", ray=None) -> FilterResult:
+    """Split generated images into kept and rejected by a keep-rule; streams and resumes (see module doc).
+
+    ``after_chunk(k)`` is called after chunk ``k`` is durably recorded (progress hooks, tests).
+    ``engine="ray"``: the chunks run on Ray (:mod:`fpr.engines.ray`, options ``ray``) and are
+    recorded in the same state folder as they finish, so the resume rules are the same (and a run
+    killed on one engine resumes on the other).
+    """
+    from fpr.engines import ray as ray_engine
+
+    ray_opts = ray_engine.ray_options(engine, ray)
+    start = time.perf_counter()
+    if chunk_size < 1:
+        raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")
+    pipeline.check_scope(scope)
+    qpath = Path(queries)
+    if not qpath.exists():
+        raise InputError("queries file not found", where=str(qpath))
+    out = Path(out)
+    out_fmt = _fmt_of(out)
+    rej_path = Path(rejected) if rejected else None
+    rej_fmt = _fmt_of(rej_path) if rej_path else None
+    if rej_path is not None and rej_path.resolve() == out.resolve():
+        raise InputError("--out and --rejected must be different files")
+    if out.resolve() == qpath.resolve() or (rej_path is not None and rej_path.resolve() == qpath.resolve()):
+        raise InputError("outputs must not overwrite the queries file", where=str(qpath))
+
+    variables = rule_variables()
+    rule = parse_rule(keep, list(variables))
+    names = parse_scorer_list(scorers)
+    for v in rule.names:  # scorers the rule needs run even when not listed
+        sc = variables[v][0]
+        if sc and sc not in names:
+            names.append(sc)
+    options = {str(k): str(v) for k, v in (scorer_options or {}).items()}
+
+    ws = Workspace.open(workspace)
+    opened = pipeline.open_index(ws, index)
+    gi = opened.index
+    enc = load_encoder(gi.card.encoder, device="cpu" if ray_opts else device)  # Ray: the actors place it
+    if enc.weights.checksum != gi.card.weights_checksum:
+        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
+                            hint="rebuild the index")
+    gallery_keys = set(opened.labels.keys())
+    header = _header(qpath)
+    missing_cols = [c for c in REQUIRED if c not in header]
+    if missing_cols:
+        raise InputError(f"queries file lacks required column(s) {', '.join(missing_cols)}", where=str(qpath),
+                         hint=f"required: {', '.join(REQUIRED)}; found: {', '.join(header) or '(none)'}")
+    n_rows = _prescan(qpath, chunk_size, gallery_keys, skip_missing_identities)
+    n_chunks_est = math.ceil(n_rows / chunk_size)
+
+    computed = list(BASE_COLUMNS) + [f"{s}.{m}" for s in names for m in all_scorers()[s].metrics] + \
+        ["status", "reason"]
+    clashing = [c for c in header if c in computed]
+    if clashing:
+        progress.log(f"input column(s) {', '.join(clashing)} are replaced by this run's values")
+    columns = [c for c in header if c not in computed] + computed
+
+    st = qpath.stat()
+    fingerprint = _fingerprint({
+        "v": STATE_VERSION, "queries": str(qpath.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
+        "index": index, "card": [gi.card.gallery_fingerprint, gi.card.encoder, gi.card.weights_checksum],
+        "rule": rule.text, "scorers": names, "options": options, "scope": scope, "chunk": chunk_size,
+        "skip_missing": skip_missing_identities, "out": [str(out.resolve()), out_fmt],
+        "rejected": [str(rej_path.resolve()), rej_fmt] if rej_path else None,
+        "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns})
+    state_dir = out.parent / f".{out.name}.fpr-filter"
+    state_file = state_dir / "state.json"
+    state = None
+    if state_file.exists() and not restart:
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, ValueError):
+            state = None
+        if state is not None and state.get("fingerprint") != fingerprint:
+            progress.log(f"found the state of a different filter run in {state_dir}; starting over")
+            state = None
+    if state is None:
+        shutil.rmtree(state_dir, ignore_errors=True)
+        state = {"version": STATE_VERSION, "fingerprint": fingerprint, "n_rows": n_rows, "chunk_size": chunk_size,
+                 "done": {}}
+        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
+    done: dict[str, dict] = state["done"]
+    if done:
+        progress.log(f"resuming: {len(done)} of {n_chunks_est} chunks already done ({state_dir})")
+    progress.log(f"filtering {n_rows} queries against index '{index}' ({enc.id}) in chunks of {chunk_size}; "
+                 f"keep: {rule.text}" + (f"; scorers: {', '.join(names)}" if names else ""))
+
+    base = qpath.resolve().parent
+    copy_dir = Path(copy_to) if copy_to else None
+    settings = pipeline.EvalSettings(scope, True, True, names, options, 0, device, batch_size, workers)
+    tally = {"resumed": 0, "processed": 0, "t_work": 0.0, "offset": 0}
+
+    def record(k: int, n: int, frame: pd.DataFrame, dt: float) -> None:
+        """Write a finished chunk's parts and record it in the state (durably, then ``after_chunk``)."""
+        kept_mask = frame["__keep"].to_numpy(dtype=bool)
+        kept, rej = frame[kept_mask], frame[~kept_mask]
+        _write_part(kept[columns], state_dir / f"{k:06d}.kept.{out_fmt}", out_fmt)
+        if rej_path is not None:
+            _write_part(rej[columns], state_dir / f"{k:06d}.rejected.{rej_fmt}", rej_fmt)
+        if copy_dir is not None and len(kept):
+            _copy_kept(kept, copy_dir)
+        clause_counts = Counter(c for c in frame["__clause"] if c)
+        done[str(k)] = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(clause_counts)}
+        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
+        tally["t_work"] += dt
+        tally["processed"] += n
+        progress.log(f"chunk {k + 1}/{n_chunks_est}: {n} images, kept {int(kept_mask.sum())}, "
+                     f"{n / dt if dt > 0 else float('inf'):.1f} img/s; {len(done)}/{n_chunks_est} chunks done "
+                     f"({tally['processed'] / tally['t_work'] if tally['t_work'] > 0 else float('inf'):.1f} img/s "
+                     f"overall)")
+        if after_chunk is not None:
+            after_chunk(k)
+
+    k = -1
+    pending: list[tuple[int, dict]] = []
+    for k, raw in enumerate(_iter_chunks(qpath, chunk_size)):
+        n = len(raw)
+        offset = tally["offset"]
+        tally["offset"] += n
+        if str(k) in done:
+            tally["resumed"] += 1
+            continue
+        if ray_opts is not None:  # queued for Ray: the paths are what the decode tasks read
+            qdf = pipeline.normalize_queries(raw.reset_index(drop=True), base=base, id_offset=offset,
+                                             required=REQUIRED, where="queries chunk")
+            pending.append((k, {"raw": raw, "offset": offset, "paths": qdf["path"].tolist()}))
+            continue
+        t0 = time.perf_counter()
+        frame = _process_chunk(raw, offset, base, opened, enc, rule, variables, settings, ws.root)
+        record(k, n, frame, time.perf_counter() - t0)
+    n_chunks = k + 1
+    engine_info: dict = {}
+    if ray_opts is not None:
+        if chunk_size > 4 * ray_engine.default_shard_size(enc):
+            progress.log(f"ray: a chunk ({chunk_size} images) is the unit of work on Ray and its decoded pixels "
+                         f"cross the object store: --chunk-size {ray_engine.default_shard_size(enc)} keeps them "
+                         "under 256 MB")
+        job = FilterJob(ray_engine.portable_index(opened), rule.text, list(variables), settings, base, ws.root)
+        engine_info = ray_engine.run_shards(
+            pending, job, enc, options=ray_opts, device=device, batch_size=batch_size,
+            cache_root=ray_engine.cache_root_for_workers(),
+            on_result=lambda k, res: record(k, res["n"], res["frame"], res["seconds"]), what="filter")
+        engine_info.update(chunks=n_chunks, chunks_resumed=tally["resumed"])
+    n_resumed, n_processed, t_work = tally["resumed"], tally["processed"], tally["t_work"]
+
+    parts = sorted(state_dir.glob(f"*.kept.{out_fmt}"))
+    if len(parts) != n_chunks or len(done) != n_chunks:
+        raise InputError(f"the queries file changed while filtering ({len(done)} of {n_chunks} chunks recorded)",
+                         where=str(qpath), hint="rerun the command")
+    _assemble(parts, out, out_fmt, columns)
+    if rej_path is not None:
+        _assemble(sorted(state_dir.glob(f"*.rejected.{rej_fmt}")), rej_path, rej_fmt, columns)
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+    n_kept = sum(int(d["kept"]) for d in done.values())
+    reasons: Counter = Counter()
+    for d in done.values():
+        reasons.update(d.get("clauses", {}))
+    seconds = time.perf_counter() - start
+    ips = n_processed / t_work if t_work > 0 else float("nan")
+    progress.log(f"kept {n_kept} of {n_rows} ({100.0 * n_kept / max(n_rows, 1):.1f}%) in {seconds:.1f}s"
+                 + (f"; {ips:.1f} img/s" if n_processed else "") + f"; wrote {out}"
+                 + (f" and {rej_path}" if rej_path else ""))
+    return FilterResult(str(out), str(rej_path) if rej_path else None, n_rows, n_kept, n_rows - n_kept, n_chunks,
+                        n_resumed, seconds, ips, names, dict(reasons.most_common()), engine_info)
+
+
+class FilterJob:
+    """One chunk on a Ray actor (:mod:`fpr.engines.ray`): :func:`_process_chunk` with the chunk's
+    images embedded by the actor."""
+
+    def __init__(self, opened: pipeline.OpenIndex, rule_text: str, variable_names: list[str],
+                 settings: pipeline.EvalSettings, base: Path, workspace_root: Path):
+        self.opened, self.rule_text, self.variable_names = opened, rule_text, variable_names
+        self.settings, self.base, self.workspace_root = settings, base, workspace_root
+
+    def run(self, encoder, job_input: dict, embedded, embed) -> dict:
+        t0 = time.perf_counter()
+        variables = rule_variables()
+        rule = parse_rule(self.rule_text, list(variables))
+        frame = _process_chunk(job_input["raw"], job_input["offset"], self.base, self.opened, encoder, rule,
+                               variables, self.settings, self.workspace_root, embed=embed)
+        return {"n": len(frame), "frame": frame, "seconds": time.perf_counter() - t0 + embedded.seconds}
+
+
+def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: pipeline.OpenIndex, enc, rule, variables,
+                   settings: pipeline.EvalSettings, workspace_root: Path, embed=None) -> pd.DataFrame:
+    """Score one chunk exactly as ``run_query`` scores queries; return input + values + keep/reason.
+
+    ``embed``: the embedding function (default: :func:`fpr.encoders.embed.embed_paths` with ``enc``)."""
+    raw = raw.reset_index(drop=True)
+    qdf = pipeline.normalize_queries(raw, base=base, id_offset=offset, required=REQUIRED, where="queries chunk")
+
+    def local_embed(paths, *, on_error="raise", desc="embedding"):
+        return embed_paths(enc, paths, batch_size=settings.batch_size, workers=settings.workers, on_error=on_error,
+                           desc=desc)
+
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, embed or local_embed, settings, encoder_id=enc.id,
+                           workspace=workspace_root, dim=enc.spec.dim)
+    pq_ = ev.per_query
+    values: dict[str, np.ndarray] = {v: pd.to_numeric(pq_[col], errors="coerce").to_numpy(dtype=np.float64)
+                                     for v, col in BASE_COLUMNS.items()}
+    aux_cols: dict[str, np.ndarray] = {}
+    if settings.scorers:
+        pos = {qid: i for i, qid in enumerate(qdf["query_id"])}
+        scorers = all_scorers()
+        for s in settings.scorers:
+            for m in scorers[s].metrics:
+                aux_cols[f"{s}.{m}"] = np.full(len(qdf), np.nan)
+        for qid, s, m, v in ev.aux[["query_id", "scorer", "metric", "value"]].itertuples(index=False):
+            col = f"{s}.{m}"
+            if col in aux_cols:
+                aux_cols[col][pos[qid]] = v
+    for v, (_, col) in variables.items():
+        if v not in values:
+            values[v] = aux_cols.get(col, np.full(len(qdf), np.nan))
+    res = rule.apply(values)
+    keep = res.keep & (ev.status == "ok")
+    reasons = list(res.reason)
+    clauses = list(res.clause)
+    for i in np.flatnonzero(ev.status != "ok"):
+        msg = ev.reasons.get(qdf["query_id"].iloc[i], "")
+        reasons[i] = f"{ev.status[i]}" + (f": {msg}" if msg else "")
+        clauses[i] = str(ev.status[i])
+
+    frame = raw.drop(columns=[c for c in raw.columns if c in BASE_COLUMNS or c in aux_cols or
+                              c in ("status", "reason")])
+    for v in BASE_COLUMNS:
+        col = values[v]
+        frame[v] = pd.array(np.where(np.isfinite(col), col, np.nan), dtype="Float64").astype("Int64") \
+            if v in INT_COLUMNS else col
+    for col, arr in aux_cols.items():
+        frame[col] = arr
+    frame["status"] = ev.status.astype(str)
+    frame["reason"] = reasons
+    frame["__keep"] = keep
+    frame["__clause"] = clauses
+    frame["__path"] = qdf["path"].to_numpy()
+    frame["__group"] = qdf["group"].to_numpy()
+    frame["__identity"] = qdf["identity"].to_numpy()
+    frame["__query_id"] = qdf["query_id"].to_numpy()
+    return frame

@@ -1,0 +1,146 @@
+"""``fpr meta``: a run's per-query values against human judgments or a truth column.
+
+Reads the judgment files and the run; the statistics are :mod:`fpr.metrics.agreement`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr.errors import InputError
+from fpr.metrics.agreement import (
+    WINNERS,
+    Judgments,
+    MetaResult,
+    _empty_pairs,
+    _empty_ratings,
+    agreement,
+    metric_columns,
+    pairs_from_scores,
+    truth_judgments,
+)
+from fpr.metrics.summary import aux_columns, with_aux
+from fpr.tables import read_table
+from fpr.workflows.runs import load_run
+
+
+def _aggregate_pairs(raw: pd.DataFrame, where: str) -> pd.DataFrame:
+    df = raw.copy()
+    df["winner"] = df["winner"].astype(str).str.strip().str.lower()
+    bad = sorted(set(df["winner"]) - set(WINNERS))
+    if bad:
+        raise InputError(f"pair judgments have winner value(s) {', '.join(bad[:5])}", where=where,
+                         hint="winner must be a, b or tie")
+    a, b = df["query_id_a"].astype(str), df["query_id_b"].astype(str)
+    vote = df["winner"].map({"a": 1, "b": -1, "tie": 0}).astype(int)
+    swap = a > b
+    lo, hi = np.where(swap, b, a), np.where(swap, a, b)
+    if np.any(lo == hi):
+        raise InputError("a pair judgment compares a query with itself", where=where)
+    agg = pd.DataFrame({"query_id_a": lo, "query_id_b": hi, "vote": np.where(swap, -vote, vote)})
+    agg = agg.groupby(["query_id_a", "query_id_b"], sort=True).agg(vote=("vote", "sum"), n_votes=("vote", "size"))
+    agg = agg.reset_index()
+    agg["winner"] = np.select([agg["vote"] > 0, agg["vote"] < 0], ["a", "b"], "tie")
+    return agg[["query_id_a", "query_id_b", "winner", "n_votes"]]
+
+
+def read_judgments(paths: Sequence[str | Path]) -> Judgments:
+    """Read human files: each holds pairs (query_id_a,query_id_b,winner) or ratings (query_id,rating[,rater])."""
+    pair_frames, rating_frames = [], []
+    for p in paths:
+        head = read_table(p, required=(), what="human judgments")
+        cols = set(head.columns)
+        if {"query_id_a", "query_id_b", "winner"} <= cols:
+            pair_frames.append(head)
+        elif {"query_id", "rating"} <= cols:
+            r = head.copy()
+            if "rater" not in r:
+                r["rater"] = f"{Path(p).stem}"
+            rating_frames.append(r)
+        else:
+            raise InputError("a human judgments file needs columns query_id_a,query_id_b,winner (pairs) or "
+                             "query_id,rating[,rater] (ratings)", where=str(p),
+                             hint=f"its columns: {', '.join(map(str, head.columns))}")
+    pairs = _aggregate_pairs(pd.concat(pair_frames, ignore_index=True), ", ".join(map(str, paths))) \
+        if pair_frames else None
+    ratings = None
+    if rating_frames:
+        r = pd.concat(rating_frames, ignore_index=True)
+        rating = pd.to_numeric(r["rating"], errors="coerce")
+        if rating.isna().any():
+            raise InputError(f"{int(rating.isna().sum())} rating(s) are not numbers",
+                             where=", ".join(map(str, paths)), hint="ratings must be numeric (e.g. 1-5)")
+        ratings = pd.DataFrame({"query_id": r["query_id"].astype(str), "rater": r["rater"].astype(str),
+                                "rating": rating.astype(float)})
+    return Judgments(pairs if pairs is not None else _empty_pairs(),
+                     ratings if ratings is not None else _empty_ratings())
+
+
+def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, truth: str | None = None, *,
+         workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
+         lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
+         truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
+         n_boot: int = 1000):
+    """Agreement of a run's per-query values with human judgments (files) or a truth column (statistics: :mod:`fpr.metrics.agreement`)."""
+    if (human is None or human == [] or human == ()) == (truth is None):
+        raise InputError("give exactly one of --human FILE or --truth COLUMN",
+                         hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
+    res = load_run(run_id, workspace=workspace)
+    df = with_aux(res.per_query, res.aux)
+    df = df[df["status"] == "ok"].reset_index(drop=True)
+    available = metric_columns(df, aux_columns(res.aux))
+    if metrics:
+        unknown = [m for m in metrics if m not in available]
+        if unknown:
+            raise InputError(f"run '{run_id}' has no per-query value(s) {', '.join(unknown)}",
+                             hint=f"values: {', '.join(available)}")
+        available = list(metrics)
+    if truth is not None:
+        judg = truth_judgments(df, truth, lower_better=truth_lower_better, within=tuple(pair_within))
+        where = f"run {run_id} column {truth}"
+    else:
+        paths = [human] if isinstance(human, (str, Path)) else list(human)
+        judg = read_judgments(paths)
+        where = ", ".join(map(str, paths))
+        if judg.pairs.empty and not judg.ratings.empty:
+            mean = judg.ratings.groupby("query_id")["rating"].mean()
+            score = df["query_id"].astype(str).map(mean).astype(float)
+            judg.pairs = pairs_from_scores(df, score, tuple(pair_within))
+    out = agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
+                          n_boot=n_boot, where=where)
+    out.info["run"] = run_id
+    return out
+
+
+
+def plot(result: MetaResult, out: str | Path) -> Path:
+    """PPA and Spearman per metric with their 95% intervals (PNG/PDF/SVG by suffix)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if r["metric"] != "(raters)"]
+    names = [r["metric"] for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.9 * len(names) + 3), 3.6), sharey=False)
+    for ax, key, title, ref in ((axes[0], "ppa", "PPA (non-tied pairs)", 0.75),
+                                (axes[1], "spearman", "Spearman vs mean rating", 0.0)):
+        v = np.array([r.get(key, np.nan) for r in rows], dtype=float)
+        lo = np.array([r.get(f"{key}_lo", np.nan) for r in rows], dtype=float)
+        hi = np.array([r.get(f"{key}_hi", np.nan) for r in rows], dtype=float)
+        x = np.arange(len(names))
+        ax.bar(x, np.nan_to_num(v), color="#4c72b0")
+        ax.errorbar(x, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="none", ecolor="k", capsize=3)
+        ax.axhline(ref, color="grey", lw=0.8, ls="--")
+        ax.set_xticks(x, names, rotation=45, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(f"agreement with {result.info.get('source', 'judgments')}", fontsize=10)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,220 @@
+"""Report workflows: the per-query data of one or more runs, the paper's pivot, the HTML report, export, paired comparisons.
+
+Rendering is :mod:`fpr.report`; this module reads the store and, for drift diagnosis, the index.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr.errors import ConflictError, InputError, NotFoundError
+from fpr.eval import pipeline
+from fpr.files import atomic_write
+from fpr.metrics.summary import aux_columns, paired_comparison, with_aux
+from fpr.store import records as db
+from fpr.store import schema
+from fpr.store.schema import TABLES
+from fpr.store.workspace import Workspace
+from fpr.tables import write_table
+from fpr.workflows.runs import _require_current_index, load_run, run_ids, sim_definition, skip_reasons
+
+
+@dataclass
+class ReportData:
+    """Per-query rows of one or more runs (``run_id``, ``encoder`` and drift columns), their scores and
+    top-k rankings, and summary rows per encoder."""
+
+    runs: list[str]
+    per_query: pd.DataFrame
+    aux: pd.DataFrame
+    rankings: pd.DataFrame
+    summary: list[dict]
+    items: dict  # run_id -> {item_id: GalleryItem}
+    skipped: dict
+    provenance: dict  # run_id -> provenance
+
+    @property
+    def encoders(self) -> list[str]:
+        return list(dict.fromkeys(self.per_query["encoder"].tolist()))
+
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """As :attr:`RunResult.sim_definition`, counted over the first encoder's queries."""
+        return sim_definition(self.per_query[self.per_query["encoder"] == self.encoders[0]])
+
+
+def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
+                drift: bool = True, device: str = "auto") -> ReportData:
+    """Everything a report shows, for one run, a multi-encoder run, or several runs over the same queries."""
+    from fpr.report import paper as rep
+
+    ws = Workspace.open(workspace)
+    ids = run_ids(runs, workspace=ws.root)
+    parts, auxes, ranks, items, skipped, provenance = [], [], [], {}, {}, {}
+    seed = None
+    owner: dict[tuple[str, str], str] = {}
+    for rid in ids:
+        row = db.get_run(ws, rid)
+        if not allow_stale:
+            _require_current_index(ws, row)
+        res = load_run(rid, workspace=ws.root)
+        seed = int(row.params.get("seed", 0)) if seed is None else seed
+        pq = res.per_query.copy()
+        pq["run_id"], pq["encoder"] = rid, row.encoder
+        for m in pq["method"].unique():
+            prev = owner.setdefault((row.encoder, m), rid)
+            if prev != rid:
+                raise ConflictError(f"runs '{prev}' and '{rid}' both have method '{m}' with encoder '{row.encoder}'",
+                                    hint="merge runs that evaluate different methods or encoders")
+        parts.append(pq)
+        provenance[rid] = res.provenance
+        auxes.append(res.aux.assign(run_id=rid))
+        ranks.append(db.run_rankings(ws, rid).assign(run_id=rid))
+        items[rid] = {it.item_id: it for it in pipeline.gallery_items(ws, row.gallery)} \
+            if db.gallery_exists(ws, row.gallery) else {}
+        skipped.update({f"{rid}:{k}" if len(ids) > 1 else k: v
+                        for k, v in skip_reasons(pq, res.skipped_reasons).items()})
+    per_query = pd.concat(parts, ignore_index=True)
+    aux = pd.concat(auxes, ignore_index=True)
+    rankings = pd.concat(ranks, ignore_index=True)
+    if drift:
+        per_query = _with_drift(ws, per_query, rankings, items, device)
+    summary = rep.encoder_summaries(per_query, aux, seed=seed or 0)
+    return ReportData(ids, per_query, aux, rankings, summary, items, skipped, provenance)
+
+
+def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, items: dict,
+                device: str) -> pd.DataFrame:
+    """Add top-1 and drifted-to identities; queries whose top-k holds no other identity are recomputed
+    from the run's index when it is still current (``drift_source`` says which)."""
+    from fpr.report import paper as rep
+
+    ident = {(rid, int(i)): it.identity for rid, its in items.items() for i, it in its.items()}
+    d = rep.drift_from_rankings(per_query, rankings, ident)
+    per_query = per_query.drop(columns=[c for c in rep.DRIFT_COLUMNS if c in per_query.columns])
+    per_query = per_query.merge(d, on=["run_id", "query_id"], how="left")
+    todo = (per_query["status"] == "ok") & per_query["drift_identity"].isna()
+    for rid in per_query.loc[todo, "run_id"].unique():
+        rows = np.flatnonzero((todo & (per_query["run_id"] == rid)).to_numpy())
+        run = db.get_run(ws, rid)
+        if not items.get(rid):
+            per_query.loc[rows, "drift_source"] = "unknown: gallery deleted"
+            continue
+        if pipeline.index_change(run, db.find_index(ws, run.index_name)):
+            per_query.loc[rows, "drift_source"] = "unknown: index changed"
+            continue
+        ids, vals = _drift_from_index(ws, run, per_query.iloc[rows], device)
+        per_query.loc[rows, "drift_identity"] = ids
+        per_query.loc[rows, "drift_score"] = vals
+        per_query.loc[rows, "drift_source"] = ["index" if i else "none: no other identity in scope" for i in ids]
+    return per_query
+
+
+def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: str) -> tuple[list, np.ndarray]:
+    """Drifted-to identities of ``qdf`` ranked afresh against the run's (still current) index."""
+    from fpr.encoders.embed import embed_paths
+    from fpr.encoders.registry import load_encoder
+    from fpr.report import paper as rep
+
+    opened = pipeline.open_index(ws, run.index_name)
+    enc = load_encoder(run.encoder, device=device)
+    qvecs = embed_paths(enc, qdf["path"].tolist(), desc="embedding queries for drift").vectors
+    in_scope, relevant = opened.labels.relevance(qdf, run.scope or "group")
+    return rep.drift_from_scores(opened.index.all_scores(qvecs), relevant, in_scope, opened.labels.identities)
+
+
+def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
+                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = ()):
+    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.report.paper`)."""
+    from fpr.report import paper as rep
+
+    data = report_data(runs, workspace=workspace, allow_stale=allow_stale, drift=False)
+    p = rep.pivot(data.summary, metrics=metrics or rep.DEFAULT_METRICS,
+                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders)
+    return data, p
+
+
+def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | Path | None = None,
+                allow_stale: bool = False, top_k: int = 10, thumb: int = 96, device: str = "auto") -> Path:
+    """Write the self-contained HTML report (one file, images embedded, no network references)."""
+    from fpr.report import html
+    from fpr.report import paper as rep
+
+    data = report_data(runs, workspace=workspace, allow_stale=allow_stale, device=device)
+    p = rep.pivot(data.summary, methods=rep.method_order(data.per_query), encoders=data.encoders)
+    text = html.render(data.per_query, data.aux, data.rankings, data.items, data.summary, p, runs=data.runs,
+                       top_k=top_k, thumb=thumb)
+    out = Path(out)
+    atomic_write(out, lambda fp: fp.write(text.encode("utf-8")))
+    return out
+
+
+def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
+    """Declared exported columns of ``query_results``, the encoder and drift diagnosis, then the queries'
+    extra columns, then scores."""
+    from fpr.report.paper import DRIFT_COLUMNS
+
+    declared = ["group" if c == "group_name" else c for c in schema.export_columns()]
+    added = [c for c in ("run_id", "encoder", *DRIFT_COLUMNS) if c in per_query.columns]
+    extras = [c for c in per_query.columns if c not in declared and c not in TABLES["query_results"].names
+              and c not in ("group", *added)]
+    return declared + added + extras + aux_columns(aux)
+
+
+def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None,
+               device: str = "auto") -> Path:
+    """Write the per-query table (CSV or Parquet by suffix): status, metrics, encoder, drift diagnosis,
+    the queries' extra columns, scores, and scorer notes as ``<scorer>.<metric>.note`` columns. A
+    multi-encoder run gives one row per query and encoder."""
+    data = report_data(run_id, workspace=workspace, allow_stale=True, device=device)
+    wide = _wide(data)
+    cols = export_columns(wide, data.aux)
+    aux = data.aux
+    noted = aux[aux["note"].notna()] if "note" in aux.columns else aux.iloc[:0]
+    if len(noted):  # notes (judge trajectories, reasons for missing values)
+        notes = noted.assign(col=noted["scorer"] + "." + noted["metric"] + ".note").pivot_table(
+            index=["run_id", "query_id"], columns="col", values="note", aggfunc="first")
+        wide = wide.merge(notes, left_on=["run_id", "query_id"], right_index=True, how="left")
+        cols += sorted(notes.columns)
+    if len(data.runs) == 1:
+        cols = [c for c in cols if c != "run_id"]
+    return write_table(wide[cols], out)
+
+
+def _wide(data: ReportData) -> pd.DataFrame:
+    """Per-query rows with one column per ``scorer.metric`` (each run joined with its own scores)."""
+    if data.aux.empty:
+        return data.per_query
+    return pd.concat([with_aux(data.per_query[data.per_query["run_id"] == r],
+                               data.aux[data.aux["run_id"] == r].drop(columns="run_id")) for r in data.runs],
+                     ignore_index=True)
+
+
+def compare(run_id: str, method_a: str, method_b: str, *, metric: str = "ap",
+            workspace: str | Path | None = None, seed: int = 0) -> dict:
+    """Paired comparison of two methods, overall and per group (and per encoder for a multi-encoder run)."""
+    data = report_data(run_id, workspace=workspace, allow_stale=True, drift=False)
+    methods = list(dict.fromkeys(data.per_query["method"]))
+    for m in (method_a, method_b):
+        if m not in methods:
+            raise NotFoundError(f"run '{run_id}' has no method '{m}'", hint=f"methods: {', '.join(methods)}")
+    df = _wide(data)
+    if metric not in df.columns:
+        raise InputError(f"unknown metric '{metric}'", hint="e.g. ap, sim, cmc1, inp or an auxiliary 'scorer.metric'")
+    rows = []
+    for enc in data.encoders:
+        de = df[df["encoder"] == enc]
+        for g in ["*"] + sorted(de["group"].unique()):
+            part = de if g == "*" else de[de["group"] == g]
+            rows.append({"encoder": enc, "group": g,
+                         **paired_comparison(part, method_a, method_b, metric=metric, seed=seed)})
+    return {"method_a": method_a, "method_b": method_b, "metric": metric, "rows": rows,
+            "tests": "Wilcoxon signed-rank test (two-sided, zero differences dropped) on the paired differences; "
+                     "95% interval of the mean difference by paired bootstrap (1000 resamples of pairs)",
+            "pairing": "a pair is one (group, identity, prompt) evaluated by both methods; repeated queries of a "
+                       "method with the same key are averaged first (n_repeats counts the keys that had repeats)"}
+

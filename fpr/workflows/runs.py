@@ -1,0 +1,297 @@
+"""Run workflows: evaluate queries against an index and store the run; load, list, delete runs; multi-encoder runs.
+
+The evaluation itself is :mod:`fpr.eval.pipeline`; every SQL statement is in :mod:`fpr.store.records`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import pandas as pd
+
+from fpr import progress
+from fpr.encoders.background import background_of_key, with_background
+from fpr.engines import ray as ray_engine
+from fpr.errors import ConflictError, FprError, InputError
+from fpr.eval import pipeline
+from fpr.eval.oracle import append_oracle
+from fpr.eval.pipeline import SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings
+from fpr.index import faiss_index
+from fpr.keys import new_id, utc_now
+from fpr.metrics.summary import aux_columns, summarize, with_aux
+from fpr.scorers import parse_scorer_list
+from fpr.store import records as db
+from fpr.store.records import check_name
+from fpr.store.workspace import Workspace
+from fpr.workflows.indices import _card_numerics, build_index
+
+if TYPE_CHECKING:
+    from fpr.encoders.embed import EmbedResult
+    from fpr.encoders.registry import Encoder
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    index: str
+    encoder: str
+    summary: list[dict]
+    per_query: pd.DataFrame
+    aux: pd.DataFrame
+    provenance: dict
+    n_skipped: int = 0
+    skipped_reasons: dict = field(default_factory=dict)
+
+    @property
+    def sim_definition(self) -> dict[str, int]:
+        """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+        return sim_definition(self.per_query)
+
+    def as_json(self) -> dict:
+        return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
+                "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
+                "skipped": skip_reasons(self.per_query, self.skipped_reasons),
+                "sim_definition": self.sim_definition, "provenance": self.provenance}
+
+
+def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
+    """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+    if "sim_source" not in per_query:
+        return {}
+    counts = per_query["sim_source"].dropna().value_counts()
+    return {str(k): int(v) for k, v in counts.sort_index().items()}
+
+
+def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
+    """Every skipped query id -> its status and reason (unreadable: the decoder's message)."""
+    out: dict[str, str] = {}
+    for qid, status, g, ident in zip(per_query["query_id"], per_query["status"], per_query["group"],
+                                     per_query["identity"]):
+        if status == SKIP_NO_RELEVANT:
+            out[qid] = f"{status}: no gallery image of identity '{ident}' in group '{g}' in scope"
+        elif status != "ok":
+            out[qid] = f"{status}: {reasons.get(qid, 'no reason stored')}"
+    return out
+
+
+def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """Load and normalise a queries table (see :func:`fpr.eval.pipeline.normalize_queries`)."""
+    return pipeline.normalize_queries(queries)
+
+
+def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str, *,
+                   hint: str = "pass --weights with the original file, or rebuild the index") -> Encoder:
+    """The encoder an index was built with (same weights), with the index's protocol, background step included."""
+    from fpr.encoders.registry import load_encoder
+
+    card = opened.index.card
+    enc = load_encoder(card.encoder, weights=weights, device=device)
+    if enc.weights.checksum != card.weights_checksum:
+        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{opened.row.name}' was built with",
+                            hint=hint)
+    return with_background(enc, background_of_key(card.preprocessing))
+
+
+def _embedder(enc: Encoder, batch_size: int, workers: int | None):
+    from fpr.encoders.embed import embed_paths
+
+    def embed(paths, *, on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
+
+        return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc)
+    return embed
+
+
+def _provenance(enc: Encoder, opened: "pipeline.OpenIndex", seed: int, device: str) -> dict:
+    card = opened.index.card
+    return {"encoder": enc.id, "weights_checksum": enc.weights.checksum, "weights_path": str(enc.weights.path),
+            "preprocessing": enc.preprocessing.key(), "device": str(enc.device), "device_requested": device,
+            **{f"embedding_{k}": v for k, v in _card_numerics(enc).items()},
+            "seed": seed, "index_card": card.name, "index_version": opened.row.version,
+            "gallery_fingerprint": card.gallery_fingerprint, "versions": faiss_index.library_versions(),
+            "created_at": utc_now()}
+
+
+def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store, device,
+              batch_size, workers) -> EvalSettings:
+    pipeline.check_scope(scope)
+    if top_k_store < 0:
+        raise InputError(f"--top-k must be 0 or more, got {top_k_store}")
+    return EvalSettings(scope, skip_missing_identities, skip_unreadable, scorer_names, dict(scorer_options or {}),
+                        top_k_store, device, batch_size, workers)
+
+
+def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None = None,
+              workspace: str | Path | None = None, encoder: str | None = None, weights: str | None = None,
+              scope: str = "group", scorers: Sequence[str] | str | None = (),
+              skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
+              seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
+              overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
+              engine: str = "local", ray: "ray_engine.RayOptions | dict | None" = None) -> RunResult:
+    """Evaluate generated images (queries) against an index; store and return the run.
+
+    ``oracle``: also query with the gallery's reference images (method ``oracle``, see
+    :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
+    on Ray (:mod:`fpr.engines.ray`, options ``ray``); the shards are ingested into the
+    store in one transaction like a local run's rows."""
+    ray_opts = ray_engine.ray_options(engine, ray)
+    scorer_names = parse_scorer_list(scorers)
+    settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
+                         device, batch_size, workers)
+    run_id = db.check_run_id(run) if run else new_id("run")
+    ws = Workspace.open(workspace)
+    if not overwrite and db.run_exists(ws, run_id):
+        raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
+    opened = pipeline.open_index(ws, index, encoder=encoder)
+    where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
+    qdf = pipeline.normalize_queries(queries)
+    if oracle:
+        qdf = append_oracle(qdf, opened.items)
+    # Missing identities are an error before any model is loaded.
+    pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
+                                skip=skip_missing_identities, where=where)
+    # on Ray the model is shipped to the actors from here, which place it on their own device
+    enc = _index_encoder(opened, weights, "cpu" if ray_opts else device)
+    engine_info = None
+    if ray_opts is None:
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
+                               settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
+    else:
+        key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
+               "protocol": enc.preprocessing.key(), "settings": repr(settings)}
+        ev, engine_info = ray_engine.evaluate_ray(qdf, opened, enc, settings, options=ray_opts,
+                                                  shard_dir=ws.root / "shards" / ray_engine.fingerprint_of(key),
+                                                  fingerprint=key, where=where, workspace=ws.root)
+    provenance = _provenance(enc, opened, seed, device)
+    if engine_info is not None:
+        provenance["engine"] = engine_info
+        for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
+                               ("embedding_precision", "actor_precision"),
+                               ("embedding_embedding_key", "actor_embedding_key")):
+            if key in provenance and actor_key in engine_info:  # the vectors were computed by the actors
+                provenance[key] = engine_info[actor_key]
+    if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
+        provenance["scorers"] = ev.aux.attrs["provenance"]
+    params = {"scope": scope, "scorers": scorer_names, "top_k": top_k_store, "seed": seed,
+              "skip_missing_identities": skip_missing_identities, "skip_unreadable": skip_unreadable,
+              "scorer_options": dict(scorer_options or {}), "skipped": ev.reasons}
+    n_ok = len(ev.ok)
+    run_row = {"run_id": run_id, "index_name": index, "gallery": opened.index.card.gallery, "encoder": enc.id,
+               "scope": scope, "n_queries": len(qdf), "n_evaluated": n_ok, "n_skipped": len(qdf) - n_ok,
+               "queries_file": where, "params": json.dumps(params), "provenance": json.dumps(provenance),
+               "index_version": opened.row.version, "gallery_fingerprint": opened.index.card.gallery_fingerprint,
+               "weights_checksum": enc.weights.checksum}
+    db.store_run(ws, run_row, pipeline.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
+                 ev.rankings.assign(run_id=run_id), overwrite=overwrite)
+    if engine_info is not None:  # ingested in the one transaction above: the shards are no longer needed
+        ray_engine.discard_shards(engine_info["shard_dir"])
+    per_query = ev.per_query.copy()
+    per_query.insert(0, "run_id", run_id)
+    summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
+                                                              aux_cols=aux_columns(ev.aux))]
+    n_skipped = len(qdf) - n_ok
+    if n_skipped:
+        progress.log(f"skipped {n_skipped} of {len(qdf)} queries "
+                     f"({int((ev.status == SKIP_NO_RELEVANT).sum())} without relevant gallery images, "
+                     f"{int((ev.status == SKIP_UNREADABLE).sum())} unreadable); '--format json' lists them with "
+                     f"reasons, 'fpr export --run {run_id} --out FILE.csv' has their status")
+    return RunResult(run_id, index, enc.id, summary, per_query, ev.aux, provenance, n_skipped, ev.reasons)
+
+
+def load_run(run_id: str, *, workspace: str | Path | None = None) -> RunResult:
+    """A stored run, with per-query rows and auxiliary scores, summarised exactly as when it ran."""
+    ws = Workspace.open(workspace)
+    row = db.get_run(ws, run_id)
+    stored, aux = db.run_tables(ws, run_id)
+    per_query = pipeline.expand_extras(stored)
+    summary = [{"encoder": row.encoder, **r} for r in summarize(
+        with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))]
+    n_skipped = int((per_query["status"] != "ok").sum())
+    return RunResult(run_id, row.index_name, row.encoder, summary, per_query, aux, row.provenance, n_skipped,
+                     row.params.get("skipped", {}))
+
+
+def report(run_id: str, *, workspace: str | Path | None = None, allow_stale: bool = False) -> RunResult:
+    """A stored run's results; refused (one line) when its index has changed since, unless ``allow_stale``."""
+    ws = Workspace.open(workspace)
+    if not allow_stale:
+        _require_current_index(ws, db.get_run(ws, run_id))
+    return load_run(run_id, workspace=ws.root)
+
+
+def _require_current_index(ws: Workspace, run: db.RunRow) -> db.IndexRow:
+    why = pipeline.index_change(run, db.find_index(ws, run.index_name))
+    if why:
+        raise ConflictError(f"run '{run.run_id}' was made with index '{run.index_name}', which {why}",
+                            where=str(ws.root),
+                            hint="rerun the queries against the current index (fpr query ... --overwrite), or "
+                                 "pass --allow-stale to read the stored results as they are")
+    return db.get_index(ws, run.index_name)
+
+
+def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
+    return db.list_runs(Workspace.open(workspace))
+
+
+def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:
+    """Delete a run with its per-query rows, scores and rankings (one transaction per stored run); the
+    name of a multi-encoder run deletes all its per-encoder runs."""
+    ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    for rid in ids:
+        db.delete_run(ws, rid)
+    return {"deleted": run_id, "runs": ids}
+
+
+def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str | Path | pd.DataFrame, *,
+                       run: str | None = None, workspace: str | Path | None = None, overwrite: bool = False,
+                       device: str = "auto", batch_size: int = 64, workers: int | None = None,
+                       **kwargs) -> list[RunResult]:
+    """Evaluate the same queries under several encoders: one stored run ``<run>@<encoder>`` per encoder.
+
+    The index ``<gallery>-<encoder>`` is built first where it is missing. ``fpr report --run <run>``,
+    ``fpr export --run <run>`` and the HTML report read the group as one run with an ``encoder`` column.
+    """
+    names = [e.strip() for e in (encoders.split(",") if isinstance(encoders, str) else encoders) if e.strip()]
+    if not names:
+        raise InputError("no encoders given", hint="e.g. --encoders pixels-16,fpr-world-v1")
+    if len(set(names)) != len(names):
+        raise InputError(f"an encoder is listed twice: {', '.join(names)}")
+    run_id = check_name(run, "run") if run else new_id("run")
+    ws = Workspace.open(workspace)
+    db.get_gallery(ws, gallery)
+    if db.run_exists(ws, run_id):
+        raise ConflictError(f"run '{run_id}' already exists as a single run",
+                            hint="choose another --run, or delete it first (fpr runs delete)")
+    qdf = pipeline.normalize_queries(queries)  # one read and check, before any index is built
+    results = []
+    for enc in names:
+        index = f"{gallery}-{enc}"
+        if db.find_index(ws, index) is None:
+            progress.log(f"building missing index {index}")
+            build_index(gallery, enc, name=index, workspace=ws.root, device=device, batch_size=batch_size,
+                        workers=workers)
+        results.append(run_query(index, qdf, run=f"{run_id}{db.ENCODER_SEP}{enc}", workspace=ws.root, encoder=enc,
+                                 overwrite=overwrite, device=device, batch_size=batch_size, workers=workers,
+                                 **kwargs))
+    return results
+
+
+def run_ids(runs: Sequence[str] | str, *, workspace: str | Path | None = None) -> list[str]:
+    """The stored runs the given names stand for (a multi-encoder name stands for its per-encoder runs)."""
+    ws = Workspace.open(workspace)
+    out: list[str] = []
+    for name in [runs] if isinstance(runs, str) else list(runs):
+        ids = db.run_group(ws, name)
+        if not ids:
+            db.get_run(ws, name)  # raises, naming recent runs
+        out += [i for i in ids if i not in out]
+    return out
+
+
+def ensure_ok(result: RunResult) -> RunResult:  # pragma: no cover - convenience for notebooks
+    if result.n_skipped:
+        raise FprError(f"{result.n_skipped} queries were skipped")
+    return result
+

@@ -1,0 +1,96 @@
+"""Scoring workflows: add auxiliary scores to a stored run (``fpr score``), by running scorers or from an external table."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fpr.errors import InputError
+from fpr.eval import pipeline
+from fpr.scorers import parse_scorer_list, run_scorers, uses_gallery
+from fpr.store import records as db
+from fpr.store.records import check_name
+from fpr.store.workspace import Workspace
+from fpr.tables import read_table
+from fpr.workflows.runs import _embedder, _index_encoder, _require_current_index, load_run, run_ids
+
+
+def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,
+              device: str = "auto", scorer_options: dict | None = None, overwrite: bool = False) -> pd.DataFrame:
+    """Add auxiliary scores to an existing run (one transaction); refused if its index has changed."""
+    names = parse_scorer_list(scorers)
+    if not names:
+        raise InputError("no scorers given", hint="e.g. --scorers clip-t,copy-paste")
+    ws = Workspace.open(workspace)
+    ids = run_ids(run_id, workspace=ws.root)
+    if ids != [run_id]:  # a multi-encoder run: score each encoder's run
+        return pd.concat([score_run(rid, names, workspace=ws.root, device=device, scorer_options=scorer_options,
+                                    overwrite=overwrite).assign(run_id=rid) for rid in ids], ignore_index=True)
+    run = db.get_run(ws, run_id)
+    _require_current_index(ws, run)
+    res = load_run(run_id, workspace=ws.root)
+    opened = pipeline.open_index(ws, run.index_name)
+    ok = res.per_query[res.per_query["status"] == "ok"].copy()
+    qdf = pipeline.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),
+                                     where=f"run {run_id}")
+    qvecs = scores_fn = None
+    if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
+        weights = (run.provenance or {}).get("weights_path")
+        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device,
+                             hint=f"the run's weights file ({weights}) must be where it was when the run was made"
+                                  if weights else "rebuild the index and rerun the query")
+        qvecs = _embedder(enc, 64, None)(qdf["path"].tolist(), desc="embedding queries").vectors
+        scores_fn = pipeline.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
+    batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
+                                 gallery_scores=scores_fn)
+    aux = run_scorers(names, batch)
+    db.replace_scores(ws, run_id, names, aux.assign(run_id=run_id), overwrite=overwrite)
+    return aux
+
+
+def score_from_table(run_id: str, table: str | Path, scorer: str, *, workspace: str | Path | None = None,
+                     overwrite: bool = False) -> pd.DataFrame:
+    """Attach external per-query scores: a CSV/Parquet with ``query_id`` and numeric metric columns.
+
+    Stored as scorer ``scorer`` (``scorer.metric`` in summaries and exports); empty cells are NaN with
+    a note. Unknown query ids are an error listing them; a multi-encoder run gets them on every encoder.
+    """
+    check_name(scorer, "scorer")
+    path = Path(table)
+    df = read_table(path, required=("query_id",), what="scores file")
+    df["query_id"] = df["query_id"].astype(str).str.strip()
+    metrics = [c for c in df.columns if c != "query_id"]
+    if not metrics:
+        raise InputError("scores file has no metric column beside query_id", where=str(path),
+                         hint="columns: query_id, then one numeric column per metric")
+    values = {}
+    for c in metrics:
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = df[c][v.isna() & df[c].notna() & (df[c].astype(str).str.strip() != "")]
+        if len(bad):
+            raise InputError(f"column '{c}' is not numeric (e.g. {bad.iloc[0]!r} for query "
+                             f"{df['query_id'][bad.index[0]]})", where=str(path))
+        values[c] = v
+    dup = df["query_id"][df["query_id"].duplicated()]
+    if len(dup):
+        raise InputError(f"query_id '{dup.iloc[0]}' appears more than once", where=str(path))
+    ws = Workspace.open(workspace)
+    stored = []
+    for rid in run_ids(run_id, workspace=ws.root):
+        known = set(db.run_tables(ws, rid)[0]["query_id"])
+        unknown = [q for q in df["query_id"] if q not in known]
+        if unknown:
+            raise InputError(f"{len(unknown)} query id(s) not in run '{rid}': {', '.join(unknown[:10])}"
+                             + (" ..." if len(unknown) > 10 else ""), where=str(path),
+                             hint="'fpr export --run RUN --out FILE.csv' lists the run's query ids")
+        long = pd.concat([pd.DataFrame({"query_id": df["query_id"], "scorer": scorer, "metric": c,
+                                        "value": values[c].astype(float),
+                                        "note": np.where(values[c].isna(), f"empty in {path.name}", None)})
+                          for c in metrics], ignore_index=True)
+        stored.append(long.assign(run_id=rid))
+    for part in stored:
+        db.replace_scores(ws, part["run_id"].iloc[0], [scorer], part, overwrite=overwrite)
+    return pd.concat(stored, ignore_index=True)
+

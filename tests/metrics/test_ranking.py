@@ -1,0 +1,213 @@
+"""The metric contract: hand-computed cases, scikit-learn and an independent loop as oracles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import average_precision_score
+
+import fpr.metrics.ranking as M
+from fpr.metrics.ranking import average_precision, retrieval_metrics, retrieval_metrics_labels, top_k
+
+
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def engine(request, monkeypatch):
+    """Every test runs on the compiled kernel and on the NumPy fallback."""
+    monkeypatch.setattr(M, "ENGINE", request.param)
+    return request.param
+
+
+def loop_ap_with_ties(scores: np.ndarray, rel: np.ndarray) -> float:
+    """Independent reference: walk distinct score thresholds from the top (sklearn's definition)."""
+    total = rel.sum()
+    ap, prev_hits = 0.0, 0
+    for t in sorted(set(scores[np.isfinite(scores)].tolist()), reverse=True):
+        above = scores >= t
+        hits = int(rel[above].sum())
+        ap += (hits - prev_hits) / total * (hits / above.sum())
+        prev_hits = hits
+    return ap
+
+
+# ---- hand-computed cases ----------------------------------------------------------------
+
+def test_single_relevant_item_ap_is_reciprocal_rank():
+    assert average_precision(np.array([0.9, 0.8, 0.7, 0.1]), np.array([0, 0, 1, 0])) == pytest.approx(1 / 3)
+    assert average_precision(np.array([0.9, 0.8]), np.array([1, 0])) == 1.0
+
+
+def test_two_relevant_items_hand_computed():
+    # ranking: R N R N -> (1/1 + 2/3) / 2
+    ap = average_precision(np.array([4.0, 3.0, 2.0, 1.0]), np.array([1, 0, 1, 0]))
+    assert ap == pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_ties_take_precision_at_end_of_block():
+    # all three tied: the one relevant item gets precision 1/3 whatever the order
+    assert average_precision(np.array([1.0, 1.0, 1.0]), np.array([0, 1, 0])) == pytest.approx(1 / 3)
+    # [R, (R, N tied), N]: first gets 1/1, second gets precision at block end = 2/3
+    ap = average_precision(np.array([5.0, 3.0, 3.0, 1.0]), np.array([1, 1, 0, 0]))
+    assert ap == pytest.approx((1 + 2 / 3) / 2)
+
+
+def test_ranks_use_the_same_tie_rule():
+    m = retrieval_metrics(np.array([[3.0, 3.0, 2.0, 1.0]]), np.array([[False, True, False, True]]))
+    assert m.first_hit_rank[0] == 2  # tied with a non-relevant item: end of the block
+    assert m.last_hit_rank[0] == 4
+    assert m.inp[0] == pytest.approx(2 / 4)
+    assert m.cmc(1)[0] == 0.0 and m.cmc(2)[0] == 1.0
+
+
+def test_query_without_relevant_item_is_nan_not_zero():
+    m = retrieval_metrics(np.array([[0.5, 0.4]]), np.array([[False, False]]))
+    assert np.isnan(m.ap[0]) and m.first_hit_rank[0] == 0 and m.n_relevant[0] == 0 and np.isnan(m.inp[0])
+
+
+def test_out_of_scope_items_never_count():
+    scores = np.array([[np.inf * -1, 0.2, 0.9, -np.inf]])
+    rel = np.array([[False, True, False, False]])
+    m = retrieval_metrics(scores, rel)
+    assert m.ap[0] == pytest.approx(0.5) and m.last_hit_rank[0] == 2
+
+
+def test_negative_zero_ties_with_zero():
+    m = retrieval_metrics(np.array([[0.0, -0.0]], dtype=np.float32), np.array([[False, True]]))
+    assert m.ap[0] == pytest.approx(0.5)
+
+
+# ---- cross-checks -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matches_sklearn_on_hundreds_of_random_cases_with_ties(dtype):
+    rng = np.random.default_rng(7)
+    scores, rels = [], []
+    for t in range(400):
+        g = 30
+        s = rng.integers(0, 5, size=g).astype(dtype)  # heavy ties
+        if t % 2:
+            s = s + rng.normal(0, 0.3, size=g).astype(dtype) * (rng.random(g) < 0.5)
+        r = rng.random(g) < 0.25
+        r[rng.integers(g)] = True
+        scores.append(s)
+        rels.append(r)
+    scores, rels = np.array(scores, dtype=dtype), np.array(rels)
+    m = retrieval_metrics(scores, rels, chunk=33)
+    for i in range(len(scores)):
+        ref = 1.0 if rels[i].all() else average_precision_score(rels[i], scores[i].astype(np.float64))
+        assert abs(m.ap[i] - ref) <= 1e-9
+        assert abs(m.ap[i] - loop_ap_with_ties(scores[i].astype(np.float64), rels[i])) <= 1e-9
+
+
+def test_invariant_to_gallery_order():
+    rng = np.random.default_rng(3)
+    s = rng.integers(0, 4, size=(50, 40)).astype(np.float64)
+    r = rng.random((50, 40)) < 0.2
+    r[:, 0] = True
+    perm = rng.permutation(40)
+    a, b = retrieval_metrics(s, r), retrieval_metrics(s[:, perm], r[:, perm])
+    np.testing.assert_allclose(a.ap, b.ap, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(a.first_hit_rank, b.first_hit_rank)
+
+
+def test_label_path_equals_mask_path_and_dense_equals_sparse(monkeypatch):
+    rng = np.random.default_rng(11)
+    s = rng.integers(0, 6, size=(70, 90)).astype(np.float32)
+    ql, gl = rng.integers(0, 8, 70), rng.integers(0, 9, 90)
+    a = retrieval_metrics(s, ql[:, None] == gl[None, :], chunk=16)
+    b = retrieval_metrics_labels(s, ql, gl, chunk=23)
+    monkeypatch.setattr(M, "DENSE_FRACTION", 0.0)  # force the whole-row sort path
+    monkeypatch.setattr(M, "DENSE_BLOCK", 5)
+    c = retrieval_metrics_labels(s, ql, gl)
+    for x in (b, c):
+        np.testing.assert_allclose(a.ap, x.ap, equal_nan=True, atol=1e-12)
+        np.testing.assert_array_equal(a.first_hit_rank, x.first_hit_rank)
+        np.testing.assert_array_equal(a.last_hit_rank, x.last_hit_rank)
+
+
+def test_chunking_and_threads_do_not_change_results(monkeypatch):
+    rng = np.random.default_rng(5)
+    s = rng.normal(size=(200, 60)).astype(np.float32)
+    r = rng.random((200, 60)) < 0.1
+    r[:, 1] = True
+    whole = retrieval_metrics(s, r, chunk=1000)
+    monkeypatch.setattr(M, "THREADS", 1)
+    pieces = retrieval_metrics(s, r, chunk=7)
+    np.testing.assert_array_equal(whole.ap, pieces.ap)
+
+
+def test_cmc_and_minp_against_brute_force():
+    rng = np.random.default_rng(9)
+    s = rng.normal(size=(100, 50))
+    r = rng.random((100, 50)) < 0.1
+    r[:, 0] = True
+    m = retrieval_metrics(s, r)
+    for i in range(100):
+        order = np.argsort(-s[i])
+        ranks = np.flatnonzero(r[i][order]) + 1
+        assert m.first_hit_rank[i] == ranks[0]
+        assert m.inp[i] == pytest.approx(len(ranks) / ranks[-1])
+        for k in (1, 5, 10):
+            assert m.cmc(k)[i] == float(ranks[0] <= k)
+
+
+def test_top_k_orders_and_pads():
+    idx, val = top_k(np.array([[0.1, 0.9, -np.inf, 0.5]]), 4)
+    assert idx.tolist() == [[1, 3, 0, -1]]
+    assert val[0, :3].tolist() == [0.9, 0.5, 0.1]
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError):
+        retrieval_metrics(np.zeros((2, 3)), np.zeros((2, 4), bool))
+
+
+def test_engines_agree_exactly_on_ties_and_edge_rows(engine):
+    """Every code path (kernel mask/labels; NumPy sparse packed-key, float64 lexsort, dense whole-row,
+    dense sub-blocks) against scikit-learn, with ties, -0.0, -inf scopes, empty and all-relevant rows."""
+    rng = np.random.default_rng(21)
+    q, g = 90, 70
+    s32 = (rng.integers(-3, 4, size=(q, g)) / 2).astype(np.float32)
+    s32[::7] = -0.0 * s32[::7]  # signed zeros tie with +0.0
+    s32[:, ::9] = -np.inf  # out of scope
+    s32[5:9] = rng.normal(size=(4, g)).astype(np.float32)  # tie-free rows
+    ql, gl = rng.integers(0, 6, q), rng.integers(0, 6, g)
+    rel = (ql[:, None] == gl[None, :]) & np.isfinite(s32)
+    rel[0] = False  # no relevant item
+    rel[1] = np.isfinite(s32[1])  # every scoped item relevant
+    rel[6] = np.isfinite(s32[6]) & (np.arange(g) % 8 != 1)  # > 48 distinct relevant values: the kernel's binary search
+    assert len(set(s32[6][rel[6]].tolist())) > 48
+    ref = np.array([np.nan if not rel[i].any() else 1.0 if rel[i][np.isfinite(s32[i])].all() and
+                    np.isfinite(s32[i]).all() else average_precision_score(rel[i][np.isfinite(s32[i])],
+                                                                            s32[i][np.isfinite(s32[i])])
+                    for i in range(q)])
+    outs = [retrieval_metrics(s32, rel), retrieval_metrics(s32.astype(np.float64), rel)]
+    if engine == "numpy":
+        for frac, block in ((0.0, 5), (0.0, 1000)):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(M, "DENSE_FRACTION", frac)
+                mp.setattr(M, "DENSE_BLOCK", block)
+                outs.append(retrieval_metrics(s32, rel))
+    for m in outs:
+        np.testing.assert_allclose(m.ap, ref, rtol=0, atol=1e-9, equal_nan=True)
+        for i in (0, 1, 2, 5, 30):
+            if rel[i].any():
+                order = np.argsort(-s32[i].astype(np.float64), kind="stable")
+                pos = np.flatnonzero(rel[i][order])
+                end = lambda p: int(np.sum(s32[i] >= s32[i][order][p]))  # noqa: E731  (pessimistic tie rank)
+                assert m.first_hit_rank[i] == end(pos[0]) and m.last_hit_rank[i] == end(pos[-1])
+        assert m.first_hit_rank[0] == 0 and np.isnan(m.ap[0]) and m.ap[1] == 1.0
+    # labels: relevance by equal labels (the -inf columns are never relevant there: give them a foreign label)
+    gl2 = np.where(np.isfinite(s32).all(axis=0), gl, 99)
+    lab = retrieval_metrics_labels(s32, ql, gl2)
+    mask = retrieval_metrics(s32, ql[:, None] == gl2[None, :])
+    np.testing.assert_array_equal(lab.ap, mask.ap)
+    np.testing.assert_array_equal(lab.last_hit_rank, mask.last_hit_rank)
+    if engine == "numba":
+        from fpr.metrics import _kernels  # the compiled path really ran
+        assert M._kernels() is _kernels
+
+
+def test_nan_relevant_scores_are_an_error_in_both_engines():
+    with pytest.raises(ValueError, match="NaN"):
+        retrieval_metrics(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
+    m = retrieval_metrics(np.array([[np.nan, 1.0, 0.5]]), np.array([[False, False, True]]))
+    assert m.ap[0] == 0.5 and m.first_hit_rank[0] == 2

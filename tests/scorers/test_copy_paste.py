@@ -1,0 +1,141 @@
+"""copy-paste on the built-in world: each copy transform is caught, re-renderings are not; a held-out seed's
+flag rates and AUROC."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from fpr.scorers import QueryBatch, run_scorers
+from fpr.scorers.copy_paste import DEFAULTS
+from fpr.galleries.world import World, WorldConfig
+
+COPY_LIKE = ("paste", "paste-mirror", "paste-rescale", "edit")
+
+
+def _wide(batch: QueryBatch) -> pd.DataFrame:
+    got = run_scorers(["copy-paste"], batch)
+    return got.pivot(index="query_id", columns="metric", values="value")
+
+
+@pytest.fixture(scope="module")
+def one_identity(tmp_path_factory):
+    """Three references of a leopard (small spots: the hardest species), its re-renderings, and hand-made copies."""
+    folder = tmp_path_factory.mktemp("cp")
+    w = World(WorldConfig(seed=7, identities=2, references=3, queries=2, species=("leopard",)))
+    ident = w.ids["leopard"][0]
+    refs = []
+    for k in range(3):
+        refs.append(str(folder / f"ref{k}.png"))
+        w.real_image("leopard", ident, "reference", k).save(refs[-1])
+    ref = Image.open(refs[1]).convert("RGB")
+    grey = (128, 128, 128)
+    small = ref.resize((77, 77), Image.BILINEAR)
+    rescaled = Image.new("RGB", (96, 96), (90, 140, 200))
+    rescaled.paste(small, (12, 8))
+    cases = {
+        "mirrored": ref.transpose(Image.FLIP_LEFT_RIGHT),
+        "rescaled-0.8-moved": rescaled,
+        "enlarged-1.25-cropped": ref.resize((120, 120), Image.BILINEAR).crop((12, 12, 108, 108)),
+        "cropped": ref.crop((10, 6, 96, 90)),
+        "rotated-5deg": ref.rotate(5, resample=Image.BILINEAR, fillcolor=grey),
+        "jpeg-q50": ref,
+    }
+    paths = {}
+    for name, im in cases.items():
+        paths[name] = str(folder / (f"{name}.jpg" if "jpeg" in name else f"{name}.png"))
+        im.save(paths[name], quality=50) if "jpeg" in name else im.save(paths[name])
+    for m in ("faithful", "drift-0.25", "generic"):
+        for k in range(2):
+            paths[f"{m}-{k}"] = str(folder / f"{m}-{k}.png")
+            w.query_image(m, "leopard", ident, k)[0].save(paths[f"{m}-{k}"])
+    names = list(paths)
+    batch = QueryBatch(names, [paths[n] for n in names], ["x"] * len(names), ["leopard"] * len(names),
+                       [None] * len(names), [refs] * len(names), device="cpu")
+    return _wide(batch)
+
+
+@pytest.mark.parametrize("case", ["mirrored", "rescaled-0.8-moved", "enlarged-1.25-cropped", "cropped",
+                                  "rotated-5deg", "jpeg-q50"])
+def test_each_copy_transform_is_flagged(one_identity, case):
+    row = one_identity.loc[case]
+    assert row["flag"] == 1 and row["score"] >= DEFAULTS["threshold"], row.to_dict()
+    assert row["score"] == row["pixel"] and 0 <= row["score"] <= 1
+    assert row["mirrored"] == (1.0 if case == "mirrored" else 0.0)
+
+
+def test_re_renderings_are_not_flagged(one_identity):
+    renders = one_identity.loc[[n for n in one_identity.index if n[-2:] in ("-0", "-1")]]
+    assert len(renders) == 6 and (renders["flag"] == 0).all(), renders.to_dict()
+    copies = one_identity.drop(renders.index)
+    assert copies["score"].min() >= 2 * renders["score"].max()
+
+
+def test_held_out_world_seed_flag_rates_and_auroc(tmp_path):
+    """Seed 4242 is neither a calibration (101, 102) nor a validation seed (201, 202) of the benchmark."""
+    from sklearn.metrics import roc_auc_score
+
+    build = World(WorldConfig(seed=4242, identities=2, gallery=1, references=3, queries=2,
+                              methods=("faithful",) + COPY_LIKE)).write(tmp_path / "w")
+    q = pd.DataFrame(build.queries)
+    batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
+                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
+    wide = _wide(batch).join(q.set_index("query_id")["method"])
+    rates = wide.groupby("method")["flag"].mean()
+    assert rates["faithful"] == 0.0, rates.to_dict()
+    assert all(rates[m] >= 11 / 12 for m in COPY_LIKE), rates.to_dict()  # 12 queries each: at most one miss
+    y = wide["method"] != "faithful"
+    assert roc_auc_score(y, wide["score"]) >= 0.97
+    assert (wide["score"] == wide["pixel"]).all() and wide["score"].between(0, 1).all()
+
+
+def test_default_threshold_is_the_calibrated_one():
+    """The default is a claim backed by benchmarks/calibrate_copy_paste.py: its table states the calibrated value."""
+    import re
+    from pathlib import Path
+
+    table = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "copy_paste_calibration.md").read_text()
+    m = re.search(r"\*\*Calibrated threshold: ([0-9.]+)\*\*", table)
+    assert m, "calibration table without its threshold line"
+    assert DEFAULTS["threshold"] == pytest.approx(float(m.group(1)), abs=5e-4)
+    assert "## Validation seeds 201, 202" in table and "## Calibration seeds 101, 102" in table
+
+
+def test_scores_do_not_depend_on_worker_processes(tmp_path, monkeypatch):
+    """Large batches are matched in forked processes; every value must equal the in-process run's, bit for bit,
+    in the input order."""
+    from fpr.scorers import copy_paste
+
+    build = World(WorldConfig(seed=31, identities=2, gallery=1, references=3, queries=2,
+                              species=("zebra", "leopard"), methods=("faithful", "paste", "edit"))).write(tmp_path / "w")
+    q = pd.DataFrame(build.queries)
+    batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
+                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
+    monkeypatch.setattr(copy_paste, "CHUNK", 5)  # several tasks per worker, chunks cut across identities
+    runs, used = [], []
+    for processes in (1, 2):
+        monkeypatch.setattr(copy_paste, "_match_processes", lambda n, p=processes: used.append(p) or p)
+        runs.append(run_scorers(["copy-paste"], batch))
+    assert used == [1, 2]
+    pd.testing.assert_frame_equal(runs[0], runs[1], check_exact=True)
+    assert list(runs[0]["query_id"].unique()) == list(q["query_id"])
+    assert len(runs[0]) == 8 * len(q) and runs[0].loc[runs[0]["metric"] == "flag", "value"].sum() >= 4
+
+
+def test_worker_processes_only_for_large_batches_from_the_main_thread(monkeypatch):
+    import threading
+
+    from fpr.scorers import copy_paste
+
+    monkeypatch.setattr(copy_paste.os, "cpu_count", lambda: 4)
+    monkeypatch.delitem(copy_paste.sys.modules, "ray", raising=False)
+    assert copy_paste._match_processes(2 * copy_paste.CHUNK - 1) == 1
+    assert copy_paste._match_processes(2 * copy_paste.CHUNK) == 2
+    assert copy_paste._match_processes(100 * copy_paste.CHUNK) == 4
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(copy_paste._match_processes(100 * copy_paste.CHUNK)))
+    t.start()
+    t.join()
+    assert seen == [1]  # e.g. the HTTP service's worker threads
+    monkeypatch.setitem(copy_paste.sys.modules, "ray", object())
+    assert copy_paste._match_processes(100 * copy_paste.CHUNK) == 1

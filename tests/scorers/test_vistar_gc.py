@@ -1,0 +1,105 @@
+"""vistar-gc: each cue on images built to have and to lack its defect; depth cues on hand-built depth maps and
+missing (with the reason) when the depth model is not cached; GC = the minimum of the cues computed."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from fpr.scorers import QueryBatch, run_scorers
+from fpr.scorers import vistar_gc as gc
+
+
+def _canvas(colour=(90, 110, 140)) -> Image.Image:
+    return Image.new("RGB", (256, 256), colour)
+
+
+def _rgb(img: Image.Image) -> np.ndarray:
+    return gc._work_array(img)
+
+
+def test_contour_integrity_whole_vs_broken_outline():
+    whole = _canvas()
+    ImageDraw.Draw(whole).ellipse((48, 48, 208, 208), outline=(240, 240, 240), width=4)
+    broken = _canvas()
+    d = ImageDraw.Draw(broken)
+    for a in range(0, 360, 12):  # the same circle as 3-degree dashes with 9-degree gaps
+        d.arc((48, 48, 208, 208), a, a + 3, fill=(240, 240, 240), width=3)
+    w, _ = gc.contour_integrity(_rgb(whole))
+    b, _ = gc.contour_integrity(_rgb(broken))
+    assert w == pytest.approx(1.0) and b < 0.2
+    v, why = gc.contour_integrity(_rgb(_canvas()))
+    assert math.isnan(v) and why == "no edges"
+
+
+def test_lbp_regularity_uniform_vs_patched_texture():
+    x = np.arange(256)
+    stripes = ((np.sin(2 * np.pi * x[None, :] / 8) + np.sin(2 * np.pi * x[:, None] / 16)) * 60 + 128).astype(np.uint8)
+    regular = np.repeat(stripes[..., None], 3, axis=2)
+    patched = regular.copy()
+    patched[64:128, 64:128] = np.random.default_rng(0).integers(0, 256, (64, 64, 1))
+    r, _ = gc.lbp_regularity(regular / 255.0)
+    p, _ = gc.lbp_regularity(patched / 255.0)
+    assert r > 0.95 and p < r - 0.05
+
+
+def test_highlight_continuity_blob_vs_speckles():
+    blob = _canvas()
+    ImageDraw.Draw(blob).ellipse((100, 100, 140, 130), fill=(255, 255, 255))
+    speckled = np.asarray(_canvas(), dtype=np.uint8).copy()
+    speckled[8::16, 8::16] = 255  # isolated single-pixel glints
+    assert gc.highlight_continuity(_rgb(blob))[0] == 1.0
+    assert gc.highlight_continuity(speckled / 255.0)[0] == 0.0
+    v, why = gc.highlight_continuity(_rgb(_canvas()))
+    assert math.isnan(v) and why == "no highlights"
+
+
+def test_depth_cues_on_smooth_and_broken_depth_maps():
+    yy, xx = np.mgrid[0:128, 0:128].astype(np.float64)
+    ramp = xx / 127.0
+    creased = np.abs(xx - 64) / 64.0 + 0.3 * (np.random.default_rng(0).random((128, 128)) > 0.97)
+    assert gc.depth_normal_smoothness(ramp) == pytest.approx(1.0, abs=1e-5)  # float32 depth maps
+    assert gc.depth_curvature_regularity(ramp) == pytest.approx(1.0, abs=1e-5)
+    assert gc.depth_normal_smoothness(creased) < 0.9
+    assert gc.depth_curvature_regularity(creased) < 0.5
+
+
+def test_padim_cue_normal_vs_anomalous_patch(tmp_path):
+    def smooth(seed):
+        rng = np.random.default_rng(seed)
+        base = np.asarray(Image.fromarray(rng.integers(60, 200, (8, 8, 3), dtype=np.uint8)).resize((128, 128),
+                                                                                                     Image.BILINEAR))
+        return np.clip(base.astype(int) + rng.normal(0, 6, base.shape), 0, 255).astype(np.uint8)
+
+    rng_base = smooth(0)
+    refs = []
+    for k in range(8):
+        arr = np.clip(rng_base.astype(int) + np.random.default_rng(10 + k).normal(0, 8, rng_base.shape), 0, 255)
+        refs.append(str(tmp_path / f"r{k}.png"))
+        Image.fromarray(arr.astype(np.uint8)).save(refs[-1])
+    normal = np.clip(rng_base.astype(int) + np.random.default_rng(99).normal(0, 8, rng_base.shape), 0, 255)
+    odd = normal.copy()
+    odd[0:32, 0:32] = [255, 0, 255]
+    Image.fromarray(normal.astype(np.uint8)).save(tmp_path / "normal.png")
+    Image.fromarray(odd.astype(np.uint8)).save(tmp_path / "odd.png")
+    batch = QueryBatch(["normal", "odd", "norefs"], [str(tmp_path / "normal.png"), str(tmp_path / "odd.png"),
+                                                     str(tmp_path / "normal.png")], ["x"] * 3, ["g"] * 3, [None] * 3,
+                       [refs, refs, []], device="cpu",
+                       options={"vistar-gc.padim_encoder": "pixels-16", "vistar-gc.depth_model": "no-such/depth-model"})
+    out = run_scorers(["vistar-gc"], batch).set_index(["query_id", "metric"])
+    assert out.loc[("normal", "padim"), "value"] > 0.9
+    assert out.loc[("odd", "padim"), "value"] < 0.5
+    assert math.isnan(out.loc[("norefs", "padim"), "value"])
+    assert "no reference images" in out.loc[("norefs", "padim"), "note"]
+    # depth model not cached: both depth cues missing, with the reason, not an error
+    assert math.isnan(out.loc[("odd", "depth_normals"), "value"])
+    assert "not in the local Hugging Face cache" in out.loc[("odd", "depth_curvature"), "note"]
+    # GC is the minimum of the cues computed; the note says which were missing and why
+    for q in ("normal", "odd", "norefs"):
+        cues = [out.loc[(q, c), "value"] for c in gc.CUES]
+        assert out.loc[(q, "score"), "value"] == pytest.approx(np.nanmin(cues))
+    note = json.loads(out.loc[("odd", "score"), "note"])
+    assert set(note["missing"]) >= {"depth_normals", "depth_curvature"} and "padim" in note["gc_over"]

@@ -1,0 +1,219 @@
+"""Meta-evaluation: PPA (ties excluded), Spearman/Kendall against scipy, Krippendorff's alpha against a
+hand computation (and the ``krippendorff`` package when installed), bootstrap and paired tests, ``fpr meta``."""
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from scipy.stats import kendalltau, spearmanr
+
+import fpr.api as api
+from fpr.cli.main import cli
+from fpr.errors import InputError, NotFoundError
+from fpr.metrics import agreement as A
+from fpr.workflows import meta
+from fpr.metrics.summary import resample_indices
+from fpr.galleries.curate import GallerySpec
+from tests.conftest import make_tree
+
+
+def _per_query(values: dict[str, list[float]], n: int | None = None) -> pd.DataFrame:
+    n = n or len(next(iter(values.values())))
+    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(n)], "status": "ok", "group": "g",
+                       "identity": "i"})
+    for k, v in values.items():
+        df[k] = v
+    return df
+
+
+def _pairs(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["query_id_a", "query_id_b", "winner"]).assign(n_votes=1)
+
+
+# --------------------------------------------------------------------------- Krippendorff's alpha
+
+def test_alpha_interval_matches_a_hand_computation():
+    # raters x units; values 1,1 | 2,2 | 3,4: D_o = (2 / 1) / 6 = 1/3; over the 6 values sum_{i<j} (vi-vj)^2 = 41,
+    # D_e = 2 * 41 / (6 * 5) = 82/30; alpha = 1 - (1/3) / (82/30) = 72/82.
+    data = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 4.0]])
+    assert A.krippendorff_alpha_interval(data) == pytest.approx(72 / 82, abs=1e-12)
+    # a unit rated once is not pairable and changes nothing
+    with_single = np.array([[1.0, 2.0, 3.0, 5.0], [1.0, 2.0, 4.0, np.nan]])
+    assert A.krippendorff_alpha_interval(with_single) == pytest.approx(72 / 82, abs=1e-12)
+    # perfect agreement is 1
+    assert A.krippendorff_alpha_interval(np.array([[1.0, 2, 3], [1.0, 2, 3]])) == pytest.approx(1.0)
+
+
+def test_alpha_interval_matches_the_krippendorff_package():
+    rng = np.random.default_rng(3)
+    truth = rng.integers(1, 6, size=40).astype(float)
+    data = np.clip(truth + rng.normal(0, 1, size=(3, 40)).round(), 1, 5)
+    data[rng.random(data.shape) < 0.2] = np.nan
+    ours = A.krippendorff_alpha_interval(data)
+    try:
+        import krippendorff
+    except ImportError:  # pragma: no cover - the package is in the test extra
+        pytest.skip("krippendorff not installed")
+    assert ours == pytest.approx(krippendorff.alpha(reliability_data=data, level_of_measurement="interval"),
+                                 abs=1e-10)
+
+
+# --------------------------------------------------------------------------- PPA, Spearman, Kendall
+
+def test_ppa_excludes_human_ties_and_counts_metric_ties_half():
+    df = _per_query({"m": [0.9, 0.5, 0.5, 0.1]})
+    pairs = _pairs([("q0", "q1", "a"),   # metric right
+                    ("q1", "q3", "b"),   # metric wrong (0.5 > 0.1)
+                    ("q1", "q2", "a"),   # metric tie: 1/2
+                    ("q0", "q3", "tie")])  # human tie: excluded
+    res = A.agreement(df, ["m"], A.Judgments(pairs, A._empty_ratings()), n_boot=50)
+    row = res.rows[0]
+    assert row["n_pairs"] == 3 and row["n_metric_ties"] == 1
+    assert row["ppa"] == pytest.approx((1 + 0 + 0.5) / 3)
+    assert res.info["n_pairs_tied_excluded"] == 1
+    # lower-better flips the metric's direction
+    flipped = A.agreement(df, ["m"], A.Judgments(pairs, A._empty_ratings()), lower_better=["m"], n_boot=50)
+    assert flipped.rows[0]["ppa"] == pytest.approx((0 + 1 + 0.5) / 3)
+
+
+def test_pair_votes_are_pooled_in_either_order():
+    raw = pd.DataFrame({"query_id_a": ["q0", "q1", "q0", "q2"], "query_id_b": ["q1", "q0", "q1", "q3"],
+                        "winner": ["a", "a", "a", "tie"]})
+    agg = meta._aggregate_pairs(raw, "x").set_index(["query_id_a", "query_id_b"])
+    assert agg.loc[("q0", "q1"), "winner"] == "a" and agg.loc[("q0", "q1"), "n_votes"] == 3  # +1 -1 +1
+    assert agg.loc[("q2", "q3"), "winner"] == "tie"
+    with pytest.raises(InputError, match="winner"):
+        meta._aggregate_pairs(raw.assign(winner=["a", "left", "a", "b"]), "x")
+
+
+def test_spearman_kendall_match_scipy_and_the_bootstrap_is_the_seeded_one():
+    rng = np.random.default_rng(0)
+    m = rng.integers(0, 6, size=30).astype(float)  # many ties
+    rating = m + rng.normal(0, 2, size=30).round()
+    df = _per_query({"m": m})
+    ratings = pd.DataFrame({"query_id": df["query_id"], "rater": "r", "rating": rating})
+    res = A.agreement(df, ["m"], A.Judgments(A._empty_pairs(), ratings), n_boot=200, seed=5)
+    row = res.rows[0]
+    assert row["spearman"] == pytest.approx(spearmanr(m, rating).statistic, abs=1e-12)
+    assert row["kendall"] == pytest.approx(kendalltau(m, rating).statistic, abs=1e-12)
+    idx = resample_indices(30, seed=5, key=("meta-rated",), n_boot=200)
+    boots = np.array([spearmanr(m[i], rating[i]).statistic for i in idx])
+    lo, hi = np.nanquantile(boots, [0.025, 0.975])
+    assert (row["spearman_lo"], row["spearman_hi"]) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_ppa_bootstrap_is_a_cluster_bootstrap_over_queries():
+    rng = np.random.default_rng(1)
+    n = 12
+    m = rng.normal(size=n)
+    truth = m + rng.normal(0, 1, size=n)
+    df = _per_query({"m": m})
+    pairs = _pairs([(f"q{i}", f"q{j}", "a" if truth[i] > truth[j] else "b") for i, j in combinations(range(n), 2)])
+    res = A.agreement(df, ["m"], A.Judgments(pairs, A._empty_ratings()), n_boot=100, seed=2)
+    # direct: expand each resample into copies and count every (copy of a, copy of b) pair
+    idx = resample_indices(n, seed=2, key=("meta",), n_boot=100)
+    boots = []
+    for sample in idx:
+        copies = np.bincount(sample, minlength=n)
+        num = den = 0.0
+        for i, j in combinations(range(n), 2):
+            w = copies[i] * copies[j]
+            right = (m[i] > m[j]) == (truth[i] > truth[j])
+            num, den = num + w * right, den + w
+        boots.append(num / den if den else np.nan)
+    lo, hi = np.nanquantile(boots, [0.025, 0.975])
+    assert (res.rows[0]["ppa_lo"], res.rows[0]["ppa_hi"]) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_alpha_metric_as_rater_and_among_raters():
+    r1 = np.array([1.0, 2, 3, 4, 5])
+    r2 = np.array([1.0, 3, 3, 4, 4])
+    df = _per_query({"m": [0.0, 0.25, 0.5, 0.75, 1.0]})  # rescaled onto the ratings' range: 1..5 = r1
+    ratings = pd.concat([pd.DataFrame({"query_id": df["query_id"], "rater": name, "rating": r})
+                         for name, r in (("a", r1), ("b", r2))])
+    res = A.agreement(df, ["m"], A.Judgments(A._empty_pairs(), ratings), n_boot=50)
+    assert res.rows[0]["alpha"] == pytest.approx(A.krippendorff_alpha_interval(np.vstack([r1, r2, r1])))
+    assert res.rows[1]["metric"] == "(raters)"
+    assert res.rows[1]["alpha"] == pytest.approx(A.krippendorff_alpha_interval(np.vstack([r1, r2])))
+
+
+def test_mcnemar_and_paired_comparison():
+    assert A.mcnemar_exact(5, 0) == pytest.approx(2 * 0.5 ** 5)
+    assert A.mcnemar_exact(0, 0) == 1.0
+    df = _per_query({"good": [4.0, 3, 2, 1], "bad": [1.0, 2, 3, 4]})
+    pairs = _pairs([(f"q{i}", f"q{j}", "a") for i, j in combinations(range(4), 2)])
+    ratings = pd.DataFrame({"query_id": df["query_id"], "rater": "r", "rating": [4.0, 3, 2, 1]})
+    res = A.agreement(df, ["good", "bad"], A.Judgments(pairs, ratings), compare=("good", "bad"), n_boot=100)
+    c = res.comparison
+    assert (c["a_right_b_wrong"], c["a_wrong_b_right"]) == (6, 0)
+    assert c["mcnemar_p"] == pytest.approx(2 * 0.5 ** 6)
+    assert c["ppa_diff"] == pytest.approx(1.0) and c["spearman_diff"] == pytest.approx(2.0)
+
+
+def test_unknown_judged_queries_are_one_line_errors():
+    df = _per_query({"m": [1.0, 2.0]})
+    with pytest.raises(NotFoundError, match="not evaluated queries"):
+        A.agreement(df, ["m"], A.Judgments(_pairs([("q0", "zz", "a")]), A._empty_ratings()))
+
+
+# --------------------------------------------------------------------------- fpr meta end to end
+
+@pytest.fixture
+def drift_run(tmp_path, workspace):
+    tree = make_tree(tmp_path / "tree", identities=2, images=4, groups=("cats",))
+    api.import_gallery("g", api.read_folder(tree), GallerySpec(references_per_identity=1), workspace=workspace)
+    api.build_index("g", "pixels-16", workspace=workspace)
+    items = [it for it in api.gallery_items("g", workspace=workspace) if it.role == "gallery"]
+    rows = []
+    for k, it in enumerate(items):
+        for drift, other in ((0.0, it), (1.0, items[(k + 3) % len(items)])):
+            rows.append({"query_id": f"{it.item_id}-{drift}", "path": other.path, "identity": it.identity,
+                         "group": it.group, "method": f"d{drift}", "drift": drift})
+    api.run_query("g-pixels-16", pd.DataFrame(rows), run="r", workspace=workspace)
+    return workspace
+
+
+def test_fpr_meta_truth_and_human_files(tmp_path, drift_run):
+    runner = CliRunner()
+    base = ["--workspace", str(drift_run), "meta", "--run", "r"]
+    r = runner.invoke(cli, base + ["--truth", "drift", "--format", "json", "--n-boot", "100", "--compare", "ap,sim",
+                                   "--plot", str(tmp_path / "meta.png")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    res = api.load_run("r", workspace=drift_run)
+    pq = res.per_query
+    rows = {row["metric"]: row for row in out["rows"]}
+    assert set(rows) == {"ap", "sim", "cmc1", "cmc5", "cmc10", "inp"}
+    drift = pq["drift"].astype(float).to_numpy()
+    assert rows["sim"]["spearman"] == pytest.approx(spearmanr(pq["sim"], -drift).statistic, abs=1e-9)
+    # pairs: all pairs within (group, identity) with different drift; higher sim on the lower drift = right
+    right = total = 0
+    for _, g in pq.groupby("identity"):
+        for (_, a), (_, b) in combinations(g.iterrows(), 2):
+            if a["drift"] != b["drift"]:
+                total += 1
+                better, worse = (a, b) if float(a["drift"]) < float(b["drift"]) else (b, a)
+                right += 1.0 if better["sim"] > worse["sim"] else 0.5 if better["sim"] == worse["sim"] else 0.0
+    assert rows["sim"]["n_pairs"] == total and rows["sim"]["ppa"] == pytest.approx(right / total)
+    assert out["comparison"]["metric_a"] == "ap" and (tmp_path / "meta.png").stat().st_size > 0
+
+    # the same judgments as a human ratings file from two raters give the same Spearman
+    ratings = pd.concat([pd.DataFrame({"query_id": pq["query_id"], "rating": -drift, "rater": name})
+                         for name in ("x", "y")])
+    ratings.to_csv(tmp_path / "ratings.csv", index=False)
+    r = runner.invoke(cli, base + ["--human", str(tmp_path / "ratings.csv"), "--format", "csv", "--n-boot", "50"])
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(pd.io.common.StringIO(r.output)).set_index("metric")
+    assert table.loc["sim", "spearman"] == pytest.approx(rows["sim"]["spearman"], abs=1e-9)
+    assert table.loc["(raters)", "alpha"] == pytest.approx(1.0)
+
+    # a file with neither layout, and both --human and --truth, are one-line errors
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    r = runner.invoke(cli, base + ["--human", str(tmp_path / "bad.csv")])
+    assert r.exit_code == 2 and "query_id_a" in r.output
+    r = runner.invoke(cli, base + ["--human", str(tmp_path / "bad.csv"), "--truth", "drift"])
+    assert r.exit_code == 2 and "exactly one" in r.output
