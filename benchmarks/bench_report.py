@@ -2,7 +2,7 @@
 
 Builds a synthetic run -- N queries, each its own image, over a gallery of 100
 identities x 5 images in 4 groups, 3 methods, top-10 rankings -- renders the
-report with :func:`fpr.report.html.render`, and opens it in headless
+report with :func:`fpr.render.html.render`, and opens it in headless
 Chromium (no network) over the DevTools protocol: seconds from navigation to the
 page's ready flag (cards built, filters wired), median of 3 opens. Baseline in
 the same run: the same page with every image set at once (no lazy loading).
@@ -23,8 +23,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fpr.report import html as html_report  # noqa: E402
-from fpr.report import paper as rep  # noqa: E402
+from fpr.render import html as html_report  # noqa: E402
+from fpr.render import paper as rep  # noqa: E402
 from fpr.galleries.records import GalleryItem  # noqa: E402
 from tests.browser import Browser, find_chromium  # noqa: E402
 

@@ -32,14 +32,15 @@ import torch  # noqa: E402
 
 from fpr.encoders import background as B  # noqa: E402
 from fpr.encoders.registry import load_encoder  # noqa: E402
-from fpr.metrics.ranking import retrieval_metrics_labels  # noqa: E402
 from fpr.galleries.world import identity_markings, val_identities  # noqa: E402
-from fpr.galleries.world.patterns import SPECIES, seeded_rng  # noqa: E402
+from fpr.galleries.world.patterns import SPECIES, keyed_rng  # noqa: E402
 from fpr.galleries.world.render import animal_layer, compose, sample_view, visible_subject  # noqa: E402
+from fpr.keys import keyed_rng
+from fpr.metrics.ranking import retrieval_metrics_labels  # noqa: E402
 
 
 def render(species: str, ident: int, seed: int, k: int, poses: str, size: int):
-    rng = seeded_rng("segmenter-bench", species, ident, seed, k, poses)
+    rng = keyed_rng("segmenter-bench", species, ident, seed, k, poses)
     v = sample_view(rng, size, poses=poses)
     layer = animal_layer(identity_markings(species, ident), v)
     return compose(layer, v), visible_subject(layer, v)

@@ -33,6 +33,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.encoders": ("list_encoders", "fetch_weights", "import_weights"),
     "fpr.workflows.training": ("training_source", "train_encoder"),
     "fpr.workflows.meta": ("meta",),
+    "fpr.workflows.scorers": ("list_scorers", "scorer_options"),
     "fpr.workflows.ablate": ("ablate", "ablate_backgrounds"),
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
@@ -63,26 +64,4 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what editors and type checkers see; the names resolve lazily at run time
-    from fpr.encoders.background import background_of_key, with_background
-    from fpr.encoders.embed import embed_paths
-    from fpr.encoders.registry import load_encoder
-    from fpr.eval.pipeline import SCOPES, SKIP_NO_RELEVANT, SKIP_UNREADABLE
-    from fpr.galleries.curate import GallerySpec
-    from fpr.galleries.manifest import read_folder, read_manifest
-    from fpr.galleries.records import ImageRecord
-    from fpr.workflows.ablate import ablate, ablate_backgrounds
-    from fpr.workflows.ablate_official import ablate_official
-    from fpr.workflows.embeddings import embed
-    from fpr.workflows.encoders import fetch_weights, import_weights, list_encoders
-    from fpr.workflows.filter import filter_queries
-    from fpr.workflows.galleries import (GalleryInfo, build_preset_gallery, curate_gallery, delete_gallery,
-                                         galleries_from_source, gallery_items, import_gallery, list_galleries,
-                                         show_gallery)
-    from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
-    from fpr.workflows.meta import meta
-    from fpr.workflows.reports import ReportData, compare, export_run, html_report, paper_report, report_data
-    from fpr.workflows.runs import (RunResult, delete_run, list_runs, load_run, read_queries, report, run_ids,
-                                    run_query, run_query_encoders)
-    from fpr.workflows.scoring import score_from_table, score_run
-    from fpr.workflows.sql import sql
-    from fpr.workflows.training import train_encoder, training_source
+    pass

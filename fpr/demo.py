@@ -179,7 +179,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
 
 def _ci(v, lo, hi) -> str:
-    from fpr.report.paper import format_cell
+    from fpr.render.paper import format_cell
 
     return format_cell(v, lo, hi)
 
@@ -187,10 +187,10 @@ def _ci(v, lo, hi) -> str:
 def paper_table(summary: list[dict], metric: str) -> list[dict]:
     """One row per method (in drift order); a column per group and overall: 'value [lo,hi]'.
 
-    The same pivot as ``fpr report`` (:func:`fpr.report.paper.pivot`), one metric, one encoder.
+    The same pivot as ``fpr report`` (:func:`fpr.render.paper.pivot`), one metric, one encoder.
     """
-    from fpr.report import paper as rep
     from fpr.galleries.world import METHOD_DRIFT
+    from fpr.render import paper as rep
 
     p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT]))
     key = p.columns[0].key

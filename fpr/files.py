@@ -89,8 +89,12 @@ def ensure_dir(folder: str | Path, *, hint: str | None = None) -> Path:
     return folder
 
 
-def atomic_write_path(path: str | Path, write_fn: Callable[[Path], object], *, hint: str | None = None) -> Path:
-    """Write ``path`` by calling ``write_fn(tmp_path)`` then renaming the temp file over ``path``."""
+def atomic_write_path(path: str | Path, write_fn: Callable[[Path], object], *, hint: str | None = None,
+                      durable: bool = False) -> Path:
+    """Write ``path`` by calling ``write_fn(tmp_path)`` then renaming the temp file over ``path``.
+
+    ``durable``: flush the temp file to disk before the rename, so a power loss cannot leave an
+    entry that names an empty file (caches whose entries are expensive to recompute)."""
     path = Path(path)
     folder = ensure_dir(path.parent, hint=hint)
     tmp = None
@@ -99,6 +103,9 @@ def atomic_write_path(path: str | Path, write_fn: Callable[[Path], object], *, h
         os.close(fd)
         tmp = Path(name)
         write_fn(tmp)
+        if durable:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
         os.chmod(tmp, file_mode())
         os.replace(tmp, path)
         tmp = None
@@ -123,8 +130,8 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, hint: str | None = None
     return atomic_write_path(path, lambda tmp: tmp.write_bytes(data), hint=hint)
 
 
-def atomic_write_text(path: str | Path, text: str, *, hint: str | None = None) -> Path:
-    return atomic_write_path(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), hint=hint)
+def atomic_write_text(path: str | Path, text: str, *, hint: str | None = None, durable: bool = False) -> Path:
+    return atomic_write_path(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), hint=hint, durable=durable)
 
 
 def new_temp_dir(dest: str | Path, *, hint: str | None = None) -> Path:

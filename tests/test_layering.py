@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fpr"
-BOTTOM = {"errors", "images", "tables", "progress", "files", "keys"}
+BOTTOM = {"errors", "images", "tables", "progress", "files", "keys", "plugins"}
 # From the ground up; a layer may import the layers before it in this list, never one after it.
 # Siblings on one floor (galleries / encoders) may not import each other either.
 FLOORS = [
@@ -19,7 +19,7 @@ FLOORS = [
     ["scorers"],                      # per-query auxiliary scorers and model judges
     ["eval"],                         # the one evaluation pipeline
     ["engines"],                      # where the pipeline runs: local, Ray; resumable parts
-    ["report"],                       # cells, tables, the paper pivot, HTML
+    ["render"],                       # cells, tables, the paper pivot, HTML
     ["workflows"],                    # one module per user operation
     ["api"],                          # the public list (re-exports)
     ["demo"],

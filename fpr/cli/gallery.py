@@ -5,8 +5,8 @@ import click
 
 from fpr import api
 from fpr.cli.main import cli, format_option
-from fpr.report.cells import dumps, render_rows
 from fpr.galleries.curate import SAMPLINGS, GallerySpec
+from fpr.render.cells import dumps, render_rows
 
 
 @cli.group()

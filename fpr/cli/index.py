@@ -5,7 +5,7 @@ import click
 
 from fpr import api
 from fpr.cli.main import cli, format_option
-from fpr.report.cells import dumps, render_rows
+from fpr.render.cells import dumps, render_rows
 
 
 @cli.group()

@@ -4,8 +4,8 @@ from __future__ import annotations
 import click
 
 from fpr.cli.main import cli, format_option
-from fpr.report.cells import dumps, render_rows
 from fpr.errors import InputError
+from fpr.render.cells import dumps, render_rows
 
 META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "n_metric_ties", "n_rated", "spearman", "spearman_lo",
                 "spearman_hi", "kendall", "kendall_lo", "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import click
 
 from fpr import api, progress
-from fpr.errors import InputError
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.report.cells import dumps, render_rows
+from fpr.errors import InputError
+from fpr.render.cells import dumps, render_rows
 
 SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "cmc@10", "minp",
                    "sim", "sim_lo", "sim_hi"]
@@ -111,7 +111,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, fmt) -> None:
     """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = each
     metric per encoder (with 95% intervals) plus each scorer's mean."""
-    from fpr.report import paper as rep
+    from fpr.render import paper as rep
 
     ws = ctx.obj["workspace"]
     if html_path:

@@ -1,13 +1,12 @@
 """``fpr encoders train``: train a specialized encoder on identity-labelled images."""
 from __future__ import annotations
 
-
 import click
 
 from fpr import api
 from fpr.cli.encoders import encoders
 from fpr.cli.main import format_option
-from fpr.report.cells import dumps, render_rows
+from fpr.render.cells import dumps, render_rows
 
 
 @encoders.command("train")

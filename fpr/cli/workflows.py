@@ -6,9 +6,8 @@ import math
 import click
 
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.report.cells import dumps, render_rows
 from fpr.errors import InputError
-
+from fpr.render.cells import dumps, render_rows
 
 # --------------------------------------------------------------------------- scorers
 
@@ -20,16 +19,20 @@ def scorers_group() -> None:
 @scorers_group.command("list")
 @format_option()
 def scorers_list_cmd(fmt) -> None:
-    """List scorers: name, what they need, the metrics they store, options."""
-    from fpr.scorers import all_scorers
+    """List scorers: name, what they need, the metrics they store (as <scorer>.<metric>), option names."""
+    from fpr import api
 
-    rows = []
-    for name, sc in all_scorers().items():
-        options = getattr(sc, "options", {}) or {}
-        rows.append({"name": name, "needs": ",".join(sorted(sc.needs)),
-                     "metrics": ",".join(f"{name}.{m}" for m in sc.metrics),
-                     "options": ",".join(options), "description": sc.description})
-    click.echo(render_rows(rows, fmt, ["name", "needs", "metrics", "options", "description"]))
+    click.echo(render_rows(api.list_scorers(), fmt, ["name", "needs", "metrics", "options", "description"]))
+
+
+@scorers_group.command("show")
+@click.argument("name")
+@format_option()
+def scorers_show_cmd(name, fmt) -> None:
+    """The options of scorer NAME: pass them as --scorer-option NAME.OPTION=VALUE."""
+    from fpr import api
+
+    click.echo(render_rows(api.scorer_options(name), fmt, ["option", "type", "default", "choices", "help"]))
 
 
 # --------------------------------------------------------------------------- ablate

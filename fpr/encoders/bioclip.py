@@ -18,8 +18,14 @@ from typing import Callable
 
 import torch
 
-from fpr.encoders.clip import (OPEN_CLIP_CONFIG, OPEN_CLIP_FILES, OpenClipImage, check_open_clip_protocol,
-                               load_open_clip, text_encoder)
+from fpr.encoders.clip import (
+    OPEN_CLIP_CONFIG,
+    OPEN_CLIP_FILES,
+    OpenClipImage,
+    check_open_clip_protocol,
+    load_open_clip,
+    text_encoder,
+)
 from fpr.encoders.preprocess import from_open_clip_cfg
 from fpr.encoders.registry import EncoderSpec, register
 from fpr.encoders.weights import ResolvedWeights, WeightsSource

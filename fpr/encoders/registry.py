@@ -27,6 +27,7 @@ import torch
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, WeightsSource, resolve_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
+from fpr.plugins import load_plugins
 
 # Modules whose import registers encoders. Each must import cheaply (heavy
 # libraries such as open_clip are imported inside the build functions).
@@ -101,6 +102,7 @@ def _ensure_loaded() -> None:
         for name in BUILTIN_MODULES:
             # A listed module that is missing is a packaging bug: let the import error surface.
             importlib.import_module(f"fpr.encoders.{name}")
+        load_plugins("fpr.encoders")
         _LOADED = True
 
 

@@ -208,11 +208,11 @@ def _check_id(encoder_id: str) -> str:
 
 
 def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
     import PIL
     import safetensors
     import timm
-
-    from importlib.metadata import PackageNotFoundError, version
 
     try:
         fpr_version = version("fpr")

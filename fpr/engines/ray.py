@@ -45,7 +45,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fpr import progress
+from fpr import keys, progress
 from fpr.errors import FprError, InputError
 from fpr.files import atomic_write_path, ensure_dir
 
@@ -380,7 +380,7 @@ class ShardFolder:
 
     def __init__(self, root: Path, fingerprint: dict):
         self.root = Path(root)
-        self.fingerprint = fingerprint_of(fingerprint)
+        self.fingerprint = keys.fingerprint(fingerprint, length=24)
         state = self.root / "state.json"
         if state.exists():
             try:
@@ -420,10 +420,6 @@ def discard_shards(shard_dir: str | Path) -> None:
     """Remove a shard folder once its results are stored (a rerun then computes afresh, as a local run
     does: the shards are the unit of resume, not a second store)."""
     shutil.rmtree(shard_dir, ignore_errors=True)
-
-
-def fingerprint_of(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
 def frame_digest(df: pd.DataFrame) -> str:

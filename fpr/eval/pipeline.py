@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.galleries.records import GalleryItem
+from fpr.index import faiss_index
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.galleries.records import GalleryItem
-from fpr.index import faiss_index
 from fpr.store import records as db
 from fpr.store.schema import TABLES, per_query_metrics
 from fpr.store.workspace import Workspace

@@ -19,6 +19,7 @@ import numpy as np
 
 from fpr.errors import InputError
 from fpr.galleries.records import GalleryItem, ImageRecord
+from fpr.keys import keyed_rng
 
 SAMPLINGS = ("random", "kmeans")
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
@@ -67,9 +68,6 @@ class CurationReport:
         return out
 
 
-def rng_for(seed: int, *keys: str) -> np.random.Generator:
-    digest = hashlib.sha256("|".join([str(seed), *keys]).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def dedupe(records: list[ImageRecord], report: CurationReport) -> list[ImageRecord]:
@@ -123,7 +121,7 @@ def curate(records: list[ImageRecord], spec: GallerySpec, *, embed: EmbedFn | No
             if len(identities) < spec.identities_per_group:
                 report.groups_short_of_identities.append(f"{group} ({len(identities)})")
             else:
-                pick = rng_for(spec.seed, group).choice(len(identities), spec.identities_per_group, replace=False)
+                pick = keyed_rng(spec.seed, group).choice(len(identities), spec.identities_per_group, replace=False)
                 identities = [identities[i] for i in sorted(pick)]
         kept_identities = 0
         for ident in identities:
@@ -146,7 +144,7 @@ def curate(records: list[ImageRecord], spec: GallerySpec, *, embed: EmbedFn | No
 def _split_identity(recs: list[ImageRecord], spec: GallerySpec, group: str, ident: str,
                     embed: EmbedFn | None) -> list[tuple[ImageRecord, str]]:
     recs = sorted(recs, key=lambda r: r.path)
-    rng = rng_for(spec.seed, group, ident)
+    rng = keyed_rng(spec.seed, group, ident)
     refs = [r for r in recs if r.role == "reference"]
     pool = [r for r in recs if r.role != "reference"]
     unassigned = [r for r in pool if r.role is None]

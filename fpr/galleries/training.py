@@ -18,7 +18,6 @@ from PIL import Image
 from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 
-
 # Twin classes draw their redrawn share from pattern families far above any evaluation world's seed.
 TWIN_FAMILY_BASE = 10_000_000
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
 
 

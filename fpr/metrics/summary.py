@@ -6,11 +6,10 @@ mean of its group means (both are reported because groups can differ in size).
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import pandas as pd
 
+from fpr.keys import keyed_rng
 from fpr.metrics.specs import interval_summaries, summary_columns
 
 N_BOOT = 1000
@@ -43,14 +42,11 @@ def with_aux(per_query: pd.DataFrame, aux: pd.DataFrame | None) -> pd.DataFrame:
     return per_query.merge(wide, left_on="query_id", right_index=True, how="left")
 
 
-def _rng(seed: int, *keys: str) -> np.random.Generator:
-    digest = hashlib.sha256("|".join([str(seed), *keys]).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def resample_indices(n: int, *, seed: int = 0, key: tuple[str, ...] = (), n_boot: int = N_BOOT) -> np.ndarray:
     """``(n_boot, n)`` indices of seeded bootstrap resamples of ``n`` units (the same stream as :func:`bootstrap_ci`)."""
-    return _rng(seed, *key).integers(0, n, size=(n_boot, n))
+    return keyed_rng(seed, *key).integers(0, n, size=(n_boot, n))
 
 
 BOOT_CHUNK_ELEMENTS = 1 << 20  # resample indices drawn at once (8 MiB), whatever n_boot x n is
@@ -63,7 +59,7 @@ def bootstrap_means(values: np.ndarray, *, seed: int = 0, key: tuple[str, ...] =
     resamples are exactly those of :func:`resample_indices` (pinned by a test)."""
     v = np.asarray(values, dtype=np.float64)
     n = len(v)
-    rng = _rng(seed, *key)
+    rng = keyed_rng(seed, *key)
     step = max(1, BOOT_CHUNK_ELEMENTS // max(n, 1))
     means = np.empty(n_boot)
     for s in range(0, n_boot, step):

@@ -1,8 +1,10 @@
 """Auxiliary per-query scorers, joined to retrieval results on the query id.
 
 A scorer is one module in this package defining a :class:`Scorer` subclass and
-calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES``. It
-declares what it needs (``image``, ``references``, ``prompt``, an encoder) and
+calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES`` (or, for
+a third-party package, an entry point in the ``fpr.scorers`` group). It declares what
+it needs (``image``, ``references``, ``prompt``, an encoder) and its options
+(:class:`~fpr.scorers.options.Option`: checked before a run starts), and
 returns a long table ``query_id, metric, value`` and optionally ``note`` (text
 beside a value: OCR output, a judge's trajectory, or why a value is missing: a
 missing value is NaN with its reason, never a guess); fpr stores it in the
@@ -11,14 +13,16 @@ missing value is NaN with its reason, never a guess); fpr stores it in the
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
+from fpr.plugins import load_plugins
+from fpr.scorers.options import Option, check_options, resolve
 
 SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli", "dreambench_concept",
                   "dreambench_prompt", "viescore", "cigeval", "hwpq")
@@ -57,6 +61,11 @@ class Scorer:
     description: str = ""
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
     metrics: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+
+    def option_values(self, options: dict | None) -> dict:
+        """Typed values of this scorer's declared options (defaults filled) from ``<name>.<option>`` keys."""
+        return resolve(self.name, self.options, options)
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:  # columns: query_id, metric, value[, note]
         raise NotImplementedError
@@ -93,6 +102,7 @@ def _ensure_loaded() -> None:
         return
     for name in SCORER_MODULES:  # a listed module that is missing is a packaging bug: let it raise
         importlib.import_module(f"fpr.scorers.{name}")
+    load_plugins("fpr.scorers")
     _loaded = True
 
 
@@ -118,6 +128,12 @@ def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[st
     return names
 
 
+def check_scorer_options(names: list[str], options: dict | None) -> None:
+    """Every ``--scorer-option`` names a scorer of ``names`` and one of its declared options, with a valid
+    value; called before any image is embedded."""
+    check_options({n: get_scorer(n).options for n in names}, options)
+
+
 def uses_gallery(names: list[str], options: dict | None) -> bool:
     """Whether any of the named scorers reads the run's query vectors and gallery scores."""
     return any(get_scorer(n).uses_gallery(dict(options or {})) for n in names)
@@ -126,6 +142,7 @@ def uses_gallery(names: list[str], options: dict | None) -> bool:
 def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     frames = []
     provenance = {}
+    check_scorer_options(names, batch.options)
     for name in names:
         scorer = get_scorer(name)
         scorer.check(batch)

@@ -30,14 +30,23 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import (CLIENT_OPTIONS, ImageRef, JudgeClient, JudgeFailure, Tally, image_part,
-                                    judge_config, text_part)
+from fpr.scorers.judges.client import (
+    CLIENT_OPTIONS,
+    ImageRef,
+    JudgeClient,
+    JudgeFailure,
+    Tally,
+    image_part,
+    judge_config,
+    text_part,
+)
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
 from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference, highlight
-from fpr.scorers import QueryBatch, Scorer, register_scorer
-from fpr.images import load_rgb
+from fpr.scorers.options import Option
 
 NAME = "cigeval"
 TOOLS = ("grounding", "highlight", "difference", "scene_graph")
@@ -170,30 +179,30 @@ class CIGEval(Scorer):
     needs = frozenset({"image", "references"})
     metrics = QUESTIONS + ("score", "trajectory") + COST_METRICS
     primary_metric = "score"
-    options = {f"{NAME}.tools": f"comma list of tools (default {','.join(TOOLS)})",
-               f"{NAME}.max_steps": "judge turns per question (default 6)",
-               f"{NAME}.detector": "folder with the OWLv2 detector (config, weights, processor, tokenizer)",
-               f"{NAME}.detector_threshold": "grounding confidence threshold (default 0.1)",
-               **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+    options = (Option("tools", str, ",".join(TOOLS), "comma list of tools"),
+               Option("max_steps", int, 6, "judge turns per question", minimum=1),
+               Option("detector", str, None, "folder with the OWLv2 detector (config, weights, processor, tokenizer)"),
+               Option("detector_threshold", float, 0.1, "grounding confidence threshold", minimum=0.0),
+               *CLIENT_OPTIONS)
 
     def provenance(self, batch: QueryBatch) -> dict:
         prov = judge_config(NAME, batch.options).provenance(load_template("cigeval"))
-        tools = str(batch.options.get(f"{NAME}.tools", ",".join(TOOLS)))
+        values = self.option_values(batch.options)
+        tools = values["tools"]
         prov["tools"] = tools
         if "grounding" in tools:
-            det = Detector(batch.options.get(f"{NAME}.detector"))
-            prov["detector"] = {"id": DETECTOR_ID, "checksum": det.checksum,
-                                "threshold": float(batch.options.get(f"{NAME}.detector_threshold", 0.1))}
+            det = Detector(values["detector"])
+            prov["detector"] = {"id": DETECTOR_ID, "checksum": det.checksum, "threshold": values["detector_threshold"]}
         return prov
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = batch.options
-        names = [n.strip() for n in str(opts.get(f"{NAME}.tools", ",".join(TOOLS))).split(",") if n.strip()]
+        values = self.option_values(opts)
+        names = [n.strip() for n in values["tools"].split(",") if n.strip()]
         bad = [n for n in names if n not in TOOLS]
         if bad:
             raise InputError(f"unknown {NAME} tool(s) {', '.join(bad)}", hint=f"valid: {', '.join(TOOLS)}")
-        max_steps = int(opts.get(f"{NAME}.max_steps", 6))
-        threshold = float(opts.get(f"{NAME}.detector_threshold", 0.1))
+        max_steps, threshold = values["max_steps"], values["detector_threshold"]
         cfg = judge_config(NAME, opts)
         client = JudgeClient(cfg, batch.workspace)
         detector = None
@@ -201,7 +210,7 @@ class CIGEval(Scorer):
             import torch
 
             dev = "cuda" if batch.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-            detector = Detector(opts.get(f"{NAME}.detector"), device=dev)
+            detector = Detector(values["detector"], device=dev)
         t = load_template("cigeval")
         tools = [{"type": "function", "function": {"name": n, **TOOL_SPECS[n]}} for n in names]
 

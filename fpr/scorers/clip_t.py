@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from fpr.encoders.embed import embed_paths
-from fpr.scorers.encoding import cached_encoder
 from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.encoding import cached_encoder
+from fpr.scorers.options import Option
 
 DEFAULT_ENCODER = "clip-vit-b-32"
 
@@ -25,15 +26,16 @@ class ClipT(Scorer):
     needs = frozenset({"image", "prompt"})
     metrics = ("score",)
     primary_metric = "score"
-    options = {"clip-t.encoder": f"encoder with a text tower (default {DEFAULT_ENCODER})",
-               "clip-t.batch_size": "images and prompts per batch (default 32)"}
+    options = (Option("encoder", str, DEFAULT_ENCODER, "encoder with a text tower"),
+               Option("batch_size", int, 32, "images and prompts per batch", minimum=1))
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         rows = [i for i, p in enumerate(batch.prompts) if p]
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value"])
-        enc = cached_encoder(str(batch.options.get("clip-t.encoder", DEFAULT_ENCODER)), batch.device)
-        bs = int(batch.options.get("clip-t.batch_size", 32))
+        opts = self.option_values(batch.options)
+        enc = cached_encoder(opts["encoder"], batch.device)
+        bs = opts["batch_size"]
         img = embed_paths(enc, [batch.paths[i] for i in rows], batch_size=bs, desc="clip-t: embedding images").vectors
         prompts = [str(batch.prompts[i]) for i in rows]
         txt = np.concatenate([enc.embed_text(prompts[s:s + bs]) for s in range(0, len(prompts), bs)])

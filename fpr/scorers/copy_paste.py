@@ -92,10 +92,10 @@ from threadpoolctl import threadpool_limits
 
 from fpr import progress
 from fpr.encoders.embed import embed_paths
-from fpr.errors import InputError
-from fpr.scorers.encoding import cached_encoder
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.encoding import cached_encoder
+from fpr.scorers.options import Option
 
 DEFAULT_ENCODER = "pixels-16"
 WORK_SIDE = 128  # longer side of the greyscale working images (upsampled when smaller: finer sub-pixel checks)
@@ -422,14 +422,6 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     return best
 
 
-def _option(batch: QueryBatch, key: str) -> float:
-    raw = batch.options.get(f"copy-paste.{key}", DEFAULTS[key])
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
-        raise InputError(f"scorer option copy-paste.{key} must be a number, got '{raw}'") from None
-
-
 class CopyPaste(Scorer):
     name = "copy-paste"
     description = ("flags generations that reproduce a reference image (pasted, moved, resized, mirrored, "
@@ -437,22 +429,22 @@ class CopyPaste(Scorer):
     needs = frozenset({"image", "references"})
     metrics = ("score", "flag", "pixel", "pixel_matches", "mirrored", "forward", "reverse", "appearance")
     primary_metric = "flag"  # what a keep-rule means by `copy_paste`
-    options = {
-        "copy-paste.encoder": f"general encoder for the appearance signal (default {DEFAULT_ENCODER})",
-        "copy-paste.max_refs": f"references pixel-checked per query, most similar first (default {DEFAULTS['max_refs']})",
-        "copy-paste.threshold": f"flag at this score (default {DEFAULTS['threshold']}, calibrated on the world)",
-        "copy-paste.appearance_threshold": f"flag at this appearance when no reference has texture to match "
-                                           f"(default {DEFAULTS['appearance_threshold']})",
-    }
+    options = (
+        Option("encoder", str, DEFAULT_ENCODER, "general encoder for the appearance signal"),
+        Option("max_refs", int, DEFAULTS["max_refs"], "references pixel-checked per query, most similar first",
+               minimum=1),
+        Option("threshold", float, DEFAULTS["threshold"], "flag at this score (calibrated on the world)"),
+        Option("appearance_threshold", float, DEFAULTS["appearance_threshold"],
+               "flag at this appearance when no reference has texture to match"),
+    )
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        max_refs = int(_option(batch, "max_refs"))
-        threshold = _option(batch, "threshold")
-        app_t = _option(batch, "appearance_threshold")
+        opts = self.option_values(batch.options)
+        max_refs, threshold, app_t = opts["max_refs"], opts["threshold"], opts["appearance_threshold"]
         rows = [i for i, refs in enumerate(batch.reference_paths) if refs]
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
-        enc = cached_encoder(str(batch.options.get("copy-paste.encoder", DEFAULT_ENCODER)), batch.device)
+        enc = cached_encoder(opts["encoder"], batch.device)
         ref_paths = sorted({p for i in rows for p in batch.reference_paths[i]})
         ref_vecs = dict(zip(ref_paths, embed_paths(enc, ref_paths, desc="copy-paste: embedding references").vectors))
         q_vecs = embed_paths(enc, [batch.paths[i] for i in rows], desc="copy-paste: embedding queries").vectors

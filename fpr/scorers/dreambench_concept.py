@@ -28,12 +28,13 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.keys import fingerprint
+from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.cache import fingerprint
 from fpr.scorers.judges.client import CLIENT_OPTIONS, ImageRef, JudgeClient, Tally, image_part, judge_config, text_part
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 NAME = "dreambench-concept"
 MODES = ("pair", "choice", "both")
@@ -87,25 +88,24 @@ class DreamBenchConcept(Scorer):
     needs = frozenset({"image", "references"})
     metrics = ("score",) + CHOICE_METRICS + COST_METRICS
     primary_metric = "score"
-    options = {f"{NAME}.mode": "pair (default), choice or both",
-               f"{NAME}.k": "choice: number of nearest gallery identities offered (default 4)",
-               f"{NAME}.choice_scope": "choice: group (default) or all",
-               **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+    options = (Option("mode", str, "pair", "pair (the paper's column), choice (multiple choice) or both",
+                      choices=tuple(MODES)),
+               Option("k", int, 4, "choice: number of nearest gallery identities offered (2-26)", minimum=2),
+               Option("choice_scope", str, "group", "choice: gallery identities from the query's group or all",
+                      choices=("group", "all")),
+               *CLIENT_OPTIONS)
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("dreambench_concept"),
                                                             load_template("dreambench_choice"))
 
     def uses_gallery(self, options: dict) -> bool:
-        return str(options.get(f"{NAME}.mode", "pair")) != "pair"
+        return self.option_values(options)["mode"] != "pair"
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = batch.options
-        mode = str(opts.get(f"{NAME}.mode", "pair"))
-        if mode not in MODES:
-            raise InputError(f"unknown {NAME}.mode '{mode}'", hint=f"valid: {', '.join(MODES)}")
-        k = int(opts.get(f"{NAME}.k", 4))
-        scope = str(opts.get(f"{NAME}.choice_scope", "group"))
+        values = self.option_values(opts)
+        mode, k, scope = values["mode"], values["k"], values["choice_scope"]
         if mode != "pair":
             if batch.query_vectors is None or batch.gallery_scores is None or batch.gallery_paths is None:
                 raise InputError(f"{NAME}.mode={mode} needs the run's query vectors and its gallery",

@@ -13,11 +13,11 @@ import math
 
 import pandas as pd
 
+from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import CLIENT_OPTIONS, ImageRef, JudgeClient, Tally, image_part, judge_config, text_part
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 
 NAME = "dreambench-prompt"
 
@@ -28,7 +28,7 @@ class DreamBenchPrompt(Scorer):
     needs = frozenset({"image", "prompt"})
     metrics = ("score",) + COST_METRICS
     primary_metric = "score"
-    options = {f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}
+    options = CLIENT_OPTIONS
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("dreambench_prompt"))

@@ -33,13 +33,23 @@ from importlib import resources
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.keys import fingerprint
+from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.cache import fingerprint, read_json, write_json_atomic
-from fpr.scorers.judges.client import (CLIENT_OPTIONS, ImageRef, JudgeClient, JudgeFailure, Tally, image_part,
-                                    judge_config, text_part)
+from fpr.scorers.judges.cache import read_json, write_json_atomic
+from fpr.scorers.judges.client import (
+    CLIENT_OPTIONS,
+    ImageRef,
+    JudgeClient,
+    JudgeFailure,
+    Tally,
+    image_part,
+    judge_config,
+    text_part,
+)
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 NAME = "hwpq"
 LEVELS = ("L1", "L2", "L3", "L4")
@@ -153,9 +163,9 @@ class HWPQ(Scorer):
     needs = frozenset({"image", "prompt"})
     metrics = ("score",) + LEVELS + COST_METRICS
     primary_metric = "score"
-    options = {f"{NAME}.votes": "votes per question, majority decides (default 3, odd)",
-               f"{NAME}.max_attempts": "questionnaire replies asked per prompt before giving up (default 3)",
-               **{f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}}
+    options = (Option("votes", int, 3, "votes per question, majority decides (odd)", minimum=1),
+               Option("max_attempts", int, 3, "questionnaire replies asked per prompt before giving up", minimum=1),
+               *CLIENT_OPTIONS)
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("hwpq_questionnaire"),
@@ -165,10 +175,10 @@ class HWPQ(Scorer):
         rows = [i for i, p in enumerate(batch.prompts) if p]
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
-        votes = int(batch.options.get(f"{NAME}.votes", 3))
-        attempts = int(batch.options.get(f"{NAME}.max_attempts", 3))
-        if votes < 1 or votes % 2 == 0 or attempts < 1:
-            raise InputError(f"{NAME}.votes must be odd and >= 1 and {NAME}.max_attempts >= 1")
+        values = self.option_values(batch.options)
+        votes, attempts = values["votes"], values["max_attempts"]
+        if votes % 2 == 0:
+            raise InputError(f"{NAME}.votes must be odd, got {votes}")
         cfg = judge_config(NAME, batch.options)
         client = JudgeClient(cfg, batch.workspace)
         store = _Questionnaires(client, attempts)

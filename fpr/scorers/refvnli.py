@@ -31,8 +31,9 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import InputError, NotFoundError
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 OPEN, CLOSE = "<u>", "</u>"
 _MODELS: dict[tuple[str, str], tuple] = {}
@@ -125,10 +126,10 @@ class RefVNLI(Scorer):
     needs = frozenset({"image", "references", "prompt"})
     metrics = ("sp", "ta")
     primary_metric = "sp"
-    options = {"refvnli.model": "checkpoint folder or cached HF repo id (default $FPR_WEIGHTS_DIR/refvnli)"}
+    options = (Option("model", str, None, "checkpoint folder or cached HF repo id (none: $FPR_WEIGHTS_DIR/refvnli)"),)
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        model = str(batch.options.get("refvnli.model", default_model_dir()))
+        model = str(self.option_values(batch.options)["model"] or default_model_dir())
         extras = batch.extras or [{}] * len(batch)
         todo = [i for i in range(len(batch)) if batch.prompts[i] and batch.reference_paths[i]]
         loaded = load_refvnli(model, batch.device) if todo else None

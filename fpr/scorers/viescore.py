@@ -18,12 +18,21 @@ import math
 
 import pandas as pd
 
+from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import (CLIENT_OPTIONS, ImageRef, JudgeClient, JudgeFailure, Reply, Tally, image_part,
-                                    judge_config, text_part)
+from fpr.scorers.judges.client import (
+    CLIENT_OPTIONS,
+    ImageRef,
+    JudgeClient,
+    JudgeFailure,
+    Reply,
+    Tally,
+    image_part,
+    judge_config,
+    text_part,
+)
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 
 NAME = "viescore"
 SCORES = ("sc", "pq", "overall", "sc_prompt", "sc_subject", "pq_naturalness", "pq_artifacts")
@@ -48,7 +57,7 @@ class VIEScore(Scorer):
     needs = frozenset({"image", "references"})  # prompts: queries without one get no sc
     metrics = SCORES + COST_METRICS
     primary_metric = "overall"
-    options = {f"{NAME}.{k}": v for k, v in CLIENT_OPTIONS.items()}
+    options = CLIENT_OPTIONS
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("viescore_sc"), load_template("viescore_pq"))

@@ -35,8 +35,9 @@ import pandas as pd
 from fpr.encoders.embed import embed_pil
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import InputError
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 DEFAULT_CLIP = "clip-vit-b-32"
 DEFAULT_DINO = "dinov2-vitb14"
@@ -96,15 +97,15 @@ class VistarCSE(Scorer):
     needs = frozenset({"image"})
     metrics = ("score", "cov", "con")
     primary_metric = "score"
-    options = {"vistar-cse.clip_encoder": f"encoder with a text tower for coverage (default {DEFAULT_CLIP})",
-               "vistar-cse.dino_encoder": f"encoder for consistency (default {DEFAULT_DINO})",
-               "vistar-cse.grounding": "auto (OWLv2 crops when its weights are found; default), off, or a folder",
-               "vistar-cse.subject": "text the grounding looks for (default: the query's group)",
-               "vistar-cse.box_threshold": "lowest detector score a subject box needs (default 0.1)"}
+    options = (Option("clip_encoder", str, DEFAULT_CLIP, "encoder with a text tower for coverage"),
+               Option("dino_encoder", str, DEFAULT_DINO, "encoder for consistency"),
+               Option("grounding", str, "auto", "auto (OWLv2 crops when its weights are found), off, or a folder"),
+               Option("subject", str, None, "text the grounding looks for (none: the query's group)"),
+               Option("box_threshold", float, 0.1, "lowest detector score a subject box needs", minimum=0.0))
 
     def _detector(self, batch: QueryBatch):
         """(detector or None, why whole panels are used when None)."""
-        choice = str(batch.options.get("vistar-cse.grounding", "auto"))
+        choice = self.option_values(batch.options)["grounding"]
         if choice == "off":
             return None, "grounding off"
         from fpr.errors import NotFoundError
@@ -135,8 +136,8 @@ class VistarCSE(Scorer):
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         extras = batch.extras or [{}] * len(batch)
-        clip_id = str(batch.options.get("vistar-cse.clip_encoder", DEFAULT_CLIP))
-        dino_id = str(batch.options.get("vistar-cse.dino_encoder", DEFAULT_DINO))
+        opts = self.option_values(batch.options)
+        clip_id, dino_id = opts["clip_encoder"], opts["dino_encoder"]
         rows = []
         detector, why = self._detector(batch)
         for i in range(len(batch)):
@@ -147,11 +148,11 @@ class VistarCSE(Scorer):
                 continue
             subs = sub_prompt_list(extras[i].get("sub_prompts"))
             panels = split_panels(load_rgb(batch.paths[i]), *grid)
-            subject = str(batch.options.get("vistar-cse.subject") or batch.groups[i])
+            subject = str(opts["subject"] or batch.groups[i])
             crops, crops_text = panels, f"{WHOLE} ({why})"
             if detector is not None and len(panels) >= 2:
                 crops, found = self._crops(detector, panels, subject,
-                                           float(batch.options.get("vistar-cse.box_threshold", 0.1)))
+                                           opts["box_threshold"])
                 crops_text = (f"grounded '{subject}' in {found} of {len(panels)} panels (OWLv2 "
                               f"{detector.checksum[:19]}; whole panel where no box)")
             note = (f"panels {grid[0]}x{grid[1]}; crops: {crops_text}; consistency by {dino_id}, "

@@ -44,9 +44,9 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.errors import InputError
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 WORK_SIDE = 256
 CUES = ("contour", "lbp", "highlight", "depth_normals", "depth_curvature", "padim")
@@ -242,22 +242,19 @@ class VistarGC(Scorer):
     needs = frozenset({"image"})
     metrics = ("score",) + CUES
     primary_metric = "score"
-    options = {"vistar-gc.depth_model": f"transformers depth model id in the local HF cache, or none "
-                                        f"(default {DEFAULT_DEPTH})",
-               "vistar-gc.padim_encoder": f"encoder for PaDiM patch features (default {DEFAULT_PADIM})",
-               "vistar-gc.padim": "on (default) or off"}
+    options = (Option("depth_model", str, DEFAULT_DEPTH, "transformers depth model id in the local HF cache, or none"),
+               Option("padim_encoder", str, DEFAULT_PADIM, "encoder for PaDiM patch features"),
+               Option("padim", str, "on", "PaDiM anomaly cue against the references", choices=("on", "off")))
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        depth_id = str(batch.options.get("vistar-gc.depth_model", DEFAULT_DEPTH))
-        padim_on = str(batch.options.get("vistar-gc.padim", "on"))
-        if padim_on not in ("on", "off"):
-            raise InputError(f"vistar-gc.padim must be on or off, got '{padim_on}'")
+        opts = self.option_values(batch.options)
+        depth_id, padim_on = opts["depth_model"], opts["padim"]
         est = "turned off (vistar-gc.depth_model=none)" if depth_id == "none" else depth_estimator(depth_id)
         enc = None
         if padim_on == "on" and any(batch.reference_paths):
             from fpr.encoders.registry import load_encoder
 
-            enc = load_encoder(str(batch.options.get("vistar-gc.padim_encoder", DEFAULT_PADIM)), device=batch.device)
+            enc = load_encoder(opts["padim_encoder"], device=batch.device)
         models: dict[tuple, Padim] = {}
         rows = []
         for i in progress.bar(range(len(batch)), desc="vistar-gc", unit="img"):

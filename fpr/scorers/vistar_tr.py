@@ -33,8 +33,9 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import InputError, NotFoundError
-from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.images import load_rgb
+from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.options import Option
 
 BACKENDS = ("rapidocr", "tesseract")
 QUOTED = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')
@@ -138,21 +139,16 @@ class VistarTR(Scorer):
     needs = frozenset({"image"})
     metrics = ("score", "char_similarity", "token_jaccard")
     primary_metric = "score"
-    options = {"vistar-tr.backend": f"OCR backend: {' or '.join(BACKENDS)} (default rapidocr)",
-               "vistar-tr.char_weight": "weight of char_similarity in score (default 0.5)",
-               "vistar-tr.case": "insensitive (default) or sensitive"}
+    options = (Option("backend", str, "rapidocr", "OCR backend", choices=tuple(BACKENDS)),
+               Option("char_weight", float, 0.5, "weight of char_similarity in score (0..1)", minimum=0.0),
+               Option("case", str, "insensitive", "letter case in the comparison",
+                      choices=("insensitive", "sensitive")))
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        backend = str(batch.options.get("vistar-tr.backend", "rapidocr"))
-        try:
-            w = float(batch.options.get("vistar-tr.char_weight", 0.5))
-        except ValueError:
-            raise InputError("vistar-tr.char_weight must be a number in [0, 1]") from None
-        if not 0.0 <= w <= 1.0:
+        opts = self.option_values(batch.options)
+        backend, w, case = opts["backend"], opts["char_weight"], opts["case"]
+        if w > 1.0:
             raise InputError(f"vistar-tr.char_weight must be in [0, 1], got {w}")
-        case = str(batch.options.get("vistar-tr.case", "insensitive"))
-        if case not in ("insensitive", "sensitive"):
-            raise InputError(f"vistar-tr.case must be insensitive or sensitive, got '{case}'")
         extras = batch.extras or [{}] * len(batch)
         targets = [expected_text(extras[i], batch.prompts[i]) for i in range(len(batch))]
         engine = ocr_engine(backend) if any(t is not None for t in targets) else None

@@ -33,9 +33,8 @@ from starlette.requests import ClientDisconnect
 
 import fpr
 from fpr import api
-
-from fpr.report.cells import to_jsonable
 from fpr.errors import BusyError, ConflictError, FprError, InputError, NotFoundError
+from fpr.render.cells import to_jsonable
 from fpr.scorers import parse_scorer_list
 from fpr.serve.auth import AuthError, TokenStore
 from fpr.serve.config import ServeConfig

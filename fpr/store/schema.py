@@ -59,66 +59,72 @@ class Table:
 
 NOW = "current_timestamp"
 
-TABLES: dict[str, Table] = {t.name: t for t in (
-    Table("meta", (Column("key", "VARCHAR"), Column("value", "VARCHAR")), ("key",),
-          "schema version and other workspace facts"),
-    Table("galleries", (
-        Column("name", "VARCHAR"), Column("source", "VARCHAR"), Column("spec", "JSON"),
-        Column("fingerprint", "VARCHAR"), Column("n_items", "INTEGER"), Column("n_reference", "INTEGER"),
-        Column("n_gallery", "INTEGER"), Column("n_identities", "INTEGER"), Column("n_groups", "INTEGER"),
-        Column("report", "JSON"), Column("created_at", "TIMESTAMP", NOW)), ("name",),
-        "one row per stored gallery"),
-    Table("gallery_items", (
-        Column("gallery", "VARCHAR"), Column("item_id", "INTEGER"), Column("path", "VARCHAR"),
-        Column("content_hash", "VARCHAR"), Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"),
-        Column("role", "VARCHAR")), ("gallery", "item_id"),
-        "images of a gallery: role 'gallery' (ranked) or 'reference' (prompts the generator, never ranked)"),
-    Table("indices", (
-        Column("name", "VARCHAR"), Column("gallery", "VARCHAR"), Column("encoder", "VARCHAR"),
-        Column("weights_checksum", "VARCHAR"), Column("gallery_fingerprint", "VARCHAR"), Column("dim", "INTEGER"),
-        Column("n_items", "INTEGER"),
-        Column("path", "VARCHAR"),  # folder of the current version, relative to the workspace
-        Column("card", "JSON"), Column("created_at", "TIMESTAMP", NOW),
-        Column("version", "VARCHAR")),  # '' for a 0.1.0 index (files directly in indices/<name>/)
-        ("name",), "the pointer row of each index: which version folder is current"),
-    Table("runs", (
-        Column("run_id", "VARCHAR"), Column("index_name", "VARCHAR"), Column("gallery", "VARCHAR"),
-        Column("encoder", "VARCHAR"), Column("scope", "VARCHAR"), Column("n_queries", "INTEGER"),
-        Column("n_evaluated", "INTEGER"), Column("n_skipped", "INTEGER"), Column("queries_file", "VARCHAR"),
-        Column("params", "JSON"), Column("provenance", "JSON"), Column("created_at", "TIMESTAMP", NOW),
-        Column("index_version", "VARCHAR"), Column("gallery_fingerprint", "VARCHAR"),
-        Column("weights_checksum", "VARCHAR")), ("run_id",),
-        "one evaluation of a queries table against one index version"),
-    Table("query_results", (
-        Column("run_id", "VARCHAR", export=False), Column("query_id", "VARCHAR"),
-        Column("row_number", "INTEGER", export=False), Column("path", "VARCHAR"),
-        Column("content_hash", "VARCHAR", export=False), Column("method", "VARCHAR"),
-        Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"), Column("prompt", "VARCHAR"),
-        Column("reference_paths", "VARCHAR"), Column("status", "VARCHAR"),
-        *(Column(m.column, m.sql_type, metric=m) for m in PER_QUERY_METRICS),
-        Column("n_references", "INTEGER"),
-        Column("extra", "JSON", export=False),  # the queries file's other columns, exported as columns
-        Column("sim_source", "VARCHAR")),  # which references Sim used: sim_reference | reference_paths | identity
-        ("run_id", "query_id"), "one row per query of a run"),
-    Table("aux_scores", (
-        Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("scorer", "VARCHAR"),
-        Column("metric", "VARCHAR"), Column("value", "DOUBLE"),
-        Column("note", "VARCHAR")),  # text beside the value: OCR text, a trajectory, why the value is missing
-        ("run_id", "query_id", "scorer", "metric"), "auxiliary per-query scores, long format"),
-    Table("rankings", (
-        Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("rank", "INTEGER"),
-        Column("item_id", "INTEGER"), Column("score", "DOUBLE"), Column("relevant", "BOOLEAN")), (),
-        "the top-k gallery items of each query"),
-    Table("ablations", (
-        Column("ablation", "VARCHAR"), Column("variant", "VARCHAR"), Column("gallery", "VARCHAR"),
-        Column("encoder", "VARCHAR"), Column("per_identity", "INTEGER"), Column("identities", "INTEGER"),
-        Column("sampling", "VARCHAR"), Column("repeat", "INTEGER"), Column("seed", "INTEGER"),
-        Column("method", "VARCHAR"), Column("oracle_map", "DOUBLE"), Column("oracle_sim", "DOUBLE"),
-        Column("oracle_n", "INTEGER"), Column("generated_map", "DOUBLE"), Column("generated_sim", "DOUBLE"),
-        Column("generated_n", "INTEGER"), Column("gallery_images", "INTEGER"), Column("params", "JSON"),
-        Column("created_at", "TIMESTAMP", NOW)), ("ablation", "variant", "repeat", "method"),
-        "one row per (ablation, variant, repeat, method)"),
-)}
+
+def build_tables(metrics: tuple[MetricSpec, ...] = PER_QUERY_METRICS) -> dict[str, Table]:
+    """Every table, its ``query_results`` metric columns from ``metrics`` (the declarations)."""
+    return {t.name: t for t in (
+        Table("meta", (Column("key", "VARCHAR"), Column("value", "VARCHAR")), ("key",),
+              "schema version and other workspace facts"),
+        Table("galleries", (
+            Column("name", "VARCHAR"), Column("source", "VARCHAR"), Column("spec", "JSON"),
+            Column("fingerprint", "VARCHAR"), Column("n_items", "INTEGER"), Column("n_reference", "INTEGER"),
+            Column("n_gallery", "INTEGER"), Column("n_identities", "INTEGER"), Column("n_groups", "INTEGER"),
+            Column("report", "JSON"), Column("created_at", "TIMESTAMP", NOW)), ("name",),
+            "one row per stored gallery"),
+        Table("gallery_items", (
+            Column("gallery", "VARCHAR"), Column("item_id", "INTEGER"), Column("path", "VARCHAR"),
+            Column("content_hash", "VARCHAR"), Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"),
+            Column("role", "VARCHAR")), ("gallery", "item_id"),
+            "images of a gallery: role 'gallery' (ranked) or 'reference' (prompts the generator, never ranked)"),
+        Table("indices", (
+            Column("name", "VARCHAR"), Column("gallery", "VARCHAR"), Column("encoder", "VARCHAR"),
+            Column("weights_checksum", "VARCHAR"), Column("gallery_fingerprint", "VARCHAR"), Column("dim", "INTEGER"),
+            Column("n_items", "INTEGER"),
+            Column("path", "VARCHAR"),  # folder of the current version, relative to the workspace
+            Column("card", "JSON"), Column("created_at", "TIMESTAMP", NOW),
+            Column("version", "VARCHAR")),  # '' for a 0.1.0 index (files directly in indices/<name>/)
+            ("name",), "the pointer row of each index: which version folder is current"),
+        Table("runs", (
+            Column("run_id", "VARCHAR"), Column("index_name", "VARCHAR"), Column("gallery", "VARCHAR"),
+            Column("encoder", "VARCHAR"), Column("scope", "VARCHAR"), Column("n_queries", "INTEGER"),
+            Column("n_evaluated", "INTEGER"), Column("n_skipped", "INTEGER"), Column("queries_file", "VARCHAR"),
+            Column("params", "JSON"), Column("provenance", "JSON"), Column("created_at", "TIMESTAMP", NOW),
+            Column("index_version", "VARCHAR"), Column("gallery_fingerprint", "VARCHAR"),
+            Column("weights_checksum", "VARCHAR")), ("run_id",),
+            "one evaluation of a queries table against one index version"),
+        Table("query_results", (
+            Column("run_id", "VARCHAR", export=False), Column("query_id", "VARCHAR"),
+            Column("row_number", "INTEGER", export=False), Column("path", "VARCHAR"),
+            Column("content_hash", "VARCHAR", export=False), Column("method", "VARCHAR"),
+            Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"), Column("prompt", "VARCHAR"),
+            Column("reference_paths", "VARCHAR"), Column("status", "VARCHAR"),
+            *(Column(m.column, m.sql_type, metric=m) for m in metrics),
+            Column("n_references", "INTEGER"),
+            Column("extra", "JSON", export=False),  # the queries file's other columns, exported as columns
+            Column("sim_source", "VARCHAR")),  # which references Sim used: sim_reference | reference_paths | identity
+            ("run_id", "query_id"), "one row per query of a run"),
+        Table("aux_scores", (
+            Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("scorer", "VARCHAR"),
+            Column("metric", "VARCHAR"), Column("value", "DOUBLE"),
+            Column("note", "VARCHAR")),  # text beside the value: OCR text, a trajectory, why the value is missing
+            ("run_id", "query_id", "scorer", "metric"), "auxiliary per-query scores, long format"),
+        Table("rankings", (
+            Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("rank", "INTEGER"),
+            Column("item_id", "INTEGER"), Column("score", "DOUBLE"), Column("relevant", "BOOLEAN")), (),
+            "the top-k gallery items of each query"),
+        Table("ablations", (
+            Column("ablation", "VARCHAR"), Column("variant", "VARCHAR"), Column("gallery", "VARCHAR"),
+            Column("encoder", "VARCHAR"), Column("per_identity", "INTEGER"), Column("identities", "INTEGER"),
+            Column("sampling", "VARCHAR"), Column("repeat", "INTEGER"), Column("seed", "INTEGER"),
+            Column("method", "VARCHAR"), Column("oracle_map", "DOUBLE"), Column("oracle_sim", "DOUBLE"),
+            Column("oracle_n", "INTEGER"), Column("generated_map", "DOUBLE"), Column("generated_sim", "DOUBLE"),
+            Column("generated_n", "INTEGER"), Column("gallery_images", "INTEGER"), Column("params", "JSON"),
+            Column("created_at", "TIMESTAMP", NOW)), ("ablation", "variant", "repeat", "method"),
+            "one row per (ablation, variant, repeat, method)"),
+    )}
+
+
+TABLES: dict[str, Table] = build_tables()
 
 
 # `fpr export` leads with these (the layout of fpr 0.1), then the other exported columns in declaration order.

@@ -42,9 +42,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
@@ -57,8 +55,9 @@ from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
 from fpr.eval.pipeline import gallery_items, missing_identities, normalize_queries
-from fpr.galleries.curate import SAMPLINGS, GallerySpec, curate, rng_for
+from fpr.galleries.curate import SAMPLINGS, GallerySpec, curate
 from fpr.galleries.records import ImageRecord
+from fpr.keys import keyed_rng, new_id
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.store import records as db
 from fpr.store.records import check_name
@@ -191,7 +190,7 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
         raise InputError(f"--repeats must be at least 1, got {repeats}")
     variants, base = plan_variants(m_values, n_values, s_values, design)
     name = check_name(name, "ablation") if name else \
-        f"abl-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        new_id("abl")
     ws = Workspace.open(workspace)
     if store and not overwrite and db.ablation_exists(ws, name):
         raise ConflictError(f"ablation '{name}' already exists", hint="choose another --name or pass --overwrite")
@@ -335,7 +334,7 @@ def _allowed(group: _Group, n: int | None, seed_r: int) -> np.ndarray:
     out = np.zeros((k, k), dtype=bool)
     for i, ident in enumerate(group.identities):
         others = [j for j in range(k) if j != i]
-        pick = rng_for(seed_r, "identities", group.name, ident).choice(len(others), n - 1, replace=False)
+        pick = keyed_rng(seed_r, "identities", group.name, ident).choice(len(others), n - 1, replace=False)
         out[i, i] = True
         out[i, [others[j] for j in pick]] = True
     return out

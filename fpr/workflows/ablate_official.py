@@ -45,9 +45,7 @@ from __future__ import annotations
 import json
 import random
 import time
-import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -57,6 +55,7 @@ import pandas as pd
 from fpr import progress
 from fpr.errors import InputError
 from fpr.eval.pipeline import gallery_items, normalize_queries
+from fpr.keys import new_id
 from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
@@ -261,7 +260,7 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
     if bad:
         raise InputError(f"unknown gallery selection '{bad[0]}'", hint=f"valid: {', '.join(SELECTIONS)}")
     name = _check_name(name) if name else \
-        f"abl-official-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        new_id("abl-official")
     items, qdf = _inputs(gallery, queries, workspace)
     pool = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]

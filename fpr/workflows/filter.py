@@ -26,7 +26,6 @@ Scale and safety:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -40,14 +39,14 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fpr import progress
+from fpr import keys, progress
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
 from fpr.eval import pipeline
 from fpr.files import atomic_write_path
 from fpr.metrics.rules import BASE_VARIABLES, INTEGER_RULE_NAMES, RULE_COLUMNS, parse_rule
-from fpr.scorers import all_scorers, parse_scorer_list
+from fpr.scorers import all_scorers, check_scorer_options, parse_scorer_list
 from fpr.store.workspace import Workspace
 
 REQUIRED = ("path", "identity", "group")
@@ -226,10 +225,6 @@ def _assemble(parts: list[Path], out: Path, fmt: str, columns: list[str]) -> Non
     atomic_write_path(out, write)
 
 
-def _fingerprint(obj: dict) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
 def _safe(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".")
     return s or "_"
@@ -289,6 +284,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         if sc and sc not in names:
             names.append(sc)
     options = {str(k): str(v) for k, v in (scorer_options or {}).items()}
+    check_scorer_options(names, options)
 
     ws = Workspace.open(workspace)
     opened = pipeline.open_index(ws, index)
@@ -314,13 +310,13 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     columns = [c for c in header if c not in computed] + computed
 
     st = qpath.stat()
-    fingerprint = _fingerprint({
+    fingerprint = keys.fingerprint({
         "v": STATE_VERSION, "queries": str(qpath.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
         "index": index, "card": [gi.card.gallery_fingerprint, gi.card.encoder, gi.card.weights_checksum],
         "rule": rule.text, "scorers": names, "options": options, "scope": scope, "chunk": chunk_size,
         "skip_missing": skip_missing_identities, "out": [str(out.resolve()), out_fmt],
         "rejected": [str(rej_path.resolve()), rej_fmt] if rej_path else None,
-        "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns})
+        "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns}, length=24)
     state_dir = out.parent / f".{out.name}.fpr-filter"
     state_file = state_dir / "state.json"
     state = None

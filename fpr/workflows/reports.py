@@ -1,6 +1,6 @@
 """Report workflows: the per-query data of one or more runs, the paper's pivot, the HTML report, export, paired comparisons.
 
-Rendering is :mod:`fpr.report`; this module reads the store and, for drift diagnosis, the index.
+Rendering is :mod:`fpr.render`; this module reads the store and, for drift diagnosis, the index.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class ReportData:
 def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
                 drift: bool = True, device: str = "auto") -> ReportData:
     """Everything a report shows, for one run, a multi-encoder run, or several runs over the same queries."""
-    from fpr.report import paper as rep
+    from fpr.render import paper as rep
 
     ws = Workspace.open(workspace)
     ids = run_ids(runs, workspace=ws.root)
@@ -91,7 +91,7 @@ def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, 
                 device: str) -> pd.DataFrame:
     """Add top-1 and drifted-to identities; queries whose top-k holds no other identity are recomputed
     from the run's index when it is still current (``drift_source`` says which)."""
-    from fpr.report import paper as rep
+    from fpr.render import paper as rep
 
     ident = {(rid, int(i)): it.identity for rid, its in items.items() for i, it in its.items()}
     d = rep.drift_from_rankings(per_query, rankings, ident)
@@ -118,7 +118,7 @@ def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: 
     """Drifted-to identities of ``qdf`` ranked afresh against the run's (still current) index."""
     from fpr.encoders.embed import embed_paths
     from fpr.encoders.registry import load_encoder
-    from fpr.report import paper as rep
+    from fpr.render import paper as rep
 
     opened = pipeline.open_index(ws, run.index_name)
     enc = load_encoder(run.encoder, device=device)
@@ -129,8 +129,8 @@ def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: 
 
 def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
                  metrics: Sequence[str] | None = None, method_order: Sequence[str] = ()):
-    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.report.paper`)."""
-    from fpr.report import paper as rep
+    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.render.paper`)."""
+    from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, drift=False)
     p = rep.pivot(data.summary, metrics=metrics or rep.DEFAULT_METRICS,
@@ -141,8 +141,8 @@ def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = No
 def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | Path | None = None,
                 allow_stale: bool = False, top_k: int = 10, thumb: int = 96, device: str = "auto") -> Path:
     """Write the self-contained HTML report (one file, images embedded, no network references)."""
-    from fpr.report import html
-    from fpr.report import paper as rep
+    from fpr.render import html
+    from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, device=device)
     p = rep.pivot(data.summary, methods=rep.method_order(data.per_query), encoders=data.encoders)
@@ -156,7 +156,7 @@ def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | 
 def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
     """Declared exported columns of ``query_results``, the encoder and drift diagnosis, then the queries'
     extra columns, then scores."""
-    from fpr.report.paper import DRIFT_COLUMNS
+    from fpr.render.paper import DRIFT_COLUMNS
 
     declared = ["group" if c == "group_name" else c for c in schema.export_columns()]
     added = [c for c in ("run_id", "encoder", *DRIFT_COLUMNS) if c in per_query.columns]

@@ -19,9 +19,9 @@ from fpr.eval import pipeline
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings
 from fpr.index import faiss_index
-from fpr.keys import new_id, utc_now
+from fpr.keys import fingerprint, new_id, utc_now
 from fpr.metrics.summary import aux_columns, summarize, with_aux
-from fpr.scorers import parse_scorer_list
+from fpr.scorers import check_scorer_options, parse_scorer_list
 from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
@@ -118,6 +118,7 @@ def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip
     pipeline.check_scope(scope)
     if top_k_store < 0:
         raise InputError(f"--top-k must be 0 or more, got {top_k_store}")
+    check_scorer_options(scorer_names, scorer_options)  # before any image is embedded
     return EvalSettings(scope, skip_missing_identities, skip_unreadable, scorer_names, dict(scorer_options or {}),
                         top_k_store, device, batch_size, workers)
 
@@ -161,7 +162,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
                "protocol": enc.preprocessing.key(), "settings": repr(settings)}
         ev, engine_info = ray_engine.evaluate_ray(qdf, opened, enc, settings, options=ray_opts,
-                                                  shard_dir=ws.root / "shards" / ray_engine.fingerprint_of(key),
+                                                  shard_dir=ws.root / "shards" / fingerprint(key, length=24),
                                                   fingerprint=key, where=where, workspace=ws.root)
     provenance = _provenance(enc, opened, seed, device)
     if engine_info is not None:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from fpr.errors import InputError
 from fpr.eval import pipeline
-from fpr.scorers import parse_scorer_list, run_scorers, uses_gallery
+from fpr.scorers import check_scorer_options, parse_scorer_list, run_scorers, uses_gallery
 from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
@@ -23,6 +23,7 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     names = parse_scorer_list(scorers)
     if not names:
         raise InputError("no scorers given", hint="e.g. --scorers clip-t,copy-paste")
+    check_scorer_options(names, scorer_options)
     ws = Workspace.open(workspace)
     ids = run_ids(run_id, workspace=ws.root)
     if ids != [run_id]:  # a multi-encoder run: score each encoder's run

@@ -313,7 +313,7 @@ def test_gallery_build_cli_stores_the_preset(tmp_path, cub_root):
 
 
 def test_species_values_map_to_paper_groups():
-    from fpr.galleries.datasets.presets import species_groups
+    from fpr.galleries.datasets.wildlife import species_groups
 
     got = species_groups(["cattle", "Grevy's zebra", "zebra_plains", "snow leopard", "leopard", "Tiger",
                           "giraffe_masai", "dog", "zebra shark"])

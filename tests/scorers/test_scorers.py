@@ -194,7 +194,7 @@ def test_copy_paste_bad_option_is_one_line(tmp_path):
     from fpr.errors import InputError
 
     p = str(write_image(tmp_path / "a.png", seed=1))
-    with pytest.raises(InputError, match="copy-paste.max_refs must be a number"):
+    with pytest.raises(InputError, match="copy-paste.max_refs must be an integer, got .many."):
         run_scorers(["copy-paste"], QueryBatch(["q0"], [p], ["x"], ["g"], [None], [[p]], device="cpu",
                                                options={"copy-paste.max_refs": "many"}))
 

@@ -99,7 +99,7 @@ def test_request_log_is_json_without_tokens(server):
 
 def test_listings_match_the_api(server):
     from fpr import api
-    from fpr.report.cells import to_jsonable
+    from fpr.render.cells import to_jsonable
 
     c = server.client()
     ws = str(server.workspace)

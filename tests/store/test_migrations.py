@@ -103,36 +103,46 @@ def test_old_workspace_accepts_new_gallery_index_and_run(old_workspace, tiny_tre
     assert {r["run_id"] for r in api.list_runs(workspace=ws)} == {"r1", "r2", "fresh-run"}
 
 
-def test_a_migration_adds_a_column_to_a_populated_workspace(old_workspace, monkeypatch):
-    """A new per-query metric is one declaration plus one AddColumn: rows are kept, the value backfilled,
-    and summaries and exports pick it up."""
-    ws = Workspace.open(old_workspace / "ws")
-    api.list_runs(workspace=ws.root)  # at the current version
-    qr = schema.TABLES["query_results"]
-    metric = schema.Column("hits2", "DOUBLE", metric=schema.Metric("hits@2", "hits2", "test metric"))
-    tables = dict(schema.TABLES)
-    tables["query_results"] = schema.Table(qr.name, qr.columns + (metric,), qr.primary_key)
+def test_a_new_metric_is_one_declaration_plus_one_migration(old_workspace, monkeypatch, tiny_tree):
+    """A per-query metric declared once (a MetricSpec with its compute function) plus one AddColumn: old
+    rows are kept and backfilled, a new run computes it per scoring block, and summaries, keep-rule
+    names and exports pick it up without any other edit."""
+    import fpr.store.workspace as wsmod
+    from fpr.metrics import specs
+
+    hits2 = specs.MetricSpec("hits2", "1 if an image of the identity is within the top 2", "hits@2",
+                             lambda m, n_scope: m.cmc(2), summary="hits@2", rule="top2", integer=True)
+    declared = specs.PER_QUERY_METRICS + (hits2,)
     migration = schema.Migration(schema.SCHEMA_VERSION + 1, "test: hits@2",
                                  (schema.AddColumn("query_results", "hits2",
-                                                   "CASE WHEN first_hit_rank <= 2 THEN 1.0 ELSE 0.0 END"),))
-    for mod in (schema, __import__("fpr.store.workspace", fromlist=["x"])):
+                                                   "CASE WHEN first_hit_rank BETWEEN 1 AND 2 THEN 1.0 ELSE 0.0 END"),))
+    tables = schema.build_tables(declared)
+    monkeypatch.setattr(specs, "PER_QUERY_METRICS", declared)
+    for mod in (schema, wsmod):
         monkeypatch.setattr(mod, "TABLES", tables)
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (migration,))
-    import fpr.store.workspace as wsmod
-
     monkeypatch.setattr(wsmod, "MIGRATIONS", schema.MIGRATIONS)
     monkeypatch.setattr(wsmod, "SCHEMA_VERSION", migration.to_version)
+    ws = Workspace.open(old_workspace / "ws")
     before = api.load_run("r1", workspace=ws.root).per_query
     with ws.read() as con:
         got = con.execute("SELECT query_id, hits2, first_hit_rank FROM query_results WHERE run_id = 'r1' "
                           "ORDER BY row_number").df()
     assert _version(ws.db_path) == str(migration.to_version)
     assert len(got) == len(before) == 12
-    assert got["hits2"].tolist() == [1.0 if r <= 2 else 0.0 for r in got["first_hit_rank"]]
+    assert got["hits2"].tolist() == [1.0 if 1 <= r <= 2 else 0.0 for r in got["first_hit_rank"]]
     res = api.load_run("r1", workspace=ws.root)
     overall = [r for r in res.summary if r["group"] == "*" and r["method"] == "faithful"][0]
-    expect = got["hits2"][res.per_query["method"].to_numpy() == "faithful"].mean()
-    assert overall["hits@2"] == pytest.approx(expect)
+    assert overall["hits@2"] == pytest.approx(got["hits2"][res.per_query["method"].to_numpy() == "faithful"].mean())
+    # a new run computes the metric from its declaration (no pipeline edit)
+    api.import_gallery("fresh", api.read_folder(tiny_tree), api.GallerySpec(references_per_identity=1),
+                       workspace=ws.root)
+    info = api.build_index("fresh", "pixels-16", workspace=ws.root)
+    rows = [{"path": str(p), "identity": p.parent.name, "group": p.parent.parent.name, "method": "m"}
+            for p in sorted(tiny_tree.glob("*/*/3.png"))]
+    new = api.run_query(info.name, pd.DataFrame(rows), run="fresh-run", workspace=ws.root).per_query
+    ranks = new["first_hit_rank"].to_numpy()
+    assert new["hits2"].tolist() == [1.0 if 1 <= r <= 2 else 0.0 for r in ranks]
 
 
 def test_workspace_from_a_newer_fpr_is_refused(old_workspace):

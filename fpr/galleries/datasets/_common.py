@@ -1,10 +1,12 @@
 """Small helpers shared by the dataset importers."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from fpr.errors import InputError
+from fpr.galleries.curate import GallerySpec
 from fpr.galleries.records import ImageRecord
 
 
@@ -49,3 +51,24 @@ def read_lines(path: Path, n_fields: int, what: str) -> list[list[str]]:
     if not rows:
         raise InputError(f"{what} is empty", where=str(path))
     return rows
+
+
+
+
+
+
+
+
+@dataclass
+class PresetResult:
+    name: str  # the preset
+    records: list[ImageRecord]
+    spec: GallerySpec
+    groups: dict[str, list[str]] = field(default_factory=dict)  # group -> identities
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def default_gallery(self) -> str:
+        return self.name
+
+

@@ -45,10 +45,16 @@ import pandas as pd
 
 from fpr.errors import InputError, choices_hint
 from fpr.galleries.curate import GallerySpec
-from fpr.galleries.datasets._common import check_files_exist, require_dir
+from fpr.galleries.datasets._common import PresetResult, check_files_exist, require_dir
 from fpr.galleries.datasets.cars import read_stanford_cars
 from fpr.galleries.datasets.cub import read_cub
-from fpr.galleries.datasets.wildlife import normalize_species, read_metadata, records_from_frame
+from fpr.galleries.datasets.wildlife import (
+    WILDLIFE_SPECIES,
+    normalize_species,
+    read_metadata,
+    records_from_frame,
+    species_groups,
+)
 from fpr.galleries.records import ImageRecord
 
 RELEASED = "OSU-MLB/Finer-Personalization-Rank@b4552a6"
@@ -97,8 +103,6 @@ def _draw(n: int, k: int, state: np.random.RandomState) -> list[int]:
 # --------------------------------------------------------------------------- CUB
 
 def cub_official(root: str | Path, *, seed: int | None = None, sampling: str = "random") -> "PresetResult":
-    from fpr.galleries.datasets.presets import PresetResult
-
     _check_sampling("cub-official", sampling)
     seed = CUB_SEED if seed is None else seed
     class_to_group = {cid: g for g, cids in CUB_OFFICIAL_GROUPS.items() for cid in cids}
@@ -210,8 +214,6 @@ def _cars_from_hf(root: Path, labels: dict[int, str]) -> tuple[list[ImageRecord]
 
 
 def cars_official(root: str | Path, *, seed: int | None = None, sampling: str = "random") -> "PresetResult":
-    from fpr.galleries.datasets.presets import PresetResult
-
     _check_sampling("cars-official", sampling)
     base = require_dir(root, "Stanford Cars")
     labels = dict(CARS_OFFICIAL_LABELS)
@@ -270,8 +272,6 @@ def cars_official(root: str | Path, *, seed: int | None = None, sampling: str = 
 
 def _wanted_species(values: Iterable[str], species: Sequence[str] | None) -> dict[str, str]:
     """Raw species value -> group, for the groups asked for (default: the paper's five)."""
-    from fpr.galleries.datasets.presets import WILDLIFE_SPECIES, species_groups
-
     wanted = {g: WILDLIFE_SPECIES.get(normalize_species(g), (normalize_species(g),))
               for g in (species or WILDLIFE_SPECIES)}
     return species_groups(values, wanted)
@@ -334,8 +334,6 @@ def official_wildlife_selection(df: pd.DataFrame, species_values: Sequence[str],
 def wildlife_official(root: str | Path, *, seed: int | None = None, sampling: str = "random",
                       species: Sequence[str] | None = None, datasets: Sequence[str] | None = None,
                       ablation: bool = False) -> "PresetResult":
-    from fpr.galleries.datasets.presets import PresetResult
-
     name = "wildlife-official-ablation" if ablation else "wildlife-official"
     _check_sampling(name, sampling)
     seed = WILDLIFE_SEED if seed is None else seed

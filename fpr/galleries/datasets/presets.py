@@ -34,16 +34,17 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
 from fpr.errors import InputError, choices_hint
-from fpr.galleries.curate import GallerySpec, rng_for
+from fpr.galleries.curate import GallerySpec
+from fpr.galleries.datasets._common import PresetResult
 from fpr.galleries.datasets.cars import read_stanford_cars
 from fpr.galleries.datasets.cub import read_cub
-from fpr.galleries.datasets.wildlife import normalize_species, read_metadata, records_from_frame
+from fpr.galleries.datasets.wildlife import WILDLIFE_SPECIES, read_metadata, records_from_frame, species_groups
 from fpr.galleries.records import ImageRecord
+from fpr.keys import keyed_rng
 
 CUB_GROUPS: dict[str, tuple[int, ...]] = {
     "sparrow": (113, 114, 115, 116, 117),
@@ -60,31 +61,8 @@ CARS_PAPER_MODELS = (
     "Cadillac CTS-V Sedan 2012",
     "Mercedes-Benz C-Class Sedan 2012", "Mercedes-Benz E-Class Sedan 2012", "Mercedes-Benz S-Class Sedan 2012",
 )
-WILDLIFE_SPECIES: dict[str, tuple[str, ...]] = {  # group -> accepted species values (normalised), besides the name
-    "cow": ("cow", "cows", "cattle", "holstein friesian cattle", "friesian cattle"),
-    "zebra": ("zebra", "plains zebra", "grevy s zebra", "grevys zebra"),
-    "tiger": ("tiger", "amur tiger", "bengal tiger"),
-    "giraffe": ("giraffe", "masai giraffe", "reticulated giraffe"),
-    "leopard": ("leopard", "african leopard", "amur leopard"),
-}
-# species whose names contain a group's word but are other animals
-NOT_THE_SPECIES = ("snow leopard", "leopard seal", "leopard shark", "tiger shark", "sea cow", "zebra shark",
-                   "zebra finch", "tiger snake")
 REFERENCES = 10
 GALLERY = 10
-
-
-@dataclass
-class PresetResult:
-    name: str  # the preset
-    records: list[ImageRecord]
-    spec: GallerySpec
-    groups: dict[str, list[str]] = field(default_factory=dict)  # group -> identities
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def default_gallery(self) -> str:
-        return self.name
 
 
 # --------------------------------------------------------------------------- CUB
@@ -133,25 +111,6 @@ def cars_paper(root: str | Path, *, seed: int = 0, sampling: str = "random",
 
 # --------------------------------------------------------------------------- WildlifeReID-10k
 
-def species_group(value: str, species: dict[str, tuple[str, ...]] = WILDLIFE_SPECIES) -> str | None:
-    """Raw species value -> preset group: an alias, or the group name as a word of it (not :data:`NOT_THE_SPECIES`)."""
-    norm = normalize_species(value)
-    words = set(norm.split())
-    for group, aliases in species.items():
-        if norm == group or norm in aliases or (group in words and norm not in NOT_THE_SPECIES):
-            return group
-    return None
-
-
-def species_groups(values: Iterable[str], species: dict[str, tuple[str, ...]] = WILDLIFE_SPECIES
-                   ) -> dict[str, str]:
-    """Raw species values -> group (values of no group are left out)."""
-    out = {}
-    for v in sorted({str(v) for v in values}):
-        group = species_group(v, species)
-        if group is not None:
-            out[v] = group
-    return out
 
 
 def n_references(n_images: int) -> int:
@@ -190,7 +149,7 @@ def wildlife_paper(root: str | Path, *, seed: int = 0, sampling: str = "random",
         for ident in top:
             recs = sorted(by_identity[(group, ident)], key=lambda r: r.path)
             k = n_references(len(recs))
-            pick = set(rng_for(seed, "wildlife-paper-references", group, ident)
+            pick = set(keyed_rng(seed, "wildlife-paper-references", group, ident)
                        .choice(len(recs), k, replace=False).tolist())
             for i, r in enumerate(recs):
                 r.role = "reference" if i in pick else None

@@ -30,6 +30,41 @@ def normalize_species(value: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", str(value).lower()).strip()
 
 
+WILDLIFE_SPECIES: dict[str, tuple[str, ...]] = {  # group -> accepted species values (normalised), besides the name
+    "cow": ("cow", "cows", "cattle", "holstein friesian cattle", "friesian cattle"),
+    "zebra": ("zebra", "plains zebra", "grevy s zebra", "grevys zebra"),
+    "tiger": ("tiger", "amur tiger", "bengal tiger"),
+    "giraffe": ("giraffe", "masai giraffe", "reticulated giraffe"),
+    "leopard": ("leopard", "african leopard", "amur leopard"),
+}
+
+
+# species whose names contain a group's word but are other animals
+NOT_THE_SPECIES = ("snow leopard", "leopard seal", "leopard shark", "tiger shark", "sea cow", "zebra shark",
+                   "zebra finch", "tiger snake")
+
+
+def species_group(value: str, species: dict[str, tuple[str, ...]] = WILDLIFE_SPECIES) -> str | None:
+    """Raw species value -> preset group: an alias, or the group name as a word of it (not :data:`NOT_THE_SPECIES`)."""
+    norm = normalize_species(value)
+    words = set(norm.split())
+    for group, aliases in species.items():
+        if norm == group or norm in aliases or (group in words and norm not in NOT_THE_SPECIES):
+            return group
+    return None
+
+
+def species_groups(values: Iterable[str], species: dict[str, tuple[str, ...]] = WILDLIFE_SPECIES
+                   ) -> dict[str, str]:
+    """Raw species values -> group (values of no group are left out)."""
+    out = {}
+    for v in sorted({str(v) for v in values}):
+        group = species_group(v, species)
+        if group is not None:
+            out[v] = group
+    return out
+
+
 def find_wildlife_root(root: str | Path) -> Path:
     base = require_dir(root, "WildlifeReID-10k")
     found = find_root(base, "metadata.csv", ("WildlifeReID-10k", "wildlifereid-10k", "WildlifeReID-10K"))

@@ -54,9 +54,19 @@ from PIL import Image
 
 from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
-from fpr.galleries.world.patterns import CANVAS, KINDS, SPECIES, Markings, seeded_rng
-from fpr.galleries.world.render import (FAMILIES, GALLERY_FAMILIES, NOVEL_FAMILIES, View, animal_layer, compose,
-                                        place_layer, render_view, sample_view)
+from fpr.galleries.world.patterns import CANVAS, KINDS, SPECIES, Markings
+from fpr.galleries.world.render import (
+    FAMILIES,
+    GALLERY_FAMILIES,
+    NOVEL_FAMILIES,
+    View,
+    animal_layer,
+    compose,
+    place_layer,
+    render_view,
+    sample_view,
+)
+from fpr.keys import keyed_rng
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
            "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
@@ -104,7 +114,7 @@ def check_disjoint(train_ids, eval_ids, *, eval_range: range = EVAL_RANGE) -> No
 
 def train_identities(species: str, n: int, seed: int = 0) -> list[int]:
     """``n`` training identities of a species (from TRAIN_RANGE), deterministic in ``seed``."""
-    rng = seeded_rng("train-ids", seed, species)
+    rng = keyed_rng("train-ids", seed, species)
     ids = sorted(int(i) + TRAIN_RANGE.start for i in rng.choice(len(TRAIN_RANGE), n, replace=False))
     check_disjoint(ids, [])
     return ids
@@ -112,7 +122,7 @@ def train_identities(species: str, n: int, seed: int = 0) -> list[int]:
 
 def val_identities(species: str, n: int, seed: int = 0) -> list[int]:
     """``n`` held-out validation identities (from VAL_RANGE): neither trained on nor in evaluation worlds."""
-    rng = seeded_rng("val-ids", seed, species)
+    rng = keyed_rng("val-ids", seed, species)
     ids = sorted(int(i) + VAL_RANGE.start for i in rng.choice(len(VAL_RANGE), n, replace=False))
     check_disjoint([], ids, eval_range=VAL_RANGE)
     return ids
@@ -135,7 +145,7 @@ def render_identity(species: str, ident: int, seed, *, size: int = 96, families=
     ``poses``: "real" (photographs), "novel" (generations' new views) or "mixed" (either, half
     each: what the trainer renders, so the encoder knows the poses of both).
     """
-    rng = seeded_rng("view", species, int(ident), seed, size)
+    rng = keyed_rng("view", species, int(ident), seed, size)
     if poses == "mixed":
         poses = "novel" if rng.random() < 0.5 else "real"
     return render_view(identity_markings(species, ident, siblings=siblings, family=family),
@@ -198,7 +208,7 @@ class World:
         self.ids: dict[str, list[int]] = {}
         self.generic_ids: dict[str, list[int]] = {}
         for sp in c.species:
-            rng = seeded_rng("world-ids", c.seed, sp)
+            rng = keyed_rng("world-ids", c.seed, sp)
             self.ids[sp] = sorted(int(i) for i in rng.choice(len(GALLERY_RANGE), c.identities, replace=False)
                                   + GALLERY_RANGE.start)
             self.generic_ids[sp] = [int(i) for i in rng.choice(len(GENERIC_RANGE), c.identities * c.queries,
@@ -210,7 +220,7 @@ class World:
         return identity_markings(species, ident, siblings=self.config.siblings, family=self.config.seed)
 
     def _view(self, species: str, ident: int, role: str, k: int, families) -> View:
-        rng = seeded_rng("view", self.config.seed, species, ident, role, k, self.config.size)
+        rng = keyed_rng("view", self.config.seed, species, ident, role, k, self.config.size)
         return sample_view(rng, self.config.size, families, poses="real")
 
     def real_image(self, species: str, ident: int, role: str, k: int) -> Image.Image:
@@ -219,18 +229,18 @@ class World:
     def query_image(self, method: str, species: str, ident: int, k: int) -> tuple[Image.Image, float, int]:
         """(image, ground-truth drift, index of the reference it was made from)."""
         c = self.config
-        rng = seeded_rng("query", c.seed, method, species, ident, k)
+        rng = keyed_rng("query", c.seed, method, species, ident, k)
         # Query k of an identity has the same pose, background, lighting and occlusion for every
         # generative method, and the drift levels resample nested regions with the same new
         # pattern: methods differ only in their markings (a paired, dose-response design).
-        view_rng = seeded_rng("query-view", c.seed, species, ident, k)
+        view_rng = keyed_rng("query-view", c.seed, species, ident, k)
         ref_k = int(k % c.references)
         base = self.markings(species, ident)
         drift = METHOD_DRIFT[method]
         if method == "faithful":
             m = base
         elif method.startswith("drift-"):
-            drift_seed = _DRIFT_SEED_BASE + int(seeded_rng("drift", c.seed, species, ident, k).integers(1_000_000))
+            drift_seed = _DRIFT_SEED_BASE + int(keyed_rng("drift", c.seed, species, ident, k).integers(1_000_000))
             m = base.with_layer(drift_seed, drift, f"drift-{c.seed}-{ident}-{k}")
         elif method == "generic":
             i = self.ids[species].index(ident) * c.queries + k
@@ -245,7 +255,7 @@ class World:
         c = self.config
         ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
         if method == "near-copy":  # the reference's whole scene, part of the markings redrawn
-            drift_seed = _DRIFT_SEED_BASE + int(seeded_rng("near", c.seed, species, ident, ref_k).integers(1_000_000))
+            drift_seed = _DRIFT_SEED_BASE + int(keyed_rng("near", c.seed, species, ident, ref_k).integers(1_000_000))
             m = base.with_layer(drift_seed, NEAR_COPY_DRIFT, f"near-{c.seed}-{ident}-{ref_k}")
             return render_view(m, replace(ref_view, noise_seed=int(rng.integers(2 ** 31))))
         new_bg = replace(ref_view, family=str(NOVEL_FAMILIES[int(rng.integers(len(NOVEL_FAMILIES)))]),
@@ -270,10 +280,10 @@ class World:
     # -- writing
     def write(self, root: str | Path, *, progress_desc: str = "rendering world") -> WorldBuild:
         """Render gallery, references and queries as PNGs under ``root``; write gallery.csv and queries.csv."""
+        import pandas as pd
+
         from fpr import progress
         from fpr.tables import write_table
-
-        import pandas as pd
 
         start = time.perf_counter()
         c = self.config

@@ -19,12 +19,13 @@ species, whatever the size or number of its marking elements.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
+
+from fpr.keys import keyed_rng
 
 CANVAS = 128
 SPECIES = ("zebra", "leopard", "giraffe")
@@ -38,9 +39,6 @@ PALETTES = {
 }
 
 
-def seeded_rng(*keys) -> np.random.Generator:
-    digest = hashlib.sha256("|".join(str(k) for k in keys).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 _YY, _XX = np.meshgrid((np.arange(CANVAS, dtype=np.float32) + 0.5) / CANVAS,
@@ -124,7 +122,7 @@ _MAKERS = {"zebra": _stripes, "leopard": _spots, "giraffe": _patches}
 @lru_cache(maxsize=8192)
 def base_labels(species: str, pattern_seed: int) -> np.ndarray:
     """The label map of one pure pattern (read-only array)."""
-    lab = _MAKERS[species](seeded_rng("pattern", species, int(pattern_seed)))
+    lab = _MAKERS[species](keyed_rng("pattern", species, int(pattern_seed)))
     lab.setflags(write=False)
     return lab
 
@@ -195,7 +193,7 @@ def body_mask(species: str) -> np.ndarray:
 @lru_cache(maxsize=4096)
 def region_field(*keys) -> np.ndarray:
     """A smooth blob-shaped field used to choose which part of the body changes."""
-    rng = seeded_rng("region", *keys)
+    rng = keyed_rng("region", *keys)
     f = smooth_field(rng, 6, 0.8, 2.2)
     f.setflags(write=False)
     return f

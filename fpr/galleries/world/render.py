@@ -13,7 +13,8 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from fpr.galleries.world.patterns import CANVAS, Markings, seeded_rng, texture_rgba
+from fpr.galleries.world.patterns import CANVAS, Markings, texture_rgba
+from fpr.keys import keyed_rng
 
 # Background families. "Gallery" families are the look of real photographs (gallery,
 # references, training); "novel" families are only used for generated queries, so a
@@ -45,7 +46,7 @@ def _background_bank(family: str, size: int) -> tuple[np.ndarray, ...]:
     side = size * _TILE
     tiles = []
     for k in range(_BANK):
-        rng = seeded_rng("background", family, size, k)
+        rng = keyed_rng("background", family, size, k)
         low = max(2, side // scale)
         blob = Image.fromarray((rng.random((low, low)) * 255).astype(np.uint8), "L").resize((side, side),
                                                                                              Image.BICUBIC)

@@ -10,13 +10,12 @@ workspace is known, the cache is ``$FPR_CACHE_DIR/judge-cache``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import uuid
 from pathlib import Path
 
 from fpr.errors import InputError
+from fpr.files import atomic_write_text
 
 
 def default_root(workspace: Path | None) -> Path:
@@ -25,24 +24,10 @@ def default_root(workspace: Path | None) -> Path:
     return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser() / "judge-cache"
 
 
-def fingerprint(payload: dict) -> str:
-    """SHA-256 of a canonical JSON (sorted keys, no whitespace) of ``payload``."""
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(obj, fh, ensure_ascii=False, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """One cache entry, written through :mod:`fpr.files` (umask modes, one-line errors) and flushed to disk."""
+    atomic_write_text(path, json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True), durable=True,
+                      hint="set FPR_CACHE_DIR (or use a workspace) on a writable disk")
 
 
 def read_json(path: Path):

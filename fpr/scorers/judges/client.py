@@ -42,21 +42,25 @@ from PIL import Image
 
 from fpr import progress
 from fpr.errors import FprError, InputError
-from fpr.scorers.judges.cache import JudgeCache, default_root, fingerprint
-from fpr.scorers.judges.prompts import Template
 from fpr.images import content_hash, load_rgb, read_bytes
+from fpr.keys import fingerprint
+from fpr.scorers.judges.cache import JudgeCache, default_root
+from fpr.scorers.judges.prompts import Template
+from fpr.scorers.options import Option, resolve
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULTS = {"seed": 0, "image_size": 512, "concurrency": 4, "timeout": 60.0, "max_retries": 3, "max_tokens": None}
-CLIENT_OPTIONS = {
-    "model": "judge model name (else FPR_JUDGE_MODEL)",
-    "seed": "sampling seed sent with every request (default 0; temperature is always 0)",
-    "image_size": "longer side in px of the images sent (default 512)",
-    "concurrency": "parallel requests (default 4)",
-    "timeout": "seconds per request (default 60)",
-    "max_retries": "retries on 429/5xx/timeouts, exponential backoff (default 3)",
-    "max_tokens": "reply length limit (default: the endpoint's)",
-}
+# Every judge scorer takes these as <scorer>.<name> (declared once, here).
+CLIENT_OPTIONS: tuple[Option, ...] = (
+    Option("model", str, None, "judge model name (none: $FPR_JUDGE_MODEL)"),
+    Option("seed", int, DEFAULTS["seed"], "sampling seed sent with every request (temperature is always 0)"),
+    Option("image_size", int, DEFAULTS["image_size"], "longer side in px of the images sent", minimum=16),
+    Option("concurrency", int, DEFAULTS["concurrency"], "parallel requests", minimum=1),
+    Option("timeout", float, DEFAULTS["timeout"], "seconds per request", minimum=0.001),
+    Option("max_retries", int, DEFAULTS["max_retries"], "retries on 429/5xx/timeouts, exponential backoff",
+           minimum=0),
+    Option("max_tokens", int, DEFAULTS["max_tokens"], "reply length limit (none: the endpoint's)", minimum=1),
+)
 
 
 class _Unsupported(Exception):
@@ -108,16 +112,8 @@ def _offline() -> bool:
 
 def judge_config(scorer: str, options: dict) -> JudgeConfig:
     """The endpoint, key, model and request settings for ``scorer`` (options ``<scorer>.<name>``)."""
-    def opt(name, cast, default):
-        raw = options.get(f"{scorer}.{name}")
-        if raw is None or raw == "":
-            return default
-        try:
-            return cast(raw)
-        except (TypeError, ValueError):
-            raise InputError(f"scorer option {scorer}.{name} must be a {cast.__name__}, got '{raw}'") from None
-
-    model = str(options.get(f"{scorer}.model") or os.environ.get("FPR_JUDGE_MODEL", "")).strip()
+    opts = resolve(scorer, CLIENT_OPTIONS, options)
+    model = str(opts["model"] or os.environ.get("FPR_JUDGE_MODEL", "")).strip()
     if not model:
         raise InputError(f"scorer '{scorer}' needs a judge model",
                          hint=f"pass --scorer-option {scorer}.model=NAME or set FPR_JUDGE_MODEL")
@@ -133,14 +129,9 @@ def judge_config(scorer: str, options: dict) -> JudgeConfig:
     if not api_key:
         raise InputError("OPENAI_API_KEY is not set",
                          hint="set it to the endpoint's key (any non-empty value for a local server)")
-    size = opt("image_size", int, DEFAULTS["image_size"])
-    conc = opt("concurrency", int, DEFAULTS["concurrency"])
-    if size < 16 or conc < 1:
-        raise InputError(f"{scorer}.image_size must be >= 16 and {scorer}.concurrency >= 1")
-    return JudgeConfig(model=model, base_url=base_url, api_key=api_key, seed=opt("seed", int, DEFAULTS["seed"]),
-                       image_size=size, concurrency=conc, timeout=opt("timeout", float, DEFAULTS["timeout"]),
-                       max_retries=opt("max_retries", int, DEFAULTS["max_retries"]),
-                       max_tokens=opt("max_tokens", int, None))
+    return JudgeConfig(model=model, base_url=base_url, api_key=api_key, seed=opts["seed"],
+                       image_size=opts["image_size"], concurrency=opts["concurrency"], timeout=opts["timeout"],
+                       max_retries=opts["max_retries"], max_tokens=opts["max_tokens"])
 
 
 # --------------------------------------------------------------------------- images

@@ -10,7 +10,8 @@ import socket
 import pytest
 
 from fpr.errors import FprError, InputError
-from fpr.scorers.judges.cache import JudgeCache, fingerprint
+from fpr.keys import fingerprint
+from fpr.scorers.judges.cache import JudgeCache
 from fpr.scorers.judges.client import (ImageRef, JudgeClient, JudgeConfig, Reply, image_part, judge_config,
                                     refusal_reason, text_part)
 from fpr.scorers.judges.prompts import load_template

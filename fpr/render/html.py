@@ -7,7 +7,7 @@ so a report of thousands of queries opens fast). A Content-Security-Policy allow
 nothing but inline script, inline style and ``data:`` images: the page cannot reach
 the network even by mistake.
 
-Sections: the summary pivot (:mod:`fpr.report.paper`), plots per group (mean with
+Sections: the summary pivot (:mod:`fpr.render.paper`), plots per group (mean with
 its 95% interval per method and encoder, inline SVG), the drift diagnosis
 (per group a confusion matrix of intended identity x identity of the top-1 item),
 and one card per query and encoder, worst AP first, filterable by method, group
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import FprError
-from fpr.report.paper import OVERALL, Pivot, confusion_matrices, format_cell
 from fpr.images import load_rgb
+from fpr.render.paper import OVERALL, Pivot, confusion_matrices, format_cell
 
 EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as cards come into view
 PALETTE = ("#3b6fb6", "#d9822b", "#3a9a5b", "#b6443b", "#7a5cb0", "#8c6d46")

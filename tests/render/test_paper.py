@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fpr.report import paper as rep
+from fpr.render import paper as rep
 
 GOLDEN = Path(__file__).parent / "golden"
 
