@@ -97,6 +97,8 @@ import sys, time, resource
 import numpy as np, pandas as pd
 sys.path.insert(0, sys.argv[1])
 from fpr.eval import pipeline as P
+from fpr.eval import relevance
+from fpr.eval import scoring
 from fpr.index import faiss_index as F
 q, g, d, ids = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 rng = np.random.default_rng(0)
@@ -110,12 +112,12 @@ qv /= np.linalg.norm(qv, axis=1, keepdims=True)
 card = F.IndexCard(name="big", gallery="g", gallery_fingerprint="f", encoder="synthetic", weights_checksum="-",
                    preprocessing="{}", dim=d, n_items=0, n_references=0)
 gi = F.build(v, np.arange(g), np.zeros((0, d), np.float32), np.zeros(0, np.int64), card)
-labels = P.GalleryLabels(np.arange(g), np.array(["grp"] * g, object), np.array([f"i{x}" for x in gl], object),
+labels = relevance.GalleryLabels(np.arange(g), np.array(["grp"] * g, object), np.array([f"i{x}" for x in gl], object),
                          np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [], [""] * g)
 qdf = pd.DataFrame({"group": ["grp"] * q, "identity": [f"i{x}" for x in ql]})
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()
-out = P.score_blocks(qv, np.arange(q), labels.codes(qdf), "all", gi, 10)
+out = scoring.score_blocks(qv, np.arange(q), labels.codes(qdf), "all", gi, 10)
 secs = time.perf_counter() - t
 print(f"{secs:.1f} {rss0:.0f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
       f"{np.nanmean(out.values['ap']):.4f}")

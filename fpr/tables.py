@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
 
@@ -11,6 +12,47 @@ from fpr.files import atomic_write_path
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq", ".tsv")
 
 
+def table_format(path: Path, what: str) -> str:
+    """``parquet``, ``csv`` or ``tsv`` by suffix; any other suffix is one line naming the file."""
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    raise InputError(f"{what} must be .csv, .tsv or .parquet", where=str(path))
+
+
+def iter_table_chunks(path: Path, chunk_size: int, columns: list[str] | None = None, *,
+                      what: str = "table") -> Iterator[pd.DataFrame]:
+    """A table in chunks of ``chunk_size`` rows (CSV/TSV cells as strings), never whole in memory."""
+    fmt = table_format(path, what)
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_size, columns=columns):
+                yield batch.to_pandas()
+        else:
+            with pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False,
+                             chunksize=chunk_size, usecols=columns) as reader:
+                yield from reader
+    except (ValueError, OSError, pd.errors.ParserError) as exc:
+        raise InputError(f"cannot read {what}: {str(exc).splitlines()[0]}", where=str(path)) from None
+
+
+def table_columns(path: Path, *, what: str = "table") -> list[str]:
+    """The column names of a table, reading only its header (or Parquet schema)."""
+    fmt = table_format(path, what)
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return [str(c) for c in pq.read_schema(path).names]
+        return [str(c) for c in pd.read_csv(path, sep="\t" if fmt == "tsv" else ",", nrows=0).columns]
+    except (ValueError, OSError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"cannot read {what}: {str(exc).splitlines()[0]}", where=str(path)) from None
+
+
 def read_table(path: str | Path, *, required: tuple[str, ...], what: str = "manifest") -> pd.DataFrame:
     """Read a CSV/TSV/Parquet file as strings; check required columns and that they have no blanks."""
     p = Path(path)
@@ -18,16 +60,12 @@ def read_table(path: str | Path, *, required: tuple[str, ...], what: str = "mani
         raise InputError(f"{what} not found", where=str(p))
     if p.stat().st_size == 0:
         raise InputError(f"{what} is empty (0 bytes)", where=str(p))
-    suffix = p.suffix.lower()
+    fmt = table_format(p, what)
     try:
-        if suffix in (".parquet", ".pq"):
+        if fmt == "parquet":
             df = pd.read_parquet(p)
-        elif suffix in (".csv", ".tsv"):
-            df = pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False)
         else:
-            raise InputError(f"{what} must be .csv, .tsv or .parquet", where=str(p))
-    except InputError:
-        raise
+            df = pd.read_csv(p, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False)
     except Exception as exc:  # pandas/pyarrow raise many types for malformed files
         raise InputError(f"cannot parse {what}: {str(exc).splitlines()[0]}", where=str(p)) from None
     df.columns = [str(c).strip() for c in df.columns]

@@ -5,6 +5,7 @@ import click
 
 from fpr import api
 from fpr.cli.main import cli, format_option
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.render.cells import dumps, render_rows
 
 
@@ -19,7 +20,8 @@ def index() -> None:
 @click.option("--name", default=None, help="Index name (default <gallery>-<encoder>).")
 @click.option("--weights", default=None, help="Explicit weights file or folder.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+              help="images per embedding batch")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Image-decoding worker processes (default: on a CPU, threads between forward passes).")
 @click.option("--overwrite", is_flag=True)
 @click.option("--background", default="keep", show_default=True, metavar="keep|remove[:SEGMENTER]",

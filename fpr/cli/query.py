@@ -5,11 +5,12 @@ import click
 
 from fpr import api, progress
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
+from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_row_columns
 from fpr.render.cells import dumps, render_rows
 
-SUMMARY_COLUMNS = ["method", "group", "n_queries", "map", "map_lo", "map_hi", "cmc@1", "cmc@5", "cmc@10", "minp",
-                   "sim", "sim_lo", "sim_hi"]
+SUMMARY_COLUMNS = ["method", "group", "n_queries", *summary_row_columns()]
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
@@ -25,7 +26,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
     click.echo(render_rows(res.summary, "table", cols))
     if res.sim_definition:
-        from fpr.eval.pipeline import SIM_SOURCES
+        from fpr.eval.similarity import SIM_SOURCES
 
         click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
     if res.n_skipped:
@@ -52,7 +53,8 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Ranking entries stored per query.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+              help="images per embedding batch")
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @click.option("--oracle", is_flag=True, help="Also query with the gallery's reference images (method 'oracle').")
@@ -97,7 +99,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--run", "runs", required=True, multiple=True,
               help="Run id (repeatable: runs over the same queries are merged; RUN of a multi-encoder query "
                    "stands for all its encoders).")
-@click.option("--metrics", default=",".join(("sim", "map", "cmc@1", "cmc@10")), show_default=True,
+@click.option("--metrics", default=",".join(DEFAULT_REPORT_METRICS), show_default=True,
               help="Columns per encoder: sim, map, cmc@1, cmc@5, cmc@10, minp.")
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report here (opens offline).")
@@ -137,7 +139,7 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
                    f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
     click.echo(rep.render(pivot, fmt))
     if fmt in ("table", "markdown") and data.sim_definition:
-        from fpr.eval.pipeline import SIM_SOURCES
+        from fpr.eval.similarity import SIM_SOURCES
 
         click.echo("\nSim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in data.sim_definition.items()))
     n_skipped = int((data.per_query["status"] != "ok").sum())
@@ -242,7 +244,8 @@ def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output .npy (rows in file order).")
 @click.option("--weights", default=None)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+              help="images per embedding batch")
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @engine_options()
 def embed_cmd(encoder, images, out, weights, device, batch_size, workers, engine, ray_address, ray_actors,

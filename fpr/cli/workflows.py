@@ -6,6 +6,7 @@ import math
 import click
 
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
 from fpr.render.cells import dumps, render_rows
 
@@ -63,7 +64,8 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 @click.option("--weights", default=None)
 @click.option("--skip-missing-identities", is_flag=True)
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+              help="images per embedding batch")
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @click.option("--overwrite", is_flag=True, help="Replace a stored ablation with the same id.")
 @click.option("--protocol", type=click.Choice(["fpr", "official"]), default="fpr", show_default=True,
@@ -179,7 +181,8 @@ def _isna(v) -> bool:
 @click.option("--restart", is_flag=True, help="Ignore the saved progress of an interrupted run.")
 @click.option("--list-names", is_flag=True, help="List the names a keep-rule can use, and exit.")
 @click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+              help="images per embedding batch")
 @click.option("--workers", type=click.IntRange(min=0), default=None)
 @engine_options(shards=False)
 @format_option()

@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.cache import EmbeddingCache
 from fpr.encoders.registry import Encoder, check_batch_size, check_workers
 from fpr.errors import InputError, choices_hint
@@ -131,7 +132,7 @@ def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None
     return hashes, failed
 
 
-def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = 32,
+def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = EMBED_BATCH_SIZE,
                 workers: int | None = None, cache: EmbeddingCache | None | bool = True,
                 on_error: str = "raise", desc: str = "embedding", normalize: bool = True,
                 amp_dtype: torch.dtype | None = None) -> EmbedResult:
@@ -279,7 +280,7 @@ def decode_paths(preprocess, paths: Sequence[str | Path]) -> Decoded:
     return Decoded(hashes, pixels, failed)
 
 
-def embed_decoded(encoder: Encoder, decoded: Decoded, *, batch_size: int = 32,
+def embed_decoded(encoder: Encoder, decoded: Decoded, *, batch_size: int = EMBED_BATCH_SIZE,
                   cache: EmbeddingCache | None = None) -> EmbedResult:
     """Embed decoded images (see :func:`decode_paths`) in order; like :func:`embed_paths` with
     ``on_error="skip"``: cached hashes are looked up, duplicated content is embedded once, new
@@ -363,7 +364,7 @@ def cache_for(encoder: Encoder, root: str | Path | None = None) -> EmbeddingCach
     return EmbeddingCache(encoder.cache_key, encoder.spec.dim, root=root, meta=meta)
 
 
-def embed_pil(encoder: Encoder, images: Sequence[Image.Image], *, batch_size: int = 64) -> np.ndarray:
+def embed_pil(encoder: Encoder, images: Sequence[Image.Image], *, batch_size: int = EMBED_BATCH_SIZE) -> np.ndarray:
     """Embed in-memory images (no cache: they have no file bytes to hash)."""
     out = []
     for s in range(0, len(images), batch_size):

@@ -30,13 +30,11 @@ local runtime on this machine, shut down after the run.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
 import pickle
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,9 +43,12 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fpr import keys, progress
+from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
-from fpr.files import atomic_write_path, ensure_dir
+from fpr.eval import frames, pipeline, scoring
+from fpr.engines.parts import PartsFolder
+from fpr.files import ensure_dir
 
 ENGINES = ("local", "ray")
 INSTALL_HINT = "install the optional extra: pip install 'fpr[ray]'"
@@ -360,9 +361,9 @@ def cache_root_for_workers() -> str:
 
 
 def portable_index(opened):
-    """An :class:`fpr.eval.pipeline.OpenIndex` without its gallery item list and its lazily built
+    """An :class:`fpr.eval.relevance.OpenIndex` without its gallery item list and its lazily built
     searchers, to ship to the actors once."""
-    from fpr.eval.pipeline import OpenIndex
+    from fpr.eval.relevance import OpenIndex
     from fpr.index.faiss_index import GalleryIndex
 
     gi = opened.index
@@ -371,56 +372,6 @@ def portable_index(opened):
 
 
 # --------------------------------------------------------------------------- shard folders
-
-class ShardFolder:
-    """``<root>/part-NNNNNN*``: one shard's files; ``part-NNNNNN.done`` written last marks it complete.
-
-    ``state.json`` holds the fingerprint of the work; a folder holding another work's shards is
-    emptied first (the same rule as ``fpr filter``'s state folder)."""
-
-    def __init__(self, root: Path, fingerprint: dict):
-        self.root = Path(root)
-        self.fingerprint = keys.fingerprint(fingerprint, length=24)
-        state = self.root / "state.json"
-        if state.exists():
-            try:
-                old = json.loads(state.read_text()).get("fingerprint")
-            except (OSError, ValueError):
-                old = None
-            if old != self.fingerprint:
-                progress.log(f"found the shards of a different run in {self.root}; starting over")
-                shutil.rmtree(self.root, ignore_errors=True)
-        if not state.exists():
-            ensure_dir(self.root)
-            atomic_write_path(state, lambda tmp: Path(tmp).write_text(json.dumps({"fingerprint": self.fingerprint})))
-
-    def path(self, k: int, suffix: str) -> Path:
-        return self.root / f"part-{k:06d}{suffix}"
-
-    def done(self) -> set[int]:
-        return {int(p.name[5:11]) for p in self.root.glob("part-*.done")}
-
-    def mark_done(self, k: int) -> None:
-        atomic_write_path(self.path(k, ".done"), lambda tmp: Path(tmp).write_text("done\n"))
-
-    def write_parquet(self, k: int, suffix: str, df: pd.DataFrame) -> None:
-        atomic_write_path(self.path(k, suffix), lambda tmp: df.to_parquet(tmp, index=False))
-
-    def write_json(self, k: int, suffix: str, obj) -> None:
-        atomic_write_path(self.path(k, suffix), lambda tmp: Path(tmp).write_text(json.dumps(obj, default=str)))
-
-    def read_parquet(self, k: int, suffix: str) -> pd.DataFrame:
-        return pd.read_parquet(self.path(k, suffix))
-
-    def read_json(self, k: int, suffix: str):
-        return json.loads(self.path(k, suffix).read_text())
-
-
-def discard_shards(shard_dir: str | Path) -> None:
-    """Remove a shard folder once its results are stored (a rerun then computes afresh, as a local run
-    does: the shards are the unit of resume, not a second store)."""
-    shutil.rmtree(shard_dir, ignore_errors=True)
-
 
 def frame_digest(df: pd.DataFrame) -> str:
     """A digest of a table's content (every column as text), for fingerprints."""
@@ -449,7 +400,8 @@ class EmbedJob:
                 "n_from_cache": embedded.n_from_cache, "n_computed": embedded.n_computed}
 
 
-def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard_dir: Path, batch_size: int = 64,
+def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard_dir: Path,
+                    batch_size: int = EMBED_BATCH_SIZE,
                     on_error: str = "raise", device: str = "auto"):
     """:func:`fpr.encoders.embed.embed_paths` on Ray: rows in input order; shards in ``shard_dir``
     (kept until the caller removes them, so a killed run resumes)."""
@@ -458,7 +410,7 @@ def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard
     start = time.perf_counter()
     paths = [str(p) for p in paths]
     size = options.shard_size or default_shard_size(encoder)
-    folder = ShardFolder(shard_dir, {"what": "embed", "paths": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
+    folder = PartsFolder(shard_dir, {"what": "embed", "paths": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
                                      "encoder": encoder.id, "weights": encoder.weights.checksum,
                                      "protocol": encoder.preprocessing.key(), "shard": size})
     total = n_shards(len(paths), size)
@@ -511,19 +463,15 @@ class QueryJob:
         self.workspace = workspace
         self.where = where
         self.dim = dim
-        from fpr.eval import pipeline
-
-        self.block_bytes = pipeline.BLOCK_BYTES
+        self.block_bytes = scoring.BLOCK_BYTES
 
     def run(self, encoder, job_input: dict, embedded, embed) -> dict:
-        from fpr.eval import pipeline
-
         qdf = job_input["qdf"]
-        pipeline.BLOCK_BYTES = self.block_bytes  # block as the driver's process does (FPR_EVAL_BLOCK_MB there)
+        scoring.BLOCK_BYTES = self.block_bytes  # block as the driver's process does (FPR_EVAL_BLOCK_MB there)
         ev = pipeline.evaluate(qdf, self.opened.labels, self.opened.index, embed, self.settings, where=self.where,
                                encoder_id=self.encoder_id,
                                workspace=Path(self.workspace) if self.workspace else None, dim=self.dim)
-        return {"per_query": pipeline.stored_columns(ev.per_query, ""), "aux": ev.aux, "rankings": ev.rankings,
+        return {"per_query": frames.stored_columns(ev.per_query, ""), "aux": ev.aux, "rankings": ev.rankings,
                 "reasons": ev.reasons, "aux_provenance": ev.aux.attrs.get("provenance")}
 
 
@@ -533,7 +481,7 @@ def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int) -> list[n
     of up to ``shard_size`` queries; queries without a relevant gallery image (skipped) fill shards of
     their own. Keeping a group's queries together lets an actor score them against one sub-index.
     Where a shard's pieces fall does not change any value: score blocks are padded to whole BLAS
-    panels (:data:`fpr.eval.pipeline.SCORE_ROWS`), so a query's scores do not depend on its block-mates.
+    panels (:data:`fpr.eval.scoring.SCORE_ROWS`), so a query's scores do not depend on its block-mates.
     """
     codes = labels.codes(qdf)
     ok = np.flatnonzero(labels.has_relevant(qdf))
@@ -563,11 +511,9 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
 
     Missing identities must have been checked by the caller (``missing_identities``) with the
     same ``skip`` setting; shards are written to ``shard_dir`` and read back at the end."""
-    from fpr.eval import pipeline
-
     size = options.shard_size or default_shard_size(encoder)
     plan = shard_plan(qdf, opened.labels, settings.scope, size)
-    folder = ShardFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size})
+    folder = PartsFolder(shard_dir, {**fingerprint, "queries": frame_digest(_digest_columns(qdf)), "shard": size})
     total = len(plan)
     done = folder.done()
     if done:
@@ -599,17 +545,17 @@ def evaluate_ray(qdf: pd.DataFrame, opened, encoder, settings, *, options: RayOp
         meta = folder.read_json(k, ".json")
         reasons.update(meta["reasons"])
         aux_prov = aux_prov or meta.get("aux_provenance")
-    stored = pd.concat(per_query, ignore_index=True) if per_query else pipeline.stored_columns(
-        pipeline.query_frame(qdf.iloc[:0], np.array([], dtype=object), []), "")
+    stored = pd.concat(per_query, ignore_index=True) if per_query else frames.stored_columns(
+        frames.query_frame(qdf.iloc[:0], np.array([], dtype=object), []), "")
     stored = stored.sort_values("row_number", kind="stable").reset_index(drop=True)
     order = {q: i for i, q in enumerate(stored["query_id"])}  # query order, as a local run lists rows
-    aux_df = _in_query_order(_concat(aux, pipeline.empty_aux()), order, ["scorer", "metric"])
+    aux_df = _in_query_order(_concat(aux, frames.empty_aux()), order, ["scorer", "metric"])
     if aux_prov:
         aux_df.attrs["provenance"] = aux_prov
-    per = pipeline.expand_extras(stored.drop(columns=["run_id"]))
+    per = frames.expand_extras(stored.drop(columns=["run_id"]))
     per["row_number"] = per["row_number"].astype(np.int64)
     ev = pipeline.Evaluation(per["status"].to_numpy(dtype=object), per, aux_df,
-                             _in_query_order(_concat(rankings, pipeline.empty_rankings()), order, [], ["rank"]),
+                             _in_query_order(_concat(rankings, frames.empty_rankings()), order, [], ["rank"]),
                              np.zeros((len(per), 0), np.float32), reasons)
     info = {**info, "shards": total, "shards_resumed": len(done), "shard_size": size,
             "shard_dir": str(folder.root)}
@@ -633,5 +579,5 @@ def _digest_columns(qdf: pd.DataFrame) -> pd.DataFrame:
     return qdf.drop(columns=[c for c in ("reference_list",) if c in qdf.columns])
 
 
-__all__ = ["ENGINES", "RayOptions", "Runtime", "ShardFolder", "check_engine", "embed_paths_ray", "evaluate_ray",
+__all__ = ["ENGINES", "RayOptions", "Runtime", "check_engine", "embed_paths_ray", "evaluate_ray",
            "ray_options", "run_shards", "served_embedder"]

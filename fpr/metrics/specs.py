@@ -29,6 +29,7 @@ class MetricSpec:
     label: str  # header in tables and reports
     compute: ComputeFn | None  # from the ranking engine's output; None: computed by its own pipeline step
     summary: str | None = None  # name in summary rows (e.g. "map"); None: not averaged
+    summary_label: str | None = None  # header of the summary in reports (e.g. "mAP"); None: ``label``
     rule: str | None = None  # name in a filter keep-rule (e.g. "top1"); None: not usable there
     integer: bool = False  # exported and filtered as an integer
     interval: bool = False  # summary rows carry a bootstrap 95% interval
@@ -42,7 +43,7 @@ def _cmc(k: int) -> ComputeFn:
 
 PER_QUERY_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("ap", "average precision of the query against the gallery (0..1)", "AP",
-               lambda m, n_scope: m.ap, summary="map", rule="ap", interval=True),
+               lambda m, n_scope: m.ap, summary="map", summary_label="mAP", rule="ap", interval=True),
     MetricSpec("first_hit_rank", "rank of the first gallery image of the identity (1 = best)", "first hit",
                lambda m, n_scope: m.first_hit_rank, rule="first_hit_rank", integer=True, higher_is_better=False,
                sql_type="INTEGER"),
@@ -59,10 +60,14 @@ PER_QUERY_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("cmc10", "1 if an image of the identity is within the top 10 (CMC@10)", "CMC@10",
                _cmc(10), summary="cmc@10", rule="top10", integer=True),
     MetricSpec("inp", "inverse negative penalty: n_relevant / rank of the last relevant image", "INP",
-               lambda m, n_scope: m.inp, summary="minp", rule="inp"),
+               lambda m, n_scope: m.inp, summary="minp", summary_label="mINP", rule="inp"),
     MetricSpec("sim", "mean cosine similarity to the query's Sim references (see sim_source)", "Sim",
                None, summary="sim", rule="sim", interval=True),
 )
+
+
+# What `fpr report` and the paper's tables show unless asked otherwise (Sim before mAP, as the paper).
+DEFAULT_REPORT_METRICS = ("sim", "map", "cmc@1", "cmc@10")
 
 
 def ranking_metrics() -> tuple[MetricSpec, ...]:
@@ -87,10 +92,24 @@ def interval_summaries() -> tuple[str, ...]:
     return tuple(m.summary for m in PER_QUERY_METRICS if m.summary and m.interval)
 
 
+def summary_labels() -> dict[str, str]:
+    """Summary name -> its header in reports (e.g. ``map`` -> ``mAP``)."""
+    return {m.summary: m.summary_label or m.label for m in PER_QUERY_METRICS if m.summary}
+
+
+def summary_row_columns() -> list[str]:
+    """The metric columns of a summary row, with ``_lo``/``_hi`` after those that carry an interval."""
+    out: list[str] = []
+    for m in PER_QUERY_METRICS:
+        if m.summary:
+            out += [m.summary, f"{m.summary}_lo", f"{m.summary}_hi"] if m.interval else [m.summary]
+    return out
+
+
 def rule_columns() -> dict[str, str]:
     """Keep-rule name -> per-query column."""
     return {m.rule: m.column for m in PER_QUERY_METRICS if m.rule}
 
 
-__all__ = ["MetricSpec", "PER_QUERY_METRICS", "interval_summaries", "metric", "ranking_metrics", "rule_columns",
-           "summary_columns"]
+__all__ = ["DEFAULT_REPORT_METRICS", "MetricSpec", "PER_QUERY_METRICS", "interval_summaries", "metric",
+           "ranking_metrics", "rule_columns", "summary_columns", "summary_labels", "summary_row_columns"]

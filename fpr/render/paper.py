@@ -25,12 +25,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_labels
 from fpr.metrics.summary import aux_columns, summarize, with_aux
 
 # Summary metric -> label in the paper's layout.
-METRIC_LABELS = {"sim": "Sim", "map": "mAP", "cmc@1": "CMC@1", "cmc@5": "CMC@5", "cmc@10": "CMC@10",
-                 "minp": "mINP"}
-DEFAULT_METRICS = ("sim", "map", "cmc@1", "cmc@10")
+METRIC_LABELS = summary_labels()  # declared in fpr/metrics/specs.py
+DEFAULT_METRICS = DEFAULT_REPORT_METRICS
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 OVERALL = "*"
 

@@ -74,6 +74,9 @@ reference and query (brick walls, tiles) can produce consistent matches; a
 faithful generation that happens to take a reference's pose almost exactly
 scores in between.
 """
+# Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
+# whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
+# a third of it is the docstring above.
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -51,10 +51,12 @@ import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
-from fpr.eval.pipeline import gallery_items, missing_identities, normalize_queries
+from fpr.eval.inputs import normalize_queries
+from fpr.eval.relevance import gallery_items, missing_identities
 from fpr.galleries.curate import SAMPLINGS, GallerySpec, curate
 from fpr.galleries.records import ImageRecord
 from fpr.keys import keyed_rng, new_id
@@ -173,11 +175,53 @@ class _Group:
     s_gen: np.ndarray  # (n_gen, n_pool)
 
 
+def _queries_in_pool(queries, pool: list, skip_missing_identities: bool) -> pd.DataFrame | None:
+    """The queries table, checked for identities without gallery images in the pool (skipped or an error)."""
+    if queries is None:
+        return None
+    qdf = normalize_queries(queries)
+    pool_keys = {(it.group, it.identity) for it in pool}
+    has = np.array([(g, i) in pool_keys for g, i in zip(qdf["group"], qdf["identity"])], dtype=bool)
+    where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
+    keep = missing_identities(qdf, has, skip=skip_missing_identities, where=where) == "ok"
+    if not keep.all():
+        progress.log(f"skipping {int((~keep).sum())} queries without gallery images of their identity")
+        qdf = qdf[keep].reset_index(drop=True)
+    return qdf
+
+
+def _sweep(variants: list, repeats: int, seed: int, pool: list, vec_of: dict, groups, qdf: pd.DataFrame | None,
+           gallery: str) -> list[dict]:
+    """Every (variant, repeat): draw the gallery (once per M, sampling and seed) and re-rank."""
+    records = [ImageRecord(it.path, it.identity, it.group, None, it.content_hash) for it in pool]
+
+    def lookup(ps: Sequence[str]) -> np.ndarray:  # k-means sees the sweep's embeddings: no re-embedding
+        return np.stack([vec_of[p] for p in ps])
+
+    methods = sorted(qdf["method"].unique()) if qdf is not None else []
+    rows: list[dict] = []
+    drawn: dict[tuple, set[str]] = {}  # (M, sampling, seed) -> chosen pool paths; N does not change the draw
+    for v, r in progress.bar([(v, r) for v in variants for r in range(repeats)], desc="variants", unit="variant"):
+        seed_r = seed + r
+        key = (v.per_identity, v.sampling, seed_r)
+        if key not in drawn:
+            spec = GallerySpec(gallery_per_identity=v.per_identity, sampling=v.sampling, seed=seed_r,
+                               min_identities_per_group=1)
+            # k-means fits are tiny (one identity's images): BLAS/OpenMP threads only add overhead (~13x)
+            with threadpool_limits(1):
+                chosen_items, _ = curate(records, spec, embed=lookup if v.sampling == "kmeans" else None,
+                                         where=f"gallery:{gallery}")
+            drawn[key] = {it.path for it in chosen_items}
+        rows.extend(_evaluate(v, r, seed_r, groups, drawn[key], qdf, methods))
+    return rows
+
+
 def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
            per_identity: Sequence | str = (1, 5, 10, 20), identities: Sequence | str = (2, 5, 10),
            sampling: Sequence | str = ("random", "kmeans"), repeats: int = 5, seed: int = 0,
            design: str = "one-at-a-time", name: str | None = None, workspace: str | Path | None = None,
-           weights: str | None = None, device: str = "auto", batch_size: int = 64, workers: int | None = None,
+           weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
+           workers: int | None = None,
            skip_missing_identities: bool = False, plot: str | Path | None = None, overwrite: bool = False,
            store: bool = True, background: str = "keep") -> AblationResult:
     """Evaluate gallery variants with one embedding pass; store rows in the ``ablations`` table."""
@@ -189,8 +233,7 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     if repeats < 1:
         raise InputError(f"--repeats must be at least 1, got {repeats}")
     variants, base = plan_variants(m_values, n_values, s_values, design)
-    name = check_name(name, "ablation") if name else \
-        new_id("abl")
+    name = check_name(name, "ablation") if name else new_id("abl")
     ws = Workspace.open(workspace)
     if store and not overwrite and db.ablation_exists(ws, name):
         raise ConflictError(f"ablation '{name}' already exists", hint="choose another --name or pass --overwrite")
@@ -198,18 +241,9 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     items = gallery_items(ws, gallery)
     pool = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
-    qdf = normalize_queries(queries) if queries is not None else None
-    if qdf is not None:
-        pool_keys = {(it.group, it.identity) for it in pool}
-        has = np.array([(g, i) in pool_keys for g, i in zip(qdf["group"], qdf["identity"])], dtype=bool)
-        where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
-        keep = missing_identities(qdf, has, skip=skip_missing_identities, where=where) == "ok"
-        if not keep.all():
-            progress.log(f"skipping {int((~keep).sum())} queries without gallery images of their identity")
-            qdf = qdf[keep].reset_index(drop=True)
+    qdf = _queries_in_pool(queries, pool, skip_missing_identities)
 
-    # ---- the one embedding pass
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # the one embedding pass
     enc = load_encoder(encoder, weights=weights, device=device)
     if background != "keep":  # background removal is part of the protocol (Table 14: keep vs remove)
         from fpr.encoders.background import with_background
@@ -224,29 +258,8 @@ def ablate(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None
     t0 = time.perf_counter()
     groups = _prepare_groups(pool, refs, qdf, vec_of)
     timings["similarities"] = time.perf_counter() - t0
-    records = [ImageRecord(it.path, it.identity, it.group, None, it.content_hash) for it in pool]
-
-    def lookup(ps: Sequence[str]) -> np.ndarray:  # k-means sees the sweep's embeddings: no re-embedding
-        return np.stack([vec_of[p] for p in ps])
-
-    methods = sorted(qdf["method"].unique()) if qdf is not None else []
-    rows: list[dict] = []
     t0 = time.perf_counter()
-    evals = [(v, r) for v in variants for r in range(repeats)]
-    drawn: dict[tuple, set[str]] = {}  # (M, sampling, seed) -> chosen pool paths; N does not change the draw
-    for v, r in progress.bar(evals, desc="variants", unit="variant"):
-        seed_r = seed + r
-        key = (v.per_identity, v.sampling, seed_r)
-        if key not in drawn:
-            spec = GallerySpec(gallery_per_identity=v.per_identity, sampling=v.sampling, seed=seed_r,
-                               min_identities_per_group=1)
-            # k-means fits are tiny (one identity's images): BLAS/OpenMP threads only add overhead (~13x)
-            with threadpool_limits(1):
-                chosen_items, _ = curate(records, spec, embed=lookup if v.sampling == "kmeans" else None,
-                                         where=f"gallery:{gallery}")
-            drawn[key] = {it.path for it in chosen_items}
-        chosen = drawn[key]
-        rows.extend(_evaluate(v, r, seed_r, groups, chosen, qdf, methods))
+    rows = _sweep(variants, repeats, seed, pool, vec_of, groups, qdf, gallery)
     timings["variants"] = time.perf_counter() - t0
 
     df = pd.DataFrame(rows)
@@ -370,7 +383,8 @@ def _evaluate(v: Variant, r: int, seed_r: int, groups: list[_Group], chosen: set
         g_rows.append(grp.gen_rows)
     o_ap, o_sim = np.concatenate(o_ap), np.concatenate(o_sim)
     g_ap, g_sim, g_rows = np.concatenate(g_ap), np.concatenate(g_sim), np.concatenate(g_rows)
-    row = {"variant": v.id, "per_identity": v.per_identity, "identities": v.identities, "sampling": v.sampling, "repeat": r,
+    row = {"variant": v.id, "per_identity": v.per_identity, "identities": v.identities, "sampling": v.sampling,
+           "repeat": r,
            "seed": seed_r, "method": "*", "oracle_map": _nanmean(o_ap), "oracle_sim": _nanmean(o_sim),
            "oracle_n": int(np.isfinite(o_ap).sum()), "generated_map": _nanmean(g_ap),
            "generated_sim": _nanmean(g_sim), "generated_n": int(np.isfinite(g_ap).sum()),

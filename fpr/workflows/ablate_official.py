@@ -53,8 +53,10 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
-from fpr.eval.pipeline import gallery_items, normalize_queries
+from fpr.eval.inputs import normalize_queries
+from fpr.eval.relevance import gallery_items
 from fpr.keys import new_id
 from fpr.store import records as db
 from fpr.store.records import check_name
@@ -244,7 +246,7 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
                     settings: str | Sequence | None = None, selection: Sequence[str] = SELECTIONS,
                     cluster_encoder: str = CLUSTER_ENCODER, cluster_weights: str | None = None,
                     seed: int = SUBSAMPLE_SEED, name: str | None = None, workspace: str | Path | None = None,
-                    weights: str | None = None, device: str = "auto", batch_size: int = 64,
+                    weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
                     workers: int | None = None, skip_missing_identities: bool = False, overwrite: bool = False,
                     store: bool = True) -> OfficialAblationResult:
     """Run the released settings grid and gallery-selection ablation on a stored gallery."""

@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines import ray as ray_engine
+from fpr.engines.parts import discard_parts
 from fpr.errors import InputError
 from fpr.files import atomic_write
 from fpr.tables import read_table, resolve_path
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path | None = None,
-          weights: str | None = None, device: str = "auto", batch_size: int = 64,
+          weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
           workers: int | None = None, engine: str = "local",
           ray: "ray_engine.RayOptions | dict | None" = None) -> EmbedResult:
     """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order.
@@ -49,6 +51,6 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
     if out is not None:
         atomic_write(Path(out), lambda fp: np.save(fp, res.vectors))
     if ray_opts is not None:
-        ray_engine.discard_shards(shard_dir)
+        discard_parts(shard_dir)
     return res
 

@@ -1,4 +1,6 @@
-"""Encoder workflows: list registered encoders with their weights status, fetch or import weights (proved to load before stored)."""
+"""Encoder workflows: list registered encoders with their weights status, fetch or import weights (proved to load
+before stored).
+"""
 from __future__ import annotations
 
 from pathlib import Path

@@ -40,14 +40,18 @@ import numpy as np
 import pandas as pd
 
 from fpr import keys, progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
 from fpr.eval import pipeline
+from fpr.eval import inputs
+from fpr.eval import relevance
 from fpr.files import atomic_write_path
 from fpr.metrics.rules import BASE_VARIABLES, INTEGER_RULE_NAMES, RULE_COLUMNS, parse_rule
 from fpr.scorers import all_scorers, check_scorer_options, parse_scorer_list
 from fpr.store.workspace import Workspace
+from fpr.tables import iter_table_chunks, table_columns
 
 REQUIRED = ("path", "identity", "group")
 STATE_VERSION = 1
@@ -111,38 +115,11 @@ def describe_variables() -> list[dict]:
 # --------------------------------------------------------------------------- reading in chunks
 
 def _iter_chunks(path: Path, chunk_size: int, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
-    suffix = path.suffix.lower()
-    try:
-        if suffix in (".parquet", ".pq"):
-            import pyarrow.parquet as pq
-
-            pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(batch_size=chunk_size, columns=columns):
-                yield batch.to_pandas()
-        elif suffix in (".csv", ".tsv"):
-            reader = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str, keep_default_na=False,
-                                 chunksize=chunk_size, usecols=columns)
-            with reader:
-                for df in reader:
-                    yield df
-        else:
-            raise InputError("queries file must be .csv, .tsv or .parquet", where=str(path))
-    except InputError:
-        raise
-    except (ValueError, OSError, pd.errors.ParserError) as exc:
-        raise InputError(f"cannot read queries file: {str(exc).splitlines()[0]}", where=str(path)) from None
+    return iter_table_chunks(path, chunk_size, columns, what="queries file")
 
 
 def _header(path: Path) -> list[str]:
-    suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
-
-        return [str(c) for c in pq.read_schema(path).names]
-    try:
-        return [str(c) for c in pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", nrows=0).columns]
-    except (ValueError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"cannot read queries file: {str(exc).splitlines()[0]}", where=str(path)) from None
+    return table_columns(path, what="queries file")
 
 
 def _prescan(path: Path, chunk_size: int, gallery_keys: set[str], skip_missing: bool) -> int:
@@ -246,7 +223,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
                    rejected: str | Path | None = None, copy_to: str | Path | None = None,
                    scorers: Sequence[str] | str | None = (), chunk_size: int = 1000,
                    workspace: str | Path | None = None, scope: str = "group",
-                   skip_missing_identities: bool = False, device: str = "auto", batch_size: int = 64,
+                   skip_missing_identities: bool = False, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
                    workers: int | None = None, scorer_options: Mapping[str, str] | None = None,
                    restart: bool = False, after_chunk: Callable[[int], None] | None = None,
                    engine: str = "local", ray=None) -> FilterResult:
@@ -263,7 +240,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     start = time.perf_counter()
     if chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")
-    pipeline.check_scope(scope)
+    relevance.check_scope(scope)
     qpath = Path(queries)
     if not qpath.exists():
         raise InputError("queries file not found", where=str(qpath))
@@ -287,7 +264,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     check_scorer_options(names, options)
 
     ws = Workspace.open(workspace)
-    opened = pipeline.open_index(ws, index)
+    opened = relevance.open_index(ws, index)
     gi = opened.index
     enc = load_encoder(gi.card.encoder, device="cpu" if ray_opts else device)  # Ray: the actors place it
     if enc.weights.checksum != gi.card.weights_checksum:
@@ -375,7 +352,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
             tally["resumed"] += 1
             continue
         if ray_opts is not None:  # queued for Ray: the paths are what the decode tasks read
-            qdf = pipeline.normalize_queries(raw.reset_index(drop=True), base=base, id_offset=offset,
+            qdf = inputs.normalize_queries(raw.reset_index(drop=True), base=base, id_offset=offset,
                                              required=REQUIRED, where="queries chunk")
             pending.append((k, {"raw": raw, "offset": offset, "paths": qdf["path"].tolist()}))
             continue
@@ -423,7 +400,7 @@ class FilterJob:
     """One chunk on a Ray actor (:mod:`fpr.engines.ray`): :func:`_process_chunk` with the chunk's
     images embedded by the actor."""
 
-    def __init__(self, opened: pipeline.OpenIndex, rule_text: str, variable_names: list[str],
+    def __init__(self, opened: relevance.OpenIndex, rule_text: str, variable_names: list[str],
                  settings: pipeline.EvalSettings, base: Path, workspace_root: Path):
         self.opened, self.rule_text, self.variable_names = opened, rule_text, variable_names
         self.settings, self.base, self.workspace_root = settings, base, workspace_root
@@ -437,13 +414,13 @@ class FilterJob:
         return {"n": len(frame), "frame": frame, "seconds": time.perf_counter() - t0 + embedded.seconds}
 
 
-def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: pipeline.OpenIndex, enc, rule, variables,
+def _process_chunk(raw: pd.DataFrame, offset: int, base: Path, opened: relevance.OpenIndex, enc, rule, variables,
                    settings: pipeline.EvalSettings, workspace_root: Path, embed=None) -> pd.DataFrame:
     """Score one chunk exactly as ``run_query`` scores queries; return input + values + keep/reason.
 
     ``embed``: the embedding function (default: :func:`fpr.encoders.embed.embed_paths` with ``enc``)."""
     raw = raw.reset_index(drop=True)
-    qdf = pipeline.normalize_queries(raw, base=base, id_offset=offset, required=REQUIRED, where="queries chunk")
+    qdf = inputs.normalize_queries(raw, base=base, id_offset=offset, required=REQUIRED, where="queries chunk")
 
     def local_embed(paths, *, on_error="raise", desc="embedding"):
         return embed_paths(enc, paths, batch_size=settings.batch_size, workers=settings.workers, on_error=on_error,

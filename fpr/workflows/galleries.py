@@ -9,7 +9,7 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError, InputError
-from fpr.eval import pipeline
+from fpr.eval import relevance
 from fpr.galleries.curate import CurationReport, GallerySpec, curate, gallery_fingerprint
 from fpr.galleries.manifest import read_folder, read_manifest
 from fpr.galleries.records import GalleryItem, ImageRecord
@@ -105,7 +105,7 @@ def list_galleries(*, workspace: str | Path | None = None) -> list[dict]:
 
 
 def gallery_items(name: str, *, workspace: str | Path | None = None) -> list[GalleryItem]:
-    return pipeline.gallery_items(Workspace.open(workspace), name)
+    return relevance.gallery_items(Workspace.open(workspace), name)
 
 
 def show_gallery(name: str, *, workspace: str | Path | None = None) -> list[dict]:

@@ -1,4 +1,6 @@
-"""Index workflows: embed a gallery and write a new index version (readers see old or new, never a mix), list, load, delete."""
+"""Index workflows: embed a gallery and write a new index version (readers see old or new, never a mix), list,
+load, delete.
+"""
 from __future__ import annotations
 
 import json
@@ -9,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.background import with_background
 from fpr.errors import ConflictError
-from fpr.eval import pipeline
+from fpr.eval import relevance
 from fpr.galleries.records import GalleryItem
 from fpr.index import faiss_index, versions
 from fpr.store import records as db
@@ -49,7 +52,7 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
 
 
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
-                weights: str | None = None, device: str = "auto", batch_size: int = 64,
+                weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
                 workers: int | None = None, overwrite: bool = False, background: str = "keep",
                 index_type: str = "flat") -> IndexInfo:
     """Embed a gallery's images (cached) and write a new index version, then point the name at it.
@@ -128,7 +131,7 @@ def list_indices(*, workspace: str | Path | None = None) -> list[dict]:
 def load_index(name: str, *, workspace: str | Path | None = None, encoder: str | None = None
                ) -> tuple[faiss_index.GalleryIndex, list[GalleryItem]]:
     """Load an index's current version and its gallery items (checked against the stored gallery)."""
-    opened = pipeline.open_index(Workspace.open(workspace), name, encoder=encoder)
+    opened = relevance.open_index(Workspace.open(workspace), name, encoder=encoder)
     return opened.index, opened.items
 
 

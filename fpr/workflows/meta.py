@@ -84,7 +84,9 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
          lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
          truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
          n_boot: int = 1000):
-    """Agreement of a run's per-query values with human judgments (files) or a truth column (statistics: :mod:`fpr.metrics.agreement`)."""
+    """Agreement of a run's per-query values with human judgments (files) or a truth column.
+
+    The statistics are :mod:`fpr.metrics.agreement`."""
     if (human is None or human == [] or human == ()) == (truth is None):
         raise InputError("give exactly one of --human FILE or --truth COLUMN",
                          hint="e.g. --human judgments.csv, or --truth drift on a demo world run")

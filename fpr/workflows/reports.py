@@ -1,4 +1,5 @@
-"""Report workflows: the per-query data of one or more runs, the paper's pivot, the HTML report, export, paired comparisons.
+"""Report workflows: the per-query data of one or more runs, the paper's pivot, the HTML report, export,
+paired comparisons.
 
 Rendering is :mod:`fpr.render`; this module reads the store and, for drift diagnosis, the index.
 """
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import ConflictError, InputError, NotFoundError
-from fpr.eval import pipeline
+from fpr.eval import relevance
 from fpr.files import atomic_write
 from fpr.metrics.summary import aux_columns, paired_comparison, with_aux
 from fpr.store import records as db
@@ -74,7 +75,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
         provenance[rid] = res.provenance
         auxes.append(res.aux.assign(run_id=rid))
         ranks.append(db.run_rankings(ws, rid).assign(run_id=rid))
-        items[rid] = {it.item_id: it for it in pipeline.gallery_items(ws, row.gallery)} \
+        items[rid] = {it.item_id: it for it in relevance.gallery_items(ws, row.gallery)} \
             if db.gallery_exists(ws, row.gallery) else {}
         skipped.update({f"{rid}:{k}" if len(ids) > 1 else k: v
                         for k, v in skip_reasons(pq, res.skipped_reasons).items()})
@@ -104,7 +105,7 @@ def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, 
         if not items.get(rid):
             per_query.loc[rows, "drift_source"] = "unknown: gallery deleted"
             continue
-        if pipeline.index_change(run, db.find_index(ws, run.index_name)):
+        if relevance.index_change(run, db.find_index(ws, run.index_name)):
             per_query.loc[rows, "drift_source"] = "unknown: index changed"
             continue
         ids, vals = _drift_from_index(ws, run, per_query.iloc[rows], device)
@@ -120,7 +121,7 @@ def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: 
     from fpr.encoders.registry import load_encoder
     from fpr.render import paper as rep
 
-    opened = pipeline.open_index(ws, run.index_name)
+    opened = relevance.open_index(ws, run.index_name)
     enc = load_encoder(run.encoder, device=device)
     qvecs = embed_paths(enc, qdf["path"].tolist(), desc="embedding queries for drift").vectors
     in_scope, relevant = opened.labels.relevance(qdf, run.scope or "group")

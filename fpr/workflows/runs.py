@@ -12,12 +12,18 @@ from typing import TYPE_CHECKING, Sequence
 import pandas as pd
 
 from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.background import background_of_key, with_background
 from fpr.engines import ray as ray_engine
+from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
 from fpr.eval import pipeline
+from fpr.eval import frames
+from fpr.eval import inputs
+from fpr.eval import relevance
 from fpr.eval.oracle import append_oracle
-from fpr.eval.pipeline import SKIP_NO_RELEVANT, SKIP_UNREADABLE, EvalSettings
+from fpr.eval.pipeline import SKIP_UNREADABLE, EvalSettings
+from fpr.eval.relevance import SKIP_NO_RELEVANT
 from fpr.index import faiss_index
 from fpr.keys import fingerprint, new_id, utc_now
 from fpr.metrics.summary import aux_columns, summarize, with_aux
@@ -46,7 +52,7 @@ class RunResult:
 
     @property
     def sim_definition(self) -> dict[str, int]:
-        """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+        """Which references Sim used (see ``fpr.eval.similarity.SIM_SOURCES``) -> number of queries."""
         return sim_definition(self.per_query)
 
     def as_json(self) -> dict:
@@ -57,7 +63,7 @@ class RunResult:
 
 
 def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
-    """Which references Sim used (see ``fpr.eval.pipeline.SIM_SOURCES``) -> number of queries."""
+    """Which references Sim used (see ``fpr.eval.similarity.SIM_SOURCES``) -> number of queries."""
     if "sim_source" not in per_query:
         return {}
     counts = per_query["sim_source"].dropna().value_counts()
@@ -77,11 +83,11 @@ def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
 
 
 def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
-    """Load and normalise a queries table (see :func:`fpr.eval.pipeline.normalize_queries`)."""
-    return pipeline.normalize_queries(queries)
+    """Load and normalise a queries table (see :func:`fpr.eval.inputs.normalize_queries`)."""
+    return inputs.normalize_queries(queries)
 
 
-def _index_encoder(opened: "pipeline.OpenIndex", weights: str | None, device: str, *,
+def _index_encoder(opened: "relevance.OpenIndex", weights: str | None, device: str, *,
                    hint: str = "pass --weights with the original file, or rebuild the index") -> Encoder:
     """The encoder an index was built with (same weights), with the index's protocol, background step included."""
     from fpr.encoders.registry import load_encoder
@@ -103,7 +109,7 @@ def _embedder(enc: Encoder, batch_size: int, workers: int | None):
     return embed
 
 
-def _provenance(enc: Encoder, opened: "pipeline.OpenIndex", seed: int, device: str) -> dict:
+def _provenance(enc: Encoder, opened: "relevance.OpenIndex", seed: int, device: str) -> dict:
     card = opened.index.card
     return {"encoder": enc.id, "weights_checksum": enc.weights.checksum, "weights_path": str(enc.weights.path),
             "preprocessing": enc.preprocessing.key(), "device": str(enc.device), "device_requested": device,
@@ -115,7 +121,7 @@ def _provenance(enc: Encoder, opened: "pipeline.OpenIndex", seed: int, device: s
 
 def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store, device,
               batch_size, workers) -> EvalSettings:
-    pipeline.check_scope(scope)
+    relevance.check_scope(scope)
     if top_k_store < 0:
         raise InputError(f"--top-k must be 0 or more, got {top_k_store}")
     check_scorer_options(scorer_names, scorer_options)  # before any image is embedded
@@ -127,7 +133,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               workspace: str | Path | None = None, encoder: str | None = None, weights: str | None = None,
               scope: str = "group", scorers: Sequence[str] | str | None = (),
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
-              seed: int = 0, device: str = "auto", batch_size: int = 64, workers: int | None = None,
+              seed: int = 0, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE, workers: int | None = None,
               overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
               engine: str = "local", ray: "ray_engine.RayOptions | dict | None" = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
@@ -144,13 +150,13 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     ws = Workspace.open(workspace)
     if not overwrite and db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
-    opened = pipeline.open_index(ws, index, encoder=encoder)
+    opened = relevance.open_index(ws, index, encoder=encoder)
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
-    qdf = pipeline.normalize_queries(queries)
+    qdf = inputs.normalize_queries(queries)
     if oracle:
         qdf = append_oracle(qdf, opened.items)
     # Missing identities are an error before any model is loaded.
-    pipeline.missing_identities(qdf, opened.labels.has_relevant(qdf),
+    relevance.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
     # on Ray the model is shipped to the actors from here, which place it on their own device
     enc = _index_encoder(opened, weights, "cpu" if ray_opts else device)
@@ -183,10 +189,10 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                "queries_file": where, "params": json.dumps(params), "provenance": json.dumps(provenance),
                "index_version": opened.row.version, "gallery_fingerprint": opened.index.card.gallery_fingerprint,
                "weights_checksum": enc.weights.checksum}
-    db.store_run(ws, run_row, pipeline.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
+    db.store_run(ws, run_row, frames.stored_columns(ev.per_query, run_id), ev.aux.assign(run_id=run_id),
                  ev.rankings.assign(run_id=run_id), overwrite=overwrite)
     if engine_info is not None:  # ingested in the one transaction above: the shards are no longer needed
-        ray_engine.discard_shards(engine_info["shard_dir"])
+        discard_parts(engine_info["shard_dir"])
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
     summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
@@ -205,7 +211,7 @@ def load_run(run_id: str, *, workspace: str | Path | None = None) -> RunResult:
     ws = Workspace.open(workspace)
     row = db.get_run(ws, run_id)
     stored, aux = db.run_tables(ws, run_id)
-    per_query = pipeline.expand_extras(stored)
+    per_query = frames.expand_extras(stored)
     summary = [{"encoder": row.encoder, **r} for r in summarize(
         with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))]
     n_skipped = int((per_query["status"] != "ok").sum())
@@ -222,7 +228,7 @@ def report(run_id: str, *, workspace: str | Path | None = None, allow_stale: boo
 
 
 def _require_current_index(ws: Workspace, run: db.RunRow) -> db.IndexRow:
-    why = pipeline.index_change(run, db.find_index(ws, run.index_name))
+    why = relevance.index_change(run, db.find_index(ws, run.index_name))
     if why:
         raise ConflictError(f"run '{run.run_id}' was made with index '{run.index_name}', which {why}",
                             where=str(ws.root),
@@ -247,7 +253,7 @@ def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:
 
 def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str | Path | pd.DataFrame, *,
                        run: str | None = None, workspace: str | Path | None = None, overwrite: bool = False,
-                       device: str = "auto", batch_size: int = 64, workers: int | None = None,
+                       device: str = "auto", batch_size: int = EMBED_BATCH_SIZE, workers: int | None = None,
                        **kwargs) -> list[RunResult]:
     """Evaluate the same queries under several encoders: one stored run ``<run>@<encoder>`` per encoder.
 
@@ -265,7 +271,7 @@ def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str
     if db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists as a single run",
                             hint="choose another --run, or delete it first (fpr runs delete)")
-    qdf = pipeline.normalize_queries(queries)  # one read and check, before any index is built
+    qdf = inputs.normalize_queries(queries)  # one read and check, before any index is built
     results = []
     for enc in names:
         index = f"{gallery}-{enc}"

@@ -1,4 +1,6 @@
-"""Scoring workflows: add auxiliary scores to a stored run (``fpr score``), by running scorers or from an external table."""
+"""Scoring workflows: add auxiliary scores to a stored run (``fpr score``), by running scorers or from an
+external table.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +9,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
 from fpr.eval import pipeline
+from fpr.eval import inputs
+from fpr.eval import relevance
+from fpr.eval import scoring
 from fpr.scorers import check_scorer_options, parse_scorer_list, run_scorers, uses_gallery
 from fpr.store import records as db
 from fpr.store.records import check_name
@@ -32,9 +38,9 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     run = db.get_run(ws, run_id)
     _require_current_index(ws, run)
     res = load_run(run_id, workspace=ws.root)
-    opened = pipeline.open_index(ws, run.index_name)
+    opened = relevance.open_index(ws, run.index_name)
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
-    qdf = pipeline.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),
+    qdf = inputs.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),
                                      where=f"run {run_id}")
     qvecs = scores_fn = None
     if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
@@ -42,8 +48,8 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
         enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device,
                              hint=f"the run's weights file ({weights}) must be where it was when the run was made"
                                   if weights else "rebuild the index and rerun the query")
-        qvecs = _embedder(enc, 64, None)(qdf["path"].tolist(), desc="embedding queries").vectors
-        scores_fn = pipeline.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
+        qvecs = _embedder(enc, EMBED_BATCH_SIZE, None)(qdf["path"].tolist(), desc="embedding queries").vectors
+        scores_fn = scoring.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
     batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
                                  gallery_scores=scores_fn)
     aux = run_scorers(names, batch)

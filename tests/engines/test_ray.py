@@ -60,7 +60,7 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
 
     The local run scores each species' queries in one block, Ray in shards of 7: a query's scores do not
     depend on its block-mates (score blocks are padded to whole BLAS panels)."""
-    from fpr.eval import pipeline
+    from fpr.eval import relevance
     from fpr.galleries.world import World, WorldConfig
 
     build = World(WorldConfig(seed=3, identities=2, gallery=3, references=1, queries=1, size=64)).write(
@@ -81,7 +81,7 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
     eng = res.provenance["engine"]
     n = len(queries)
     assert eng["engine"] == "ray" and eng["ray_version"] == ray.__version__ and eng["actors"] == 1
-    plan = ray_engine.shard_plan(api.read_queries(queries), pipeline.open_index(
+    plan = ray_engine.shard_plan(api.read_queries(queries), relevance.open_index(
         Workspace.open(workspace), "world-idx").labels, "group", 7)
     assert max(len(r) for r in plan) == 7
     assert eng["shards"] == len(plan) > queries["group"].nunique() and eng["shards_resumed"] == 0
@@ -211,7 +211,8 @@ def test_engine_errors_are_one_line(setup, monkeypatch):
 def test_shard_plan_keeps_groups_together():
     """Hand-computed: group a has ok rows 0,2,3,5,7, group b 1,6, row 4 has no relevant item. Shards of 5:
     pieces [0,2,3,5,7] (a), [1,6] (b), [4] (skipped), packed up to 5 rows."""
-    from fpr.eval.pipeline import GalleryLabels, normalize_queries
+    from fpr.eval.inputs import normalize_queries
+    from fpr.eval.relevance import GalleryLabels
 
     labels = GalleryLabels(np.arange(5), np.array(list("aaabb"), object),
                            np.array(["a1", "a1", "a2", "b1", "b1"], object), np.zeros((0, 4), np.float32),

@@ -11,6 +11,10 @@ import pandas as pd
 import pytest
 
 from fpr.eval import pipeline as P
+from fpr.eval import inputs
+from fpr.eval import relevance
+from fpr.eval import scoring
+from fpr.eval import similarity
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.index import faiss_index as F
 
@@ -20,7 +24,7 @@ def _setup(seed=0, g=90, q=40, d=5):
     groups = np.array([f"g{i % 3}" for i in range(g)], dtype=object)
     idents = np.array([f"id{rng.integers(0, 6)}" for _ in range(g)], dtype=object)
     v = (rng.integers(-2, 3, size=(g, d)) / 4).astype(np.float32)
-    labels = P.GalleryLabels(np.arange(1000, 1000 + g), groups, idents, np.zeros((0, d), np.float32),
+    labels = relevance.GalleryLabels(np.arange(1000, 1000 + g), groups, idents, np.zeros((0, d), np.float32),
                              np.array([], object), np.array([], object), [], [f"p{i}" for i in range(g)])
     qdf = pd.DataFrame({"group": [f"g{rng.integers(0, 3)}" for _ in range(q)],
                         "identity": [f"id{rng.integers(0, 7)}" for _ in range(q)]})
@@ -49,7 +53,7 @@ def test_streamed_equals_in_memory(scope, block, source):
     ok, m, idx, val, rel, n_scope = _reference(labels, qdf, qv, v, scope, k)
     assert 0 < len(ok) < len(qdf)
     src = gi if source == "index" else (lambda q: q @ v.T)
-    out = P.score_blocks(qv, ok, labels.codes(qdf), scope, src, k, block=block)
+    out = scoring.score_blocks(qv, ok, labels.codes(qdf), scope, src, k, block=block)
     np.testing.assert_array_equal(out.values["ap"], m.ap)
     np.testing.assert_array_equal(out.values["first_hit_rank"], m.first_hit_rank)
     np.testing.assert_array_equal(out.values["last_hit_rank"], m.last_hit_rank)
@@ -70,7 +74,7 @@ def test_tie_rule_is_score_then_row_and_faiss_path_is_checked(monkeypatch):
     card = F.IndexCard(name="ix", gallery="g", gallery_fingerprint="f", encoder="e", weights_checksum="w",
                        preprocessing="{}", dim=1, n_items=0, n_references=0)
     gi = F.build(v, np.arange(7), np.zeros((0, 1), np.float32), np.zeros(0, np.int64), card)
-    part = P._ScoreSource(gi, 7).part(None)
+    part = scoring._ScoreSource(gi, 7).part(None)
     q = np.ones((1, 1), np.float32)
     # margin 0: FAISS's own choice among the ties is re-ordered, and checked against the block scores
     monkeypatch.setattr(P, "TOPK_MARGIN", 0)
@@ -87,7 +91,7 @@ def test_tie_rule_is_score_then_row_and_faiss_path_is_checked(monkeypatch):
 
 def test_evaluate_streams_with_the_index(tmp_path):
     labels, qdf, qv, v, gi = _setup(seed=3)
-    qdf = P.normalize_queries(qdf.assign(path=[f"q{i}.png" for i in range(len(qdf))], method="m"), base=tmp_path)
+    qdf = inputs.normalize_queries(qdf.assign(path=[f"q{i}.png" for i in range(len(qdf))], method="m"), base=tmp_path)
     pos = {p: i for i, p in enumerate(qdf["path"])}
 
     class Res:
@@ -113,7 +117,7 @@ def test_vectorised_sim_equals_the_per_query_definition(tmp_path):
     rng = np.random.default_rng(4)
     d = 6
     refs = rng.normal(size=(12, d)).astype(np.float32)
-    labels = P.GalleryLabels(np.arange(3), np.array(["a", "a", "b"], object), np.array(["x", "y", "x"], object),
+    labels = relevance.GalleryLabels(np.arange(3), np.array(["a", "a", "b"], object), np.array(["x", "y", "x"], object),
                              refs, np.array(["a"] * 6 + ["b"] * 6, object),
                              np.array(["x", "x", "y", "y", "y", "z", "x", "x", "x", "x", "q", "q"], object),
                              [f"r{i}.png" for i in range(12)], ["p0", "p1", "p2"])
@@ -127,10 +131,10 @@ def test_vectorised_sim_equals_the_per_query_definition(tmp_path):
         def __init__(self, paths):
             self.vectors = np.stack([ex[p] for p in paths]).astype(np.float32)
 
-    sims, nrefs, sources = P.pairwise_sim(qdf, qv, labels, lambda paths, **kw: Res(paths))
+    sims, nrefs, sources = similarity.pairwise_sim(qdf, qv, labels, lambda paths, **kw: Res(paths))
     exf = {p: v.astype(np.float32).astype(np.float64) for p, v in ex.items()}
     q64 = qv.astype(np.float64)
-    rk = P._keys(labels.ref_groups, labels.ref_identities)
+    rk = relevance.identity_keys(labels.ref_groups, labels.ref_identities)
     expect = [np.mean(refs[rk == "a\x1fx"].astype(np.float64) @ q64[0]),
               np.mean(refs[rk == "a\x1fy"].astype(np.float64) @ q64[1]),
               np.mean(refs[rk == "b\x1fx"].astype(np.float64) @ q64[2]),
@@ -151,7 +155,7 @@ def test_a_querys_scores_do_not_depend_on_its_block(source):
     g, q, d = 300, 41, 128
     v = rng.normal(size=(g, d)).astype(np.float32)
     qv = rng.normal(size=(q, d)).astype(np.float32)
-    labels = P.GalleryLabels(np.arange(g), np.array(["g"] * g, object), np.array([f"i{j % 30}" for j in range(g)],
+    labels = relevance.GalleryLabels(np.arange(g), np.array(["g"] * g, object), np.array([f"i{j % 30}" for j in range(g)],
                              object), np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [],
                              [f"p{j}" for j in range(g)])
     qdf = pd.DataFrame({"group": ["g"] * q, "identity": [f"i{j % 30}" for j in range(q)]})
@@ -160,9 +164,9 @@ def test_a_querys_scores_do_not_depend_on_its_block(source):
     src = F.build(v, labels.item_ids, np.zeros((0, d), np.float32), np.zeros(0, np.int64), card) \
         if source == "index" else (lambda x: x @ v.T)
     ok = np.arange(q)
-    whole = P.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=None)
+    whole = scoring.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=None)
     for block in (1, 2, 3, 5, 64):
-        out = P.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=block)
+        out = scoring.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=block)
         np.testing.assert_array_equal(out.top_scores, whole.top_scores)
         np.testing.assert_array_equal(out.top_rows, whole.top_rows)
         np.testing.assert_array_equal(out.values["ap"], whole.values["ap"])

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from fpr.errors import InputError
-from fpr.eval import pipeline as P
+from fpr.eval import relevance
+from fpr.eval import scoring
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.index import faiss_index as F
 
@@ -72,11 +73,11 @@ def test_ap_stays_exact_with_an_approximate_index():
                  index_type="hnsw")
     rng = np.random.default_rng(2)
     ids = np.array([f"i{rng.integers(0, 40)}" for _ in range(len(x))], dtype=object)
-    labels = P.GalleryLabels(np.arange(len(x)), np.array(["g"] * len(x), object), ids, np.zeros((0, 16), np.float32),
+    labels = relevance.GalleryLabels(np.arange(len(x)), np.array(["g"] * len(x), object), ids, np.zeros((0, 16), np.float32),
                              np.array([], object), np.array([], object), [], [""] * len(x))
     qdf = pd.DataFrame({"group": ["g"] * 30, "identity": ids[:30]})
     qv = x[:30] + 0.1 * _vectors(30, 16, seed=3)
-    out = P.score_blocks(qv, np.arange(30), labels.codes(qdf), "all", gi, 10, block=8)
+    out = scoring.score_blocks(qv, np.arange(30), labels.codes(qdf), "all", gi, 10, block=8)
     scores = (qv @ x.T).astype(np.float32)
     m = retrieval_metrics(scores, ids[:30, None] == ids[None, :])
     np.testing.assert_array_equal(out.values["ap"], m.ap)
