@@ -43,7 +43,8 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.encoders.registry": ("load_encoder",),
     "fpr.encoders.embed": ("embed_paths",),
     "fpr.encoders.background": ("with_background", "background_of_key"),
-    "fpr.eval.pipeline": ("SCOPES", "SKIP_NO_RELEVANT", "SKIP_UNREADABLE"),
+    "fpr.eval.relevance": ("SCOPES", "SKIP_NO_RELEVANT"),
+    "fpr.eval.pipeline": ("SKIP_UNREADABLE",),
 }
 
 PUBLIC: dict[str, str] = {name: module for module, names in _OWNERS.items() for name in names}

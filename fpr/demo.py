@@ -178,12 +178,6 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary, val, timings, world)
 
 
-def _ci(v, lo, hi) -> str:
-    from fpr.render.paper import format_cell
-
-    return format_cell(v, lo, hi)
-
-
 def paper_table(summary: list[dict], metric: str) -> list[dict]:
     """One row per method (in drift order); a column per group and overall: 'value [lo,hi]'.
 
@@ -191,6 +185,7 @@ def paper_table(summary: list[dict], metric: str) -> list[dict]:
     """
     from fpr.galleries.world import METHOD_DRIFT
     from fpr.render import paper as rep
+    from fpr.render.cells import format_cell
 
     p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT]))
     key = p.columns[0].key
@@ -198,7 +193,7 @@ def paper_table(summary: list[dict], metric: str) -> list[dict]:
     for m in p.methods:
         row = {"method": m, "drift": METHOD_DRIFT.get(m)}
         for g in p.groups:
-            row["all" if g == "*" else g] = rep.format_cell(*p.value(g, m, key))
+            row["all" if g == "*" else g] = format_cell(*p.value(g, m, key))
         rows.append(row)
     return rows
 

@@ -10,13 +10,24 @@ from typing import Any, Sequence
 FORMATS = ("table", "json", "csv")
 
 
+def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None = math.nan, *,
+                latex: bool = False) -> str:
+    """A number as fpr prints it everywhere: ``0.512``, with its interval ``0.512 [0.40,0.61]``; ``-`` when
+    missing. The CLI, the paper tables, the HTML report and the demo all format through here."""
+    if v is None or not math.isfinite(float(v)):
+        return "-"
+    if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+        return f"{v:.3f}"
+    if latex:
+        return f"{v:.3f} {{\\scriptsize[{lo:.2f}, {hi:.2f}]}}"
+    return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:.3f}"
+        return format_cell(v)
     return str(v)
 
 

@@ -27,7 +27,8 @@ import pandas as pd
 
 from fpr.errors import FprError
 from fpr.images import load_rgb
-from fpr.render.paper import OVERALL, Pivot, confusion_matrices, format_cell
+from fpr.render.cells import format_cell
+from fpr.render.paper import OVERALL, Pivot, confusion_matrices
 
 EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as cards come into view
 PALETTE = ("#3b6fb6", "#d9822b", "#3a9a5b", "#b6443b", "#7a5cb0", "#8c6d46")

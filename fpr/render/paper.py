@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fpr.render.cells import format_cell
 from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_labels
 from fpr.metrics.summary import aux_columns, summarize, with_aux
 
@@ -128,17 +129,6 @@ def _f(v) -> float:
         return float(v)
     except (TypeError, ValueError):
         return math.nan
-
-
-def format_cell(v: float, lo: float = math.nan, hi: float = math.nan, *, latex: bool = False) -> str:
-    """``0.512 [0.40,0.61]`` (``-`` when missing; no interval when there is none)."""
-    if v is None or not np.isfinite(v):
-        return "-"
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{v:.3f}"
-    if latex:
-        return f"{v:.3f} {{\\scriptsize[{lo:.2f}, {hi:.2f}]}}"
-    return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
 
 
 def _group_title(g: str) -> str:
