@@ -7,8 +7,12 @@ from fpr.cli.main import cli, format_option
 from fpr.report.cells import dumps, render_rows
 from fpr.errors import InputError
 
-META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "n_metric_ties", "n_rated", "spearman", "spearman_lo",
-                "spearman_hi", "kendall", "kendall_lo", "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]
+META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "ppa_ties_half", "ppa_ties_half_lo", "ppa_ties_half_hi",
+                "metric_tie_share", "n_metric_ties", "n_pairs_all", "kendall_within", "kendall_within_lo",
+                "kendall_within_hi", "n_rated", "spearman", "spearman_lo", "spearman_hi", "kendall", "kendall_lo",
+                "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]
+LEVEL_COLUMNS = ["metric", "better", "worse", "n_better", "n_worse", "auroc_pooled", "auroc_pooled_lo",
+                 "auroc_pooled_hi", "n_pairs_within", "auroc_within", "auroc_within_lo", "auroc_within_hi"]
 
 
 def _names(text: str | None) -> list[str]:
@@ -59,6 +63,12 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better,
         click.echo(f"\njudge {i['source']}: {i['n_pairs_used']} non-tied pairs ({i['n_pairs_tied_excluded']} ties "
                    f"excluded), {i['n_rated_queries']} rated queries, {i['n_raters']} rater(s); 95% bootstrap "
                    f"intervals over queries ({i['n_boot']} resamples, seed {i['seed']})")
+        click.echo("ppa: VISTAR's (right only if S(A) > S(B)); ppa_ties_half: a metric tie counts 1/2; "
+                   "kendall_within: tau-b over the judged pairs (judge ties included)")
+        if res.levels:
+            click.echo("\nAUROC per adjacent judge level: P(S(better) > S(worse)) + P(tie)/2, over all queries of "
+                       "the two levels (pooled) and within --pair-within")
+            click.echo(render_rows(res.levels, "table", LEVEL_COLUMNS))
         c = res.comparison
         if c:
             line = (f"{c['metric_a']} vs {c['metric_b']}: PPA diff {c['ppa_diff']:+.3f} [{c['ppa_diff_lo']:+.3f},"

@@ -109,8 +109,9 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
             mean = judg.ratings.groupby("query_id")["rating"].mean()
             score = df["query_id"].astype(str).map(mean).astype(float)
             judg.pairs = pairs_from_scores(df, score, tuple(pair_within))
+    judg.within = tuple(pair_within)
     out = agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
-                          n_boot=n_boot, where=where)
+                    n_boot=n_boot, where=where)
     out.info["run"] = run_id
     return out
 
@@ -126,7 +127,7 @@ def plot(result: MetaResult, out: str | Path) -> Path:
     rows = [r for r in result.rows if r["metric"] != "(raters)"]
     names = [r["metric"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.9 * len(names) + 3), 3.6), sharey=False)
-    for ax, key, title, ref in ((axes[0], "ppa", "PPA (non-tied pairs)", 0.75),
+    for ax, key, title, ref in ((axes[0], "ppa", "PPA (VISTAR: S(A) > S(B))", 0.75),
                                 (axes[1], "spearman", "Spearman vs mean rating", 0.0)):
         v = np.array([r.get(key, np.nan) for r in rows], dtype=float)
         lo = np.array([r.get(f"{key}_lo", np.nan) for r in rows], dtype=float)
