@@ -27,6 +27,8 @@ def _names(text: str | None) -> list[str]:
 @click.option("--truth", default=None, help="A per-query column of the run's queries as the judge (e.g. drift).")
 @click.option("--truth-higher-better", is_flag=True, help="The truth column is better when higher (default: lower).")
 @click.option("--metrics", default=None, help="Comma-separated values to evaluate (default: all stored).")
+@click.option("--methods", default=None,
+              help="Comma-separated methods whose queries are judged (default: all; every statistic uses the same set).")
 @click.option("--lower-better", default=None, help="Comma-separated metrics that are better when lower.")
 @click.option("--compare", default=None, metavar="A,B", help="Paired test between two metrics, e.g. ap,sim.")
 @click.option("--pair-within", default="group,identity", show_default=True,
@@ -36,8 +38,8 @@ def _names(text: str | None) -> list[str]:
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
 @format_option()
 @click.pass_context
-def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better, compare, pair_within, seed, n_boot,
-             plot_file, fmt) -> None:
+def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, methods, lower_better, compare, pair_within, seed,
+             n_boot, plot_file, fmt) -> None:
     """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
     from fpr import api
     from fpr.workflows.meta import plot
@@ -51,7 +53,8 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better,
         raise InputError("--n-boot must be at least 1")
     res = api.meta(run, list(human) or None, truth, workspace=ctx.obj["workspace"], seed=seed,
                    metrics=_names(metrics) or None, lower_better=_names(lower_better), compare=pair,
-                   truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot)
+                   truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot,
+                   methods=_names(methods) or None)
     if plot_file:
         plot(res, plot_file)
     if fmt == "json":

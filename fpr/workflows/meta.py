@@ -83,14 +83,19 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
          workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
          lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
          truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
-         n_boot: int = 1000):
-    """Agreement of a run's per-query values with human judgments (files) or a truth column (statistics: :mod:`fpr.metrics.agreement`)."""
+         n_boot: int = 1000, methods: Sequence[str] | None = None):
+    """Agreement of a run's per-query values with human judgments (files) or a truth column (statistics: :mod:`fpr.metrics.agreement`).
+
+    ``methods``: only the queries of these methods (every statistic then sees the same method set).
+    """
     if (human is None or human == [] or human == ()) == (truth is None):
         raise InputError("give exactly one of --human FILE or --truth COLUMN",
                          hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
     res = load_run(run_id, workspace=workspace)
     df = with_aux(res.per_query, res.aux)
     df = df[df["status"] == "ok"].reset_index(drop=True)
+    if methods:
+        df = _only_methods(df, methods, run_id)
     available = metric_columns(df, aux_columns(res.aux))
     if metrics:
         unknown = [m for m in metrics if m not in available]
@@ -113,7 +118,17 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
     out = agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
                     n_boot=n_boot, where=where)
     out.info["run"] = run_id
+    if methods:
+        out.info["methods"] = list(methods)
     return out
+
+
+def _only_methods(df: pd.DataFrame, methods: Sequence[str], run_id: str) -> pd.DataFrame:
+    unknown = sorted(set(methods) - set(df["method"].astype(str)))
+    if unknown:
+        raise InputError(f"run '{run_id}' has no evaluated queries of method(s) {', '.join(unknown)}",
+                         hint=f"methods: {', '.join(sorted(df['method'].astype(str).unique()))}")
+    return df[df["method"].astype(str).isin(list(methods))].reset_index(drop=True)
 
 
 

@@ -355,6 +355,17 @@ def test_fpr_meta_truth_and_human_files(tmp_path, drift_run):
     assert table.loc["sim", "spearman"] == pytest.approx(rows["sim"]["spearman"], abs=1e-9)
     assert table.loc["(raters)", "alpha"] == pytest.approx(1.0)
 
+    # --methods judges only those methods' queries: here one method, so no pair has two drift levels
+    r = runner.invoke(cli, base + ["--truth", "drift", "--format", "json", "--n-boot", "20", "--methods", "d0.0",
+                                   "--metrics", "sim"])
+    assert r.exit_code == 0, r.output
+    one = json.loads(r.output)
+    assert one["rows"][0]["n_pairs"] == 0 and one["rows"][0]["ppa"] is None
+    assert one["rows"][0]["n_rated"] == int(((pq["method"] == "d0.0") & (pq["status"] == "ok")).sum())
+    assert one["info"]["methods"] == ["d0.0"] and one["levels"] == []
+    r = runner.invoke(cli, base + ["--truth", "drift", "--methods", "d0.0,nope"])
+    assert r.exit_code == 2 and "nope" in r.output and "d1.0" in r.output
+
     # a file with neither layout, and both --human and --truth, are one-line errors
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     r = runner.invoke(cli, base + ["--human", str(tmp_path / "bad.csv")])
