@@ -417,13 +417,62 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
 MAX_LEVELS = 12  # a judge with more distinct values is treated as continuous: no per-level AUROC
 
 
-def _cross_pairs(better: np.ndarray, worse: np.ndarray, keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Every (better, worse) pair of query positions; with ``keys``, only those sharing a key."""
-    i, j = np.repeat(better, len(worse)), np.tile(worse, len(better))
-    if keys is not None:
-        same = keys[i] == keys[j]
-        i, j = i[same], j[same]
-    return i, j
+def _within_pairs(better: np.ndarray, worse: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (better, worse) pair of query positions sharing a key (one stratum at a time: no |B| x |W| array)."""
+    pairs = [(np.repeat(b, len(w)), np.tile(w, len(b)))
+             for k in np.intersect1d(keys[better], keys[worse])
+             for b, w in [(better[keys[better] == k], worse[keys[worse] == k])]]
+    if not pairs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _pooled_auroc(b: np.ndarray, w: np.ndarray, counts: np.ndarray | None, chunk: int = 128
+                  ) -> tuple[float, np.ndarray | None]:
+    """AUROC of values ``b`` over ``w`` (ties 1/2) in O((|b| + |w|) log |w|), and per resample with ``counts``
+    (copies of each ``b`` and ``w`` query: resamples x (|b| + |w|)), without forming the |b| x |w| pairs.
+
+    With ``w`` sorted, the ``w`` below a ``b`` value and those equal to it are fixed index ranges; a resample
+    only changes the weights, so its sums are cumulative sums of the ``w`` copies read at those indices."""
+    order = np.argsort(w, kind="stable")
+    ws = w[order]
+    lo, hi = np.searchsorted(ws, b, side="left"), np.searchsorted(ws, b, side="right")
+    point = float((lo + 0.5 * (hi - lo)).sum() / (len(b) * len(w)))
+    if counts is None:
+        return point, None
+    cb, cw = counts[:, :len(b)], counts[:, len(b):][:, order]
+    boot = np.empty(counts.shape[0])
+    for start in range(0, counts.shape[0], chunk):
+        cum = np.concatenate([np.zeros((len(cw[start:start + chunk]), 1)), np.cumsum(cw[start:start + chunk], axis=1)],
+                             axis=1)
+        below, upto = cum[:, lo], cum[:, hi]
+        num = (cb[start:start + chunk] * (below + 0.5 * (upto - below))).sum(axis=1)
+        boot[start:start + chunk] = _ratio(num, cb[start:start + chunk].sum(axis=1) * cum[:, -1])
+    return point, boot
+
+
+def _level_aurocs(m: np.ndarray, better: np.ndarray, worse: np.ndarray, keys: np.ndarray | None,
+                  counts: np.ndarray | None) -> dict:
+    """Pooled and within-key AUROC of ``m`` between two sets of query positions, with bootstrap intervals."""
+    nan = float("nan")
+    row = {"n_pairs_pooled": len(better) * len(worse), "auroc_pooled": nan, "auroc_pooled_lo": nan,
+           "auroc_pooled_hi": nan}
+    if len(better) and len(worse):
+        point, boot = _pooled_auroc(m[better], m[worse],
+                                    None if counts is None else counts[:, np.concatenate([better, worse])])
+        row["auroc_pooled"] = point
+        if boot is not None:
+            row["auroc_pooled_lo"], row["auroc_pooled_hi"] = _ci(boot)
+    if keys is None:  # no keys: "within" is everything
+        return {**row, **{k.replace("pooled", "within"): v for k, v in row.items()}}
+    i, j = _within_pairs(better, worse, keys)
+    win = np.where(m[i] > m[j], 1.0, np.where(m[i] == m[j], 0.5, 0.0))
+    row.update({"n_pairs_within": len(i), "auroc_within": float(win.mean()) if len(i) else nan,
+                "auroc_within_lo": nan, "auroc_within_hi": nan})
+    if counts is not None and len(i):
+        sums = _weighted_pair_sums(counts, i, j, np.column_stack([win, np.ones_like(win)]))
+        row["auroc_within_lo"], row["auroc_within_hi"] = _ci(_ratio(sums[:, 0], sums[:, 1]))
+    return row
 
 
 def level_auroc(per_query: pd.DataFrame, values: dict[str, np.ndarray], truth: np.ndarray, *,
@@ -451,16 +500,7 @@ def level_auroc(per_query: pd.DataFrame, values: dict[str, np.ndarray], truth: n
             # + 0.0: a negated truth of 0 is -0.0, shown as "-0"
             row = {"metric": name, "better": float(lb) + 0.0, "worse": float(lw) + 0.0, "n_better": len(better),
                    "n_worse": len(worse)}
-            for label, k in (("pooled", None), ("within", keys)):
-                i, j = _cross_pairs(better, worse, k)
-                win = np.where(m[i] > m[j], 1.0, np.where(m[i] == m[j], 0.5, 0.0))
-                row[f"n_pairs_{label}"] = len(i)
-                row[f"auroc_{label}"] = float(win.mean()) if len(i) else float("nan")
-                if counts is not None and len(i):
-                    s = _weighted_pair_sums(counts, i, j, np.column_stack([win, np.ones_like(win)]))
-                    row[f"auroc_{label}_lo"], row[f"auroc_{label}_hi"] = _ci(_ratio(s[:, 0], s[:, 1]))
-                else:
-                    row[f"auroc_{label}_lo"] = row[f"auroc_{label}_hi"] = float("nan")
+            row.update(_level_aurocs(m, better, worse, keys, counts))
             out.append(row)
     return out
 

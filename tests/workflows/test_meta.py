@@ -184,6 +184,33 @@ def test_level_auroc_equals_loops_and_sklearn():
         assert row["auroc_pooled"] == pytest.approx(
             roc_auc_score(sub["drift"] == better, sub[metric]), abs=1e-12)
         assert row["auroc_pooled_lo"] <= row["auroc_pooled"] <= row["auroc_pooled_hi"]
+    # the intervals are the cluster bootstrap: every (copy of a better, copy of a worse query) pair counts
+    n_boot = 40
+    res = A.agreement(df, ["ap"], A.truth_judgments(df, "drift"), n_boot=n_boot, seed=3)
+    idx = resample_indices(len(df), seed=3, key=("meta",), n_boot=n_boot)
+    ap, drift = df["ap"].to_numpy(float), df["drift"].to_numpy(float)
+    ident = (df["group"] + df["identity"]).to_numpy()
+    for row in res.levels:
+        b = np.flatnonzero((drift == row["better"]) & np.isfinite(ap))
+        w = np.flatnonzero((drift == row["worse"]) & np.isfinite(ap))
+        for label, same in (("pooled", lambda i, j: True), ("within", lambda i, j: ident[i] == ident[j])):
+            boots = []
+            for sample in idx:
+                copies = np.bincount(sample, minlength=len(df))
+                num = den = 0.0
+                for i in b:
+                    for j in w:
+                        if same(i, j):
+                            wt = copies[i] * copies[j]
+                            num += wt * (1.0 if ap[i] > ap[j] else 0.5 if ap[i] == ap[j] else 0.0)
+                            den += wt
+                boots.append(num / den if den else np.nan)
+            assert (row[f"auroc_{label}_lo"], row[f"auroc_{label}_hi"]) == pytest.approx(
+                tuple(np.nanquantile(boots, [0.025, 0.975])), abs=1e-12), (row["better"], label)
+    # without --pair-within keys, "within" is every pair: the pooled figures
+    res = A.agreement(df, ["sim"], A.truth_judgments(df, "drift", within=()), n_boot=20)
+    assert all(r["auroc_within"] == r["auroc_pooled"] and r["n_pairs_within"] == r["n_pairs_pooled"]
+               for r in res.levels)
     # a continuous judge (more than MAX_LEVELS distinct values) has no per-level rows
     cont = df.assign(drift=np.linspace(0, 1, len(df)))
     assert A.agreement(cont, ["sim"], A.truth_judgments(cont, "drift"), n_boot=5).levels == []
