@@ -146,3 +146,27 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
     res = api.meta(out["run"], truth="drift", workspace=ws, metrics=["ap"], n_boot=10)
     assert res.rows[0]["ppa"] == pytest.approx(rows[("with copies", "mAP")]["ppa"], abs=1e-12)
     assert res.info["n_rated_queries"] == int(pd.to_numeric(pq["drift"], errors="coerce").notna().sum())
+
+
+def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monkeypatch):
+    """The text output (rendered from the same result as the JSON) puts strict PPA, ties-half PPA and the tie
+    share of mAP and Sim side by side, per method set, and the AP = 1 share per method."""
+    import fpr.demo as demo
+
+    ws, out = quick_demo
+    res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
+                          out["validity"], out["timings"], out["world"])
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("methods ") and "ppa_ties_half" in line)
+    assert lines[head].split() == ["methods", "metric", "pairs", "spearman", "ppa", "ppa_ties_half", "tie_share",
+                                   "tau_b_within"]
+    body = lines[head + 2:head + 6]
+    for row, text in zip(out["validity"]["agreement"], body):
+        assert text.startswith(row["methods"]) and f" {row['metric']} " in text
+        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
+        assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
+    share = next(line for line in lines if line.startswith("AP = 1"))
+    assert all(f"{m} {v:.2f}" in share for m, v in out["validity"]["ap_one_share"].items())
