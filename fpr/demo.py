@@ -8,7 +8,10 @@
    ceiling) with the ``copy-paste`` scorer -- a normal run that
    ``fpr report --run R`` shows again;
 3. check the metric: the Spearman correlation of mAP with the ground-truth drift
-   (across methods, and per query) should be strongly negative; the copy-like
+   (across methods, and per query) should be strongly negative; the agreement table
+   (:func:`truth_agreement`: Spearman, VISTAR's strict PPA, ties-half PPA, the metric's
+   tie share and tau-b within identity, from ``fpr meta --truth drift``) gives each
+   statistic on one method set at a time; the copy-like
    methods (``paste``, ``paste-mirror``, ``paste-rescale``, ``edit``,
    ``near-copy``) show what retrieval alone rewards, and the copy-paste flag
    rates and the documented keep-rule (:data:`KEEP_RULE`) show that the filter
@@ -27,6 +30,13 @@ from fpr import progress
 
 DEMO_ENCODER = "fpr-world-v3"
 KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.md documents
+# Method sets the agreement table judges (every statistic of a row on the same set). The copy-like
+# methods carry the world's declared drift (fpr.galleries.world.METHOD_DRIFT): 0 for paste, paste-mirror,
+# paste-rescale and edit (the identity's own markings copied from a reference image: identity-wise
+# nothing drifted; that they copy is the copy-paste scorer's business), 0.25 for near-copy (a quarter of
+# the markings redrawn by construction). The oracle has no drift value and is in neither set.
+AGREEMENT_SETS = ("generations", "with copies")
+AGREEMENT_METRICS = (("mAP", "ap"), ("Sim", "sim"))
 FULL = dict(identities=10, gallery=10, references=3, queries=3)
 QUICK = dict(identities=5, gallery=6, references=2, queries=2)
 
@@ -91,6 +101,7 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
         out["paste_sim"] = float(paste["sim"].mean())
         if "faithful" in maps:
             out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["faithful"])
+    out["ap_one_share"] = ap_one_share(df)
     copies = df[df["method"].isin(COPY_METHODS)]
     if len(copies):
         out["copy_map_by_method"] = {m: float(g["ap"].mean()) for m, g in copies.groupby("method")}
@@ -100,6 +111,52 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
         out["oracle_sim"] = float(oracle["sim"].mean())
     if aux is not None and len(aux):
         out.update(copy_paste_rates(df, aux))
+    return out
+
+
+def ap_one_share(per_query: pd.DataFrame) -> dict[str, float]:
+    """Per method: the share of evaluated queries whose AP is exactly 1 (every relevant item ranked first).
+
+    Exact: AP = (1/R) sum_t c_t H_t / N_t is a sum of integers over R when the relevant items lead.
+    These queries all tie, so the share bounds how many pairs AP can order at all.
+    """
+    df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
+    ap = pd.to_numeric(df["ap"], errors="coerce")
+    return {m: float((ap[df["method"] == m] == 1.0).mean()) for m in _method_order(df["method"].unique())}
+
+
+def agreement_methods(per_query: pd.DataFrame) -> dict[str, list[str]]:
+    """The run's methods in each :data:`AGREEMENT_SETS` set: generations (faithful, drift-*, generic) and those
+    plus the copy-like methods."""
+    from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT
+
+    present = set(per_query["method"].astype(str))
+    gen = [m for m in METHOD_DRIFT if m in present and m not in COPY_METHODS]
+    return {"generations": gen, "with copies": gen + [m for m in COPY_METHODS if m in present]}
+
+
+def truth_agreement(run_id: str, workspace: str | Path, per_query: pd.DataFrame, *, seed: int = 0,
+                    n_boot: int = 200) -> list[dict]:
+    """Per method set and metric (mAP, Sim): ``fpr meta --truth drift --methods SET`` rows.
+
+    Spearman is per query against -drift (positive = agrees), so it is minus the validity line's per-query
+    Spearman(AP, drift) on the generations set.
+    """
+    from fpr import api
+
+    out = []
+    for set_name, methods in agreement_methods(per_query).items():
+        if len(methods) < 2:
+            continue
+        res = api.meta(run_id, truth="drift", workspace=workspace, seed=seed, metrics=[m for _, m in AGREEMENT_METRICS],
+                       n_boot=n_boot, methods=methods)
+        rows = {r["metric"]: r for r in res.rows}
+        for label, m in AGREEMENT_METRICS:
+            r = rows[m]
+            out.append({"methods": set_name, "metric": label, "n_pairs": r["n_pairs"], "spearman": r["spearman"],
+                        "ppa": r["ppa"], "ppa_lo": r["ppa_lo"], "ppa_hi": r["ppa_hi"],
+                        "ppa_ties_half": r["ppa_ties_half"], "metric_tie_share": r["metric_tie_share"],
+                        "kendall_within": r["kendall_within"]})
     return out
 
 
@@ -170,6 +227,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
                         overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
     timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
+    val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)
     timings["total_s"] = round(time.perf_counter() - t0, 2)
     world = {"seed": seed, "species": list(config.species), "identities_per_species": config.identities,
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,

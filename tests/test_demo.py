@@ -102,3 +102,71 @@ def test_demo_table_output(tmp_path):
     assert "Spearman" in r.output and "paste" in r.output and "oracle" in r.output
     assert "copy-paste per method" not in r.output  # skipped on request
     assert (tmp_path / "imgs" / "queries.csv").exists()
+
+
+def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo):
+    """Strict PPA, ties-half PPA, tie share and tau-b within identity of the demo's agreement table (and of
+    ``fpr meta``) equal loops over the run's pairs, on each method set; the per-query Spearman of the
+    generations set is minus the validity line's."""
+    import numpy as np
+    import pandas as pd
+    from scipy.stats import spearmanr
+
+    import fpr.api as api
+    from fpr.galleries.world import COPY_METHODS
+    from tests.workflows.test_meta import independent_pair_stats
+
+    ws, out = quick_demo
+    pq = api.load_run(out["run"], workspace=ws).per_query
+    pq = pq[pq["status"] == "ok"]
+    gen = ["faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"]
+    sets = {"generations": gen, "with copies": gen + list(COPY_METHODS)}
+    rows = {(r["methods"], r["metric"]): r for r in out["validity"]["agreement"]}
+    assert set(rows) == {(s, m) for s in sets for m in ("mAP", "Sim")}
+    for set_name, methods in sets.items():
+        sub = pq[pq["method"].isin(methods)]
+        for label, col in (("mAP", "ap"), ("Sim", "sim")):
+            want = independent_pair_stats(sub, col, "drift")
+            row = rows[(set_name, label)]
+            for key in ("n_pairs", "ppa", "ppa_ties_half", "metric_tie_share", "kendall_within"):
+                assert row[key] == pytest.approx(want[key], abs=1e-12), (set_name, label, key)
+            assert row["spearman"] == pytest.approx(
+                spearmanr(sub[col].astype(float), -sub["drift"].astype(float)).statistic, abs=1e-12)
+    v = out["validity"]
+    assert rows[("generations", "mAP")]["spearman"] == pytest.approx(-v["spearman_ap_drift_queries"], abs=1e-12)
+    # AP saturates: strict PPA well below the ties-half variant; Sim has no ties
+    assert rows[("with copies", "mAP")]["metric_tie_share"] > 0.2
+    assert rows[("generations", "Sim")]["metric_tie_share"] == 0.0
+    # the AP = 1 share per method, by hand
+    share = v["ap_one_share"]
+    for m, g in pq.groupby("method"):
+        assert share[m] == pytest.approx(float(np.mean(g["ap"].astype(float) == 1.0)), abs=1e-12)
+    assert share["paste"] == 1.0 and share["generic"] < share["faithful"]
+    # fpr meta without --methods judges every query with a drift value: the "with copies" set (no oracle)
+    res = api.meta(out["run"], truth="drift", workspace=ws, metrics=["ap"], n_boot=10)
+    assert res.rows[0]["ppa"] == pytest.approx(rows[("with copies", "mAP")]["ppa"], abs=1e-12)
+    assert res.info["n_rated_queries"] == int(pd.to_numeric(pq["drift"], errors="coerce").notna().sum())
+
+
+def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monkeypatch):
+    """The text output (rendered from the same result as the JSON) puts strict PPA, ties-half PPA and the tie
+    share of mAP and Sim side by side, per method set, and the AP = 1 share per method."""
+    import fpr.demo as demo
+
+    ws, out = quick_demo
+    res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
+                          out["validity"], out["timings"], out["world"])
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("methods ") and "ppa_ties_half" in line)
+    assert lines[head].split() == ["methods", "metric", "pairs", "spearman", "ppa", "ppa_ties_half", "tie_share",
+                                   "tau_b_within"]
+    body = lines[head + 2:head + 6]
+    for row, text in zip(out["validity"]["agreement"], body):
+        assert text.startswith(row["methods"]) and f" {row['metric']} " in text
+        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
+        assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
+    share = next(line for line in lines if line.startswith("AP = 1"))
+    assert all(f"{m} {v:.2f}" in share for m, v in out["validity"]["ap_one_share"].items())

@@ -50,12 +50,20 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     click.echo("")
     for line in validity_lines(res.validity):
         click.echo(line)
-    from fpr import api
-
-    meta = {r["metric"]: r for r in api.meta(res.run_id, truth="drift", workspace=ctx.obj["workspace"], seed=seed,
-                                             metrics=["ap", "sim"], n_boot=200).rows}
-    click.echo("agreement with the ground truth (PPA over non-tied pairs of an identity's generations): "
-               + ", ".join(f"{label} {meta[m]['ppa']:.3f} [{meta[m]['ppa_lo']:.2f},{meta[m]['ppa_hi']:.2f}]"
-                           for label, m in (("mAP", "ap"), ("Sim", "sim")))
-               + f"; all values and scorers: fpr meta --run {res.run_id} --truth drift")
+    agreement = res.validity.get("agreement") or []
+    if agreement:
+        click.echo("\nagreement with the ground-truth drift, per query, each row on one method set "
+                   "(pairs: an identity's queries of different drift)")
+        click.echo(render_rows([{"methods": r["methods"], "metric": r["metric"], "pairs": r["n_pairs"],
+                                 "spearman": round(r["spearman"], 3),
+                                 "ppa": f"{r['ppa']:.3f} [{r['ppa_lo']:.2f},{r['ppa_hi']:.2f}]",
+                                 "ppa_ties_half": round(r["ppa_ties_half"], 3),
+                                 "tie_share": round(r["metric_tie_share"], 3),
+                                 "tau_b_within": round(r["kendall_within"], 3)} for r in agreement], "table"))
+        click.echo("ppa: VISTAR's (right only if S(A) > S(B), a metric tie is wrong); ppa_ties_half: a tie counts 1/2; "
+                   "tie_share: pairs the metric ties; spearman: against -drift")
+    share = res.validity.get("ap_one_share") or {}
+    if share:
+        click.echo("AP = 1 (ties at the top) per method: " + ", ".join(f"{m} {v:.2f}" for m, v in share.items())
+                   + f"; everything: fpr meta --run {res.run_id} --truth drift [--methods ...]")
     click.echo(f"\nimages: {res.images_dir}\nagain: fpr report --run {res.run_id}")

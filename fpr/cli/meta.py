@@ -7,8 +7,12 @@ from fpr.cli.main import cli, format_option
 from fpr.errors import InputError
 from fpr.render.cells import dumps, render_rows
 
-META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "n_metric_ties", "n_rated", "spearman", "spearman_lo",
-                "spearman_hi", "kendall", "kendall_lo", "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]
+META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "ppa_ties_half", "ppa_ties_half_lo", "ppa_ties_half_hi",
+                "metric_tie_share", "n_metric_ties", "n_pairs_all", "kendall_within", "kendall_within_lo",
+                "kendall_within_hi", "n_rated", "spearman", "spearman_lo", "spearman_hi", "kendall", "kendall_lo",
+                "kendall_hi", "alpha", "alpha_lo", "alpha_hi"]
+LEVEL_COLUMNS = ["metric", "better", "worse", "n_better", "n_worse", "auroc_pooled", "auroc_pooled_lo",
+                 "auroc_pooled_hi", "n_pairs_within", "auroc_within", "auroc_within_lo", "auroc_within_hi"]
 
 
 def _names(text: str | None) -> list[str]:
@@ -23,6 +27,8 @@ def _names(text: str | None) -> list[str]:
 @click.option("--truth", default=None, help="A per-query column of the run's queries as the judge (e.g. drift).")
 @click.option("--truth-higher-better", is_flag=True, help="The truth column is better when higher (default: lower).")
 @click.option("--metrics", default=None, help="Comma-separated values to evaluate (default: all stored).")
+@click.option("--methods", default=None,
+              help="Comma-separated methods whose queries are judged (default: all; every statistic uses the same set).")
 @click.option("--lower-better", default=None, help="Comma-separated metrics that are better when lower.")
 @click.option("--compare", default=None, metavar="A,B", help="Paired test between two metrics, e.g. ap,sim.")
 @click.option("--pair-within", default="group,identity", show_default=True,
@@ -32,8 +38,8 @@ def _names(text: str | None) -> list[str]:
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
 @format_option()
 @click.pass_context
-def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better, compare, pair_within, seed, n_boot,
-             plot_file, fmt) -> None:
+def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, methods, lower_better, compare, pair_within, seed,
+             n_boot, plot_file, fmt) -> None:
     """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
     from fpr import api
     from fpr.workflows.meta import plot
@@ -47,7 +53,8 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better,
         raise InputError("--n-boot must be at least 1")
     res = api.meta(run, list(human) or None, truth, workspace=ctx.obj["workspace"], seed=seed,
                    metrics=_names(metrics) or None, lower_better=_names(lower_better), compare=pair,
-                   truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot)
+                   truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot,
+                   methods=_names(methods) or None)
     if plot_file:
         plot(res, plot_file)
     if fmt == "json":
@@ -59,6 +66,12 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, lower_better,
         click.echo(f"\njudge {i['source']}: {i['n_pairs_used']} non-tied pairs ({i['n_pairs_tied_excluded']} ties "
                    f"excluded), {i['n_rated_queries']} rated queries, {i['n_raters']} rater(s); 95% bootstrap "
                    f"intervals over queries ({i['n_boot']} resamples, seed {i['seed']})")
+        click.echo("ppa: VISTAR's (right only if S(A) > S(B)); ppa_ties_half: a metric tie counts 1/2; "
+                   "kendall_within: tau-b over the judged pairs (judge ties included)")
+        if res.levels:
+            click.echo("\nAUROC per adjacent judge level: P(S(better) > S(worse)) + P(tie)/2, over all queries of "
+                       "the two levels (pooled) and within --pair-within")
+            click.echo(render_rows(res.levels, "table", LEVEL_COLUMNS))
         c = res.comparison
         if c:
             line = (f"{c['metric_a']} vs {c['metric_b']}: PPA diff {c['ppa_diff']:+.3f} [{c['ppa_diff_lo']:+.3f},"

@@ -5,11 +5,25 @@ Given a run's per-query values (``ap``, ``sim``, ``cmc*``, ``inp`` and every aux
 (``query_id_a, query_id_b, winner`` with winner ``a|b|tie``) and/or ratings
 (``query_id, rating[, rater]``) -- compute for every metric:
 
-- **PPA** (pairwise prediction accuracy, VISTAR): the share of non-tied human-preferred
-  pairs that the metric orders the same way. Human ties are excluded; a pair the metric
-  ties counts one half (the expected accuracy of breaking the tie at random);
-  ``n_metric_ties`` says how many there were.
-- **Spearman** and **Kendall** (tau-b) between the metric and the mean rating per query.
+- **PPA** (pairwise prediction accuracy), VISTAR's definition: over the judged pairs with
+  a preference (judge ties excluded), the share where the preferred query scores strictly
+  higher, ``S(A) > S(B)``; a pair the metric ties is a wrong prediction.
+- **PPA, ties half** (``ppa_ties_half``): the same, a metric tie counting 1/2 (the expected
+  accuracy of breaking it at random) -- not the paper's; ``metric_tie_share`` is the share of
+  those pairs the metric ties, so ``ppa_ties_half = ppa + metric_tie_share / 2``.
+- **Kendall tau-b over the judged pairs** (``kendall_within``): every judged pair, judge ties
+  included, ``(C - D) / sqrt((P - T_metric) (P - T_judge))`` with ``C``/``D`` the pairs the
+  metric orders like / against the judge, ``P`` the pairs, ``T_metric``/``T_judge`` the pairs
+  each side ties. With a truth column or ratings the pairs are those within ``pair_within``
+  (default the same group and identity): tau-b within identity, pooled over identities. On
+  one identity it is scipy's ``kendalltau``.
+- **AUROC per adjacent level** (:func:`level_auroc`, when the judge has at most
+  ``MAX_LEVELS`` distinct rating values, e.g. the demo world's drift): for each two
+  neighbouring levels, the probability that a query of the better level scores higher than
+  one of the worse level, ties 1/2 (Mann-Whitney; scikit-learn's ``roc_auc_score``), pooled
+  over all queries of the two levels and within ``pair_within``.
+- **Spearman** and **Kendall** (tau-b) between the metric and the mean rating per query,
+  pooled over all rated queries.
 - **Krippendorff's alpha** (interval metric) of the human raters plus the metric as one
   more rater, the metric rescaled linearly onto the ratings' observed range; and, as its
   own row ``(raters)``, alpha among the human raters alone.
@@ -122,17 +136,61 @@ def _counts(idx: np.ndarray, n: int) -> np.ndarray:
     return c
 
 
-def _weighted_pair_means(counts: np.ndarray, ia: np.ndarray, ib: np.ndarray, s: np.ndarray,
-                         chunk: int = 128) -> np.ndarray:
-    """Per resample: mean of pair scores ``s`` weighted by copies(a) * copies(b)."""
-    out = np.empty(counts.shape[0])
+def _weighted_pair_sums(counts: np.ndarray, ia: np.ndarray, ib: np.ndarray, cols: np.ndarray,
+                        chunk: int = 128) -> np.ndarray:
+    """Per resample, per column: sum over pairs of ``copies(a) * copies(b) * cols[pair]`` -> ``(n_boot, k)``."""
+    out = np.empty((counts.shape[0], cols.shape[1]))
     for start in range(0, counts.shape[0], chunk):
         c = counts[start:start + chunk]
-        w = c[:, ia] * c[:, ib]
-        tot = w.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + chunk] = np.where(tot > 0, (w * s).sum(axis=1) / tot, np.nan)
+        out[start:start + chunk] = (c[:, ia] * c[:, ib]) @ cols
     return out
+
+
+def _ratio(num, den):
+    """num / den, NaN where den is 0 (scalars or arrays)."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    return float(r) if r.ndim == 0 else r
+
+
+@dataclass
+class PairStats:
+    """Sums over judged pairs that every pair statistic is a ratio of (weighted by copies in a resample)."""
+
+    n_judge_nontied: np.ndarray  # pairs with a preference
+    strict: np.ndarray  # ... that the metric orders strictly the same way
+    metric_ties: np.ndarray  # ... that the metric ties
+    concordance: np.ndarray  # sum over all judged pairs of sign(metric diff) * sign(judge)
+    n_pairs: np.ndarray  # all judged pairs, judge ties included
+    metric_tied_all: np.ndarray  # ... that the metric ties
+    judge_tied_all: np.ndarray  # ... that the judge ties
+
+    COLUMNS = 7
+
+    @classmethod
+    def columns(cls, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Per pair: the indicator each sum adds up; ``x``, ``y`` the signs of the metric and judge differences."""
+        pref = y != 0
+        return np.column_stack([pref, pref & (x * y > 0), pref & (x == 0), x * y, np.ones_like(x),
+                                x == 0, ~pref]).astype(np.float64)
+
+    @classmethod
+    def from_sums(cls, sums: np.ndarray) -> "PairStats":
+        return cls(*(sums[..., k] for k in range(cls.COLUMNS)))
+
+    def ppa(self):
+        return _ratio(self.strict, self.n_judge_nontied)
+
+    def ppa_ties_half(self):
+        return _ratio(self.strict + 0.5 * self.metric_ties, self.n_judge_nontied)
+
+    def metric_tie_share(self):
+        return _ratio(self.metric_ties, self.n_judge_nontied)
+
+    def kendall_tau_b(self):
+        return _ratio(self.concordance, np.sqrt((self.n_pairs - self.metric_tied_all)
+                                                * (self.n_pairs - self.judge_tied_all)))
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -153,6 +211,8 @@ class Judgments:
     pairs: pd.DataFrame  # query_id_a, query_id_b, winner (a|b|tie), n_votes
     ratings: pd.DataFrame  # query_id, rater, rating
     source: str = "human"
+    within: tuple[str, ...] = PAIR_WITHIN  # keys pairs were formed within (per-level AUROC "within")
+    rating_sign: float = 1.0  # -1: ratings are a lower-is-better truth negated (labels show the truth's values)
 
 
 def _empty_pairs() -> pd.DataFrame:
@@ -198,7 +258,8 @@ def truth_judgments(per_query: pd.DataFrame, column: str = "drift", *, lower_bet
     ratings = pd.DataFrame({"query_id": per_query["query_id"].astype(str)[ok], "rater": f"truth:{column}",
                             "rating": score[ok].astype(float)})
     return Judgments(pairs_from_scores(per_query, score, within), ratings.reset_index(drop=True),
-                     source=f"truth:{column}" + (" (lower is better)" if lower_better else ""))
+                     source=f"truth:{column}" + (" (lower is better)" if lower_better else ""),
+                     within=tuple(within), rating_sign=-1.0 if lower_better else 1.0)
 
 
 # --------------------------------------------------------------------------- agreement
@@ -208,9 +269,10 @@ class MetaResult:
     rows: list[dict]
     comparison: dict | None = None
     info: dict = field(default_factory=dict)
+    levels: list[dict] = field(default_factory=list)  # AUROC per adjacent judge level (level_auroc)
 
     def as_json(self) -> dict:
-        return {"info": self.info, "rows": self.rows, "comparison": self.comparison}
+        return {"info": self.info, "rows": self.rows, "comparison": self.comparison, "levels": self.levels}
 
 
 def metric_columns(per_query: pd.DataFrame, aux_cols: Sequence[str] = ()) -> list[str]:
@@ -257,16 +319,16 @@ def _rescale(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return lo + (v - vmin) * (hi - lo) / (vmax - vmin)
 
 
-def _pair_scores(m: np.ndarray, ia: np.ndarray, ib: np.ndarray, sign: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Over non-tied pairs where the metric is defined: score (1 right, 1/2 metric tie, 0 wrong), strict right."""
-    d = np.sign(m[ia] - m[ib]) * sign
-    return np.where(d > 0, 1.0, np.where(d == 0, 0.5, 0.0)), d > 0
+def _signs(m: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
+    """sign(m[a] - m[b]) per pair: +1, 0 (a metric tie) or -1."""
+    return np.sign(m[ia] - m[ib])
 
 
 def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgments, *,
               lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None, seed: int = 0,
               n_boot: int = N_BOOT, where: str = "judgments") -> MetaResult:
-    """PPA, Spearman, Kendall and alpha of each metric against the judgments (rows), and a paired test."""
+    """PPA (strict and ties-half), tau-b over pairs, Spearman, Kendall and alpha of each metric (rows), the
+    AUROC per adjacent judge level (``levels``) and a paired test."""
     df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
     qids = df["query_id"].astype(str).to_numpy()
     qpos = {q: i for i, q in enumerate(qids)}
@@ -275,12 +337,11 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
     if unknown:
         raise InputError(f"--lower-better names metric(s) the run does not have: {', '.join(unknown)}",
                          hint=f"metrics: {', '.join(metrics)}")
-    ia, ib, sign = _pair_index(judgments.pairs, qpos, where)
-    nontied = sign != 0
-    ia, ib, sign = ia[nontied], ib[nontied], sign[nontied]
+    ia_all, ib_all, sign_all = _pair_index(judgments.pairs, qpos, where)
+    nontied = sign_all != 0
     mean_rating, rater_mat = _mean_ratings(judgments.ratings, qpos, where)
     rated = np.isfinite(mean_rating)
-    if not len(ia) and not rated.any():
+    if not nontied.any() and not rated.any():
         raise InputError("no usable judgments: every pair is a tie and no query is rated", where=where)
     idx = resample_indices(n, seed=seed, key=("meta",), n_boot=n_boot) if n else np.zeros((n_boot, 0), int)
     counts = _counts(idx, n)
@@ -295,26 +356,33 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
     for name in metrics:
         m = values[name]
         row: dict = {"metric": name, "direction": "lower" if name in lower_better else "higher"}
-        ok_pair = np.isfinite(m[ia]) & np.isfinite(m[ib])
-        pa, pb, ps = ia[ok_pair], ib[ok_pair], sign[ok_pair]
-        score, strict = _pair_scores(m, pa, pb, ps)
-        row["n_pairs"] = int(len(score))
-        row["n_metric_ties"] = int((score == 0.5).sum())
-        row["ppa"] = float(score.mean()) if len(score) else float("nan")
-        ppa_boot = _weighted_pair_means(counts, pa, pb, score) if len(score) else np.full(n_boot, np.nan)
-        row["ppa_lo"], row["ppa_hi"] = _ci(ppa_boot)
+        ok_pair = np.isfinite(m[ia_all]) & np.isfinite(m[ib_all])
+        pa, pb, ps = ia_all[ok_pair], ib_all[ok_pair], sign_all[ok_pair]
+        x = _signs(m, pa, pb)
+        cols = PairStats.columns(x, ps)
+        st = PairStats.from_sums(cols.sum(axis=0))
+        boot = PairStats.from_sums(_weighted_pair_sums(counts, pa, pb, cols)) if len(pa) else \
+            PairStats.from_sums(np.zeros((n_boot, PairStats.COLUMNS)))
+        row["n_pairs"] = int(st.n_judge_nontied)
+        row["n_metric_ties"] = int(st.metric_ties)
+        for key in ("ppa", "ppa_ties_half", "metric_tie_share"):
+            row[key] = getattr(st, key)()
+            row[f"{key}_lo"], row[f"{key}_hi"] = _ci(getattr(boot, key)())
+        row["n_pairs_all"] = int(st.n_pairs)
+        row["kendall_within"] = st.kendall_tau_b()
+        row["kendall_within_lo"], row["kendall_within_hi"] = _ci(boot.kendall_tau_b())
         both = rated & np.isfinite(m)
         row["n_rated"] = int(both.sum())
-        x, y = m[both], mean_rating[both]
-        row["spearman"] = spearman(x, y) if both.sum() >= 3 else float("nan")
-        row["kendall"] = kendall(x, y) if both.sum() >= 3 else float("nan")
+        xr, yr = m[both], mean_rating[both]
+        row["spearman"] = spearman(xr, yr) if both.sum() >= 3 else float("nan")
+        row["kendall"] = kendall(xr, yr) if both.sum() >= 3 else float("nan")
         sp_boot = np.full(n_boot, np.nan)
         kt_boot = np.full(n_boot, np.nan)
         if both.sum() >= 3:
             sub = np.flatnonzero(both)
             bidx = resample_indices(len(sub), seed=seed, key=("meta-rated",), n_boot=n_boot)
-            sp_boot = _pearson_rows(_rank_rows(x[bidx]), _rank_rows(y[bidx]))
-            kt_boot = np.array([kendall(x[b], y[b]) for b in bidx])
+            sp_boot = _pearson_rows(_rank_rows(xr[bidx]), _rank_rows(yr[bidx]))
+            kt_boot = np.array([kendall(xr[b], yr[b]) for b in bidx])
         row["spearman_lo"], row["spearman_hi"] = _ci(sp_boot)
         row["kendall_lo"], row["kendall_hi"] = _ci(kt_boot)
         metric_as_rater = np.where(np.isfinite(m), _rescale(m, r_lo, r_hi), np.nan)
@@ -323,10 +391,12 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
         alpha_boot = _alpha_from_sums(*(counts @ s for s in sums)) if rated.any() else np.full(n_boot, np.nan)
         row["alpha_lo"], row["alpha_hi"] = _ci(alpha_boot)
         rows.append(row)
-        cache[name] = {"pairs": (pa, pb, ps, score, strict), "ppa_boot": ppa_boot, "sp_boot": sp_boot}
+        pref = ps != 0
+        cache[name] = {"pairs": (pa[pref], pb[pref], (x * ps)[pref] > 0), "ppa": row["ppa"],
+                       "ppa_boot": boot.ppa()}
 
     info = {"source": judgments.source, "n_queries": n, "n_pairs_judged": int(len(judgments.pairs)),
-            "n_pairs_tied_excluded": int((~nontied).sum()), "n_pairs_used": int(len(ia)),
+            "n_pairs_tied_excluded": int((~nontied).sum()), "n_pairs_used": int(nontied.sum()),
             "n_rated_queries": int(rated.sum()), "n_raters": int(rater_mat.shape[0]), "n_boot": n_boot,
             "seed": seed, "level": LEVEL}
     if rater_mat.shape[0] >= 2:
@@ -336,7 +406,103 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
         rows.append({"metric": "(raters)", "direction": "", "n_rated": int(((np.isfinite(rater_mat)).sum(0) >= 2).sum()),
                      "alpha": info["alpha_raters"], "alpha_lo": lo, "alpha_hi": hi})
     comparison = _compare(compare, metrics, values, cache, mean_rating, rated, seed, n_boot) if compare else None
-    return MetaResult(rows, comparison, info)
+    levels = level_auroc(df, values, judgments.rating_sign * mean_rating, lower_better=judgments.rating_sign < 0,
+                         within=judgments.within, counts=counts)
+    info["n_levels"] = len({r["better"] for r in levels} | {r["worse"] for r in levels})
+    return MetaResult(rows, comparison, info, levels)
+
+
+# --------------------------------------------------------------------------- AUROC per adjacent level
+
+MAX_LEVELS = 12  # a judge with more distinct values is treated as continuous: no per-level AUROC
+
+
+def _within_pairs(better: np.ndarray, worse: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (better, worse) pair of query positions sharing a key (one stratum at a time: no |B| x |W| array)."""
+    pairs = [(np.repeat(b, len(w)), np.tile(w, len(b)))
+             for k in np.intersect1d(keys[better], keys[worse])
+             for b, w in [(better[keys[better] == k], worse[keys[worse] == k])]]
+    if not pairs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _pooled_auroc(b: np.ndarray, w: np.ndarray, counts: np.ndarray | None, chunk: int = 128
+                  ) -> tuple[float, np.ndarray | None]:
+    """AUROC of values ``b`` over ``w`` (ties 1/2) in O((|b| + |w|) log |w|), and per resample with ``counts``
+    (copies of each ``b`` and ``w`` query: resamples x (|b| + |w|)), without forming the |b| x |w| pairs.
+
+    With ``w`` sorted, the ``w`` below a ``b`` value and those equal to it are fixed index ranges; a resample
+    only changes the weights, so its sums are cumulative sums of the ``w`` copies read at those indices."""
+    order = np.argsort(w, kind="stable")
+    ws = w[order]
+    lo, hi = np.searchsorted(ws, b, side="left"), np.searchsorted(ws, b, side="right")
+    point = float((lo + 0.5 * (hi - lo)).sum() / (len(b) * len(w)))
+    if counts is None:
+        return point, None
+    cb, cw = counts[:, :len(b)], counts[:, len(b):][:, order]
+    boot = np.empty(counts.shape[0])
+    for start in range(0, counts.shape[0], chunk):
+        cum = np.concatenate([np.zeros((len(cw[start:start + chunk]), 1)), np.cumsum(cw[start:start + chunk], axis=1)],
+                             axis=1)
+        below, upto = cum[:, lo], cum[:, hi]
+        num = (cb[start:start + chunk] * (below + 0.5 * (upto - below))).sum(axis=1)
+        boot[start:start + chunk] = _ratio(num, cb[start:start + chunk].sum(axis=1) * cum[:, -1])
+    return point, boot
+
+
+def _level_aurocs(m: np.ndarray, better: np.ndarray, worse: np.ndarray, keys: np.ndarray | None,
+                  counts: np.ndarray | None) -> dict:
+    """Pooled and within-key AUROC of ``m`` between two sets of query positions, with bootstrap intervals."""
+    nan = float("nan")
+    row = {"n_pairs_pooled": len(better) * len(worse), "auroc_pooled": nan, "auroc_pooled_lo": nan,
+           "auroc_pooled_hi": nan}
+    if len(better) and len(worse):
+        point, boot = _pooled_auroc(m[better], m[worse],
+                                    None if counts is None else counts[:, np.concatenate([better, worse])])
+        row["auroc_pooled"] = point
+        if boot is not None:
+            row["auroc_pooled_lo"], row["auroc_pooled_hi"] = _ci(boot)
+    if keys is None:  # no keys: "within" is everything
+        return {**row, **{k.replace("pooled", "within"): v for k, v in row.items()}}
+    i, j = _within_pairs(better, worse, keys)
+    win = np.where(m[i] > m[j], 1.0, np.where(m[i] == m[j], 0.5, 0.0))
+    row.update({"n_pairs_within": len(i), "auroc_within": float(win.mean()) if len(i) else nan,
+                "auroc_within_lo": nan, "auroc_within_hi": nan})
+    if counts is not None and len(i):
+        sums = _weighted_pair_sums(counts, i, j, np.column_stack([win, np.ones_like(win)]))
+        row["auroc_within_lo"], row["auroc_within_hi"] = _ci(_ratio(sums[:, 0], sums[:, 1]))
+    return row
+
+
+def level_auroc(per_query: pd.DataFrame, values: dict[str, np.ndarray], truth: np.ndarray, *,
+                lower_better: bool = True, within: Sequence[str] = PAIR_WITHIN,
+                counts: np.ndarray | None = None, max_levels: int = MAX_LEVELS) -> list[dict]:
+    """Per metric and per two adjacent levels of ``truth`` (NaN: left out): AUROC pooled and within ``within``.
+
+    ``values`` are oriented higher-is-better. AUROC = P(S(better) > S(worse)) + P(tie) / 2 over the
+    (better-level query, worse-level query) pairs where both values are finite: all of them (pooled) or
+    those sharing the ``within`` keys. ``counts`` (resamples x queries) gives cluster-bootstrap intervals.
+    Empty when the truth has fewer than 2 or more than ``max_levels`` distinct values.
+    """
+    truth = np.asarray(truth, dtype=np.float64)
+    levels = np.unique(truth[np.isfinite(truth)])
+    if not 2 <= len(levels) <= max_levels:
+        return []
+    if not lower_better:
+        levels = levels[::-1]
+    keys = per_query[list(within)].astype(str).agg("\x1f".join, axis=1).to_numpy() if within else None
+    out = []
+    for name, m in values.items():
+        fin = np.isfinite(m)
+        for lb, lw in zip(levels, levels[1:]):
+            better, worse = np.flatnonzero((truth == lb) & fin), np.flatnonzero((truth == lw) & fin)
+            # + 0.0: a negated truth of 0 is -0.0, shown as "-0"
+            row = {"metric": name, "better": float(lb) + 0.0, "worse": float(lw) + 0.0, "n_better": len(better),
+                   "n_worse": len(worse)}
+            row.update(_level_aurocs(m, better, worse, keys, counts))
+            out.append(row)
+    return out
 
 
 def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cache: dict, mean_rating: np.ndarray,
@@ -348,9 +514,9 @@ def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cac
     if a == b:
         raise InputError("--compare needs two different metrics", hint="e.g. --compare ap,sim")
     out: dict = {"metric_a": a, "metric_b": b}
-    # Pair outcomes on the pairs both metrics are defined on.
-    pa, pb, ps, _, strict_a = cache[a]["pairs"]
-    qa, qb, qs, _, strict_b = cache[b]["pairs"]
+    # Pair outcomes (strictly right or not) on the preference pairs both metrics are defined on.
+    pa, pb, strict_a = cache[a]["pairs"]
+    qa, qb, strict_b = cache[b]["pairs"]
     key_a = dict(zip(zip(pa.tolist(), pb.tolist()), strict_a.tolist()))
     common = [(k, key_a[k], sb) for k, sb in zip(zip(qa.tolist(), qb.tolist()), strict_b.tolist()) if k in key_a]
     ra = np.array([c[1] for c in common], dtype=bool)
@@ -358,10 +524,9 @@ def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cac
     n_ab, n_ba = int((ra & ~rb).sum()), int((~ra & rb).sum())
     out.update({"n_pairs": len(common), "a_right_b_wrong": n_ab, "a_wrong_b_right": n_ba,
                 "mcnemar_p": mcnemar_exact(n_ab, n_ba)})
-    d = cache[a]["ppa_boot"] - cache[b]["ppa_boot"]
-    out["ppa_diff"] = float(cache[a]["pairs"][3].mean() - cache[b]["pairs"][3].mean()) if len(pa) and len(qa) \
-        else float("nan")
-    out["ppa_diff_lo"], out["ppa_diff_hi"] = _ci(d)
+    # strict PPA (the paper's) of each on its own pairs, as in the rows
+    out["ppa_diff"] = cache[a]["ppa"] - cache[b]["ppa"]
+    out["ppa_diff_lo"], out["ppa_diff_hi"] = _ci(cache[a]["ppa_boot"] - cache[b]["ppa_boot"])
     # Paired bootstrap of Spearman on queries rated and defined under both metrics.
     both = rated & np.isfinite(values[a]) & np.isfinite(values[b])
     if both.sum() >= 3:
@@ -377,5 +542,3 @@ def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cac
             if len(fin) \
             else float("nan")
     return out
-
-

@@ -83,16 +83,20 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
          workspace: str | Path | None = None, seed: int = 0, metrics: Sequence[str] | None = None,
          lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None,
          truth_lower_better: bool = True, pair_within: Sequence[str] = ("group", "identity"),
-         n_boot: int = 1000):
+         n_boot: int = 1000, methods: Sequence[str] | None = None):
     """Agreement of a run's per-query values with human judgments (files) or a truth column.
 
-    The statistics are :mod:`fpr.metrics.agreement`."""
+    ``methods``: only the queries of these methods (every statistic then sees the same method set).
+    The statistics are :mod:`fpr.metrics.agreement`.
+    """
     if (human is None or human == [] or human == ()) == (truth is None):
         raise InputError("give exactly one of --human FILE or --truth COLUMN",
                          hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
     res = load_run(run_id, workspace=workspace)
     df = with_aux(res.per_query, res.aux)
     df = df[df["status"] == "ok"].reset_index(drop=True)
+    if methods:
+        df = _only_methods(df, methods, run_id)
     available = metric_columns(df, aux_columns(res.aux))
     if metrics:
         unknown = [m for m in metrics if m not in available]
@@ -111,11 +115,21 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
             mean = judg.ratings.groupby("query_id")["rating"].mean()
             score = df["query_id"].astype(str).map(mean).astype(float)
             judg.pairs = pairs_from_scores(df, score, tuple(pair_within))
+    judg.within = tuple(pair_within)
     out = agreement(df, available, judg, lower_better=lower_better, compare=compare, seed=seed,
-                          n_boot=n_boot, where=where)
+                    n_boot=n_boot, where=where)
     out.info["run"] = run_id
+    if methods:
+        out.info["methods"] = list(methods)
     return out
 
+
+def _only_methods(df: pd.DataFrame, methods: Sequence[str], run_id: str) -> pd.DataFrame:
+    unknown = sorted(set(methods) - set(df["method"].astype(str)))
+    if unknown:
+        raise InputError(f"run '{run_id}' has no evaluated queries of method(s) {', '.join(unknown)}",
+                         hint=f"methods: {', '.join(sorted(df['method'].astype(str).unique()))}")
+    return df[df["method"].astype(str).isin(list(methods))].reset_index(drop=True)
 
 
 def plot(result: MetaResult, out: str | Path) -> Path:
@@ -128,7 +142,7 @@ def plot(result: MetaResult, out: str | Path) -> Path:
     rows = [r for r in result.rows if r["metric"] != "(raters)"]
     names = [r["metric"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(max(6.0, 0.9 * len(names) + 3), 3.6), sharey=False)
-    for ax, key, title, ref in ((axes[0], "ppa", "PPA (non-tied pairs)", 0.75),
+    for ax, key, title, ref in ((axes[0], "ppa", "PPA (VISTAR: S(A) > S(B))", 0.75),
                                 (axes[1], "spearman", "Spearman vs mean rating", 0.0)):
         v = np.array([r.get(key, np.nan) for r in rows], dtype=float)
         lo = np.array([r.get(f"{key}_lo", np.nan) for r in rows], dtype=float)

@@ -85,6 +85,10 @@ WORLD_VERSION = "2"  # bump when rendering changes: part of training-data finger
 #    may face either way; copy-like methods paste-mirror, paste-rescale, edit, near-copy.
 
 NEAR_COPY_DRIFT = 0.25  # share of the markings a near-copy redraws
+# The declared ground-truth drift is identity-wise: a copy of a reference image (paste, paste-mirror,
+# paste-rescale, edit) shows the identity's own markings unchanged, so 0; near-copy redraws
+# NEAR_COPY_DRIFT of them by construction. That copies are not novel generations is the copy-paste
+# scorer's business, not the drift truth's (docs/world.md, "Declared truth of the copy-like methods").
 METHOD_DRIFT = {"faithful": 0.0, "drift-0.1": 0.1, "drift-0.25": 0.25, "drift-0.5": 0.5, "generic": 1.0,
                 "paste": 0.0, "paste-mirror": 0.0, "paste-rescale": 0.0, "edit": 0.0, "near-copy": NEAR_COPY_DRIFT}
 METHODS = tuple(METHOD_DRIFT)
