@@ -48,9 +48,12 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError
+from fpr.metrics.specs import PER_QUERY_METRICS
 from fpr.metrics.summary import N_BOOT, resample_indices
 
-BASE_METRICS = ("ap", "sim", "cmc1", "cmc5", "cmc10", "inp")
+# The per-query metrics that are summarised (fpr/metrics/specs.py), the headline pair first.
+BASE_METRICS = tuple(sorted((m.column for m in PER_QUERY_METRICS if m.summary),
+                            key=lambda c: (c not in ("ap", "sim"), c != "ap")))
 WINNERS = ("a", "b", "tie")
 PAIR_WITHIN = ("group", "identity")
 LEVEL = 0.95

@@ -77,10 +77,10 @@ def test_tie_rule_is_score_then_row_and_faiss_path_is_checked(monkeypatch):
     part = scoring._ScoreSource(gi, 7).part(None)
     q = np.ones((1, 1), np.float32)
     # margin 0: FAISS's own choice among the ties is re-ordered, and checked against the block scores
-    monkeypatch.setattr(P, "TOPK_MARGIN", 0)
+    monkeypatch.setattr(scoring, "TOPK_MARGIN", 0)
     calls = []
-    real = P.top_k
-    monkeypatch.setattr(P, "top_k", lambda s, k: calls.append(len(s)) or real(s, k))
+    real = scoring.top_k
+    monkeypatch.setattr(scoring, "top_k", lambda s, k: calls.append(len(s)) or real(s, k))
     got, vals = part.top_k(q, q @ v.T, 3)
     assert got.tolist() == [[1, 2, 3]] and vals.tolist() == [[1.0, 0.5, 0.5]]
     assert calls == [1]  # the tie at the 3rd place is wider than what FAISS returned: ranked from the block
