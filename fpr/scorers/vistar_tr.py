@@ -5,13 +5,15 @@ quotes in its prompt (``a sign that says "OPEN"``; several quoted strings are jo
 a space). Both strings are normalised (Unicode NFKC, lower case unless
 ``vistar-tr.case=sensitive``, runs of white space collapsed) and compared by
 
-- ``char_similarity``: 1 - Levenshtein distance / the longer length (rapidfuzz's
-  normalised Levenshtein similarity), in [0, 1], on the strings with white space removed
-  (OCR engines drop or add the spaces between rendered words; spacing is left to
-  ``token_jaccard``);
-- ``token_jaccard``: |A & B| / |A | B| over the sets of words (punctuation stripped);
-- ``score``: ``w * char_similarity + (1 - w) * token_jaccard`` with ``w`` =
-  ``vistar-tr.char_weight`` (default 0.5).
+- ``char_similarity`` (VISTAR's): 1 - Levenshtein distance / the longer length
+  (rapidfuzz's normalised Levenshtein similarity), in [0, 1], spaces included;
+- ``token_jaccard`` (VISTAR's): |A & B| / |A | B| over the sets of words (punctuation stripped);
+- ``score`` (VISTAR's TR): ``w * char_similarity + (1 - w) * token_jaccard`` with ``w`` =
+  ``vistar-tr.char_weight`` (default 0.5);
+- ``char_similarity_nospace``, ``token_jaccard_aligned`` and ``score_robust`` (fpr's
+  variant, the same combination): the same measures blind to the OCR's spacing -- OCR
+  engines drop or add the spaces between rendered words ("HARBORLIGHTS CAFE"), which
+  VISTAR's Jaccard counts as wrong words. See :func:`aligned_ocr_tokens`.
 
 The OCR text goes into ``note``. OCR backends: ``rapidocr`` (default; PP-OCR's ONNX
 models ship inside the ``rapidocr_onnxruntime`` wheel, so it runs offline) and
