@@ -26,9 +26,11 @@ def scorers_list_cmd(fmt) -> None:
     rows = []
     for name, sc in all_scorers().items():
         options = getattr(sc, "options", {}) or {}
+        # declared Option records (fpr.scorers.options) or, until every scorer is converted, a dict of keys
+        keys = [o if isinstance(o, str) else f"{name}.{o.name}" for o in options]
         rows.append({"name": name, "needs": ",".join(sorted(sc.needs)),
                      "metrics": ",".join(f"{name}.{m}" for m in sc.metrics),
-                     "options": ",".join(options), "description": sc.description})
+                     "options": ",".join(keys), "description": sc.description})
     click.echo(render_rows(rows, fmt, ["name", "needs", "metrics", "options", "description"]))
 
 

@@ -20,8 +20,8 @@ import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
 
-SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "refvnli", "dreambench_concept",
-                  "dreambench_prompt", "viescore", "cigeval", "hwpq")
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "refvnli",
+                  "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
 
 
 @dataclass
