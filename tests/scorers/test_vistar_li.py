@@ -159,3 +159,42 @@ def test_bad_input_is_one_line(tmp_path):
     batch = _batch(tmp_path, ["left"], [{"light_direction": "left"}], options={"vistar-li.camera_tilt": "95"})
     with pytest.raises(InputError, match="camera_tilt"):
         run_scorers(["vistar-li"], batch)
+
+
+def test_through_fpr_query_and_bad_direction_one_line(tmp_path, workspace):
+    """fpr query --scorers vistar-li stores the values the scorer computes; a bad light_direction is one line."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    import fpr.api as api
+    from fpr.cli.main import cli
+    from fpr.galleries.curate import GallerySpec
+    from tests.conftest import write_image
+
+    rows = [{"path": str(write_image(tmp_path / "gal" / f"id-{i}" / f"{k}.png", seed=10 * i + k)),
+             "identity": f"id-{i}", "group": "boxes", "role": "reference" if k == 0 else "gallery"}
+            for i in range(2) for k in range(3)]
+    pd.DataFrame(rows).to_csv(tmp_path / "gallery.csv", index=False)
+    api.import_gallery("lit", api.read_manifest(tmp_path / "gallery.csv"), GallerySpec(), workspace=workspace)
+    api.build_index("lit", "pixels-16", workspace=workspace)
+    batch = _batch(tmp_path, ["left", "upper-back-right"], [{}, {}])
+    q = pd.DataFrame({"path": batch.paths, "identity": ["id-0", "id-1"], "group": "boxes", "method": "m",
+                      "query_id": ["a", "b"], "light_direction": ["left", "upper-left"]})
+    q.to_csv(tmp_path / "queries.csv", index=False)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["--workspace", str(workspace), "query", "--index", "lit-pixels-16", "--queries",
+                            str(tmp_path / "queries.csv"), "--run", "r", "--scorers", "vistar-li"])
+    assert r.exit_code == 0, r.output
+    stored = api.load_run("r", workspace=workspace).aux.set_index(["query_id", "metric"])["value"]
+    batch.query_ids, batch.extras = ["a", "b"], [{"light_direction": "left"}, {"light_direction": "upper-left"}]
+    direct = run_scorers(["vistar-li"], batch).set_index(["query_id", "metric"])["value"]
+    assert stored.loc[("a", "score")] == pytest.approx(direct.loc[("a", "score")]) and direct.loc[("a", "score")] > 0.85
+    assert stored.loc[("b", "score")] == pytest.approx(direct.loc[("b", "score")])
+    assert direct.loc[("b", "score")] < 0.5  # the prompt asked for another light
+    q["light_direction"] = ["left", "sideways"]
+    q.to_csv(tmp_path / "bad.csv", index=False)
+    r = runner.invoke(cli, ["--workspace", str(workspace), "query", "--index", "lit-pixels-16", "--queries",
+                            str(tmp_path / "bad.csv"), "--run", "bad", "--scorers", "vistar-li"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    err = [ln for ln in r.output.splitlines() if ln.startswith("fpr: error")]
+    assert len(err) == 1 and "light_direction 'sideways'" in err[0]
