@@ -194,7 +194,7 @@ def _tesseract() -> Callable[[np.ndarray], str]:
     return run
 
 
-def ocr_engine(backend: str, unclip: float = 1.6) -> Callable[[np.ndarray], str]:
+def ocr_engine(backend: str, unclip: float = DEFAULT_UNCLIP) -> Callable[[np.ndarray], str]:
     """The OCR function of a backend, loaded once per process (per detector box expansion for rapidocr)."""
     key = f"{backend}:{unclip}" if backend == "rapidocr" else backend
     if key not in _ENGINES:
