@@ -11,7 +11,7 @@ Weight-free cues (scikit-image), on the image resized to ``WORK_SIDE`` px on its
 - ``highlight``: highlight continuity -- highlights are pixels with brightness (HSV V)
   >= 0.92 and saturation <= 0.25; the share of highlight pixels in components of at least
   ``max(9, 0.05% of the image)`` pixels; speckled, broken highlights score low. No
-  highlights: missing.
+  highlights: 1 (nothing is broken).
 
 Depth cues, from a monocular depth model of ``transformers`` (``vistar-gc.depth_model``,
 default ``depth-anything/Depth-Anything-V2-Small-hf``) loaded from the local Hugging Face
@@ -31,8 +31,12 @@ the 95th percentile of the references' own distances (each from a model fitted w
 it). No references: missing.
 ``vistar-gc.padim=off`` turns it off.
 
-``score`` (GC) is the minimum of the cues computed; ``note`` is JSON with every cue's
-value and, for each missing one, why.
+Scores over fixed cue sets, so two images' values are comparable: ``score`` (VISTAR's GC)
+is the minimum of all six cues; ``score_no_depth`` of the four without a depth model;
+``score_weight_free`` of contour, lbp and highlight (no model at all). A set with a
+missing cue is NaN, its ``note`` naming the missing cues and why -- never the minimum of
+whatever could be computed. ``note`` of each score is JSON with every cue's value, the
+set, and the reasons.
 """
 from __future__ import annotations
 
@@ -44,12 +48,16 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
-from fpr.scorers.options import Option
+from fpr.scorers.options import Option, resolve
+from fpr.images import load_rgb
 
 WORK_SIDE = 256
 CUES = ("contour", "lbp", "highlight", "depth_normals", "depth_curvature", "padim")
+# Each score is the minimum over a fixed set of cues (VISTAR's GC: all six), NaN when one of them is missing.
+CUE_SETS = {"score": CUES,
+            "score_no_depth": ("contour", "lbp", "highlight", "padim"),
+            "score_weight_free": ("contour", "lbp", "highlight")}
 DEFAULT_DEPTH = "depth-anything/Depth-Anything-V2-Small-hf"
 DEFAULT_PADIM = "dinov2-vitb14"
 PADIM_GRID = 4
@@ -77,8 +85,8 @@ def contour_integrity(rgb: np.ndarray) -> tuple[float, str | None]:
 
     edges = canny(rgb2gray(rgb), sigma=1.5)
     n = int(edges.sum())
-    if n == 0:
-        return float("nan"), "no edges"
+    if n == 0:  # nothing drawn, nothing broken: a value, so every image has the cue
+        return 1.0, "no edges (nothing to fragment)"
     lab = label(edges, connectivity=2)
     sizes = np.bincount(lab.ravel())[1:]
     min_len = max(32, int(0.1 * min(rgb.shape[:2])))
@@ -113,8 +121,8 @@ def highlight_continuity(rgb: np.ndarray) -> tuple[float, str | None]:
     hsv = rgb2hsv(rgb)
     mask = (hsv[..., 2] >= 0.92) & (hsv[..., 1] <= 0.25)
     n = int(mask.sum())
-    if n == 0:
-        return float("nan"), "no highlights"
+    if n == 0:  # no highlight, no broken highlight: a value, so every image has the cue
+        return 1.0, "no highlights (nothing to break)"
     sizes = np.bincount(label(mask, connectivity=2).ravel())[1:]
     min_area = max(9, int(0.0005 * mask.size))
     return float(sizes[sizes >= min_area].sum() / n), None
@@ -236,25 +244,40 @@ def _padim_features(enc, img) -> np.ndarray:
 
 # --------------------------------------------------------------------------- scorer
 
+def cue_set_score(values: dict[str, float], missing: dict[str, str], cues: tuple[str, ...]) -> tuple[float, str]:
+    """(min over ``cues``, JSON note); NaN when any of them is missing."""
+    absent = {c: missing.get(c, "not computed") for c in cues if math.isnan(values[c])}
+    note = {"cues": {c: (None if math.isnan(values[c]) else round(values[c], 6)) for c in cues}, "over": list(cues)}
+    if absent:
+        note["missing"] = absent
+        return float("nan"), json.dumps(note)
+    remarks = {c: missing[c] for c in cues if c in missing}
+    if remarks:
+        note["remarks"] = remarks
+    return float(min(values[c] for c in cues)), json.dumps(note)
+
+
 class VistarGC(Scorer):
     name = "vistar-gc"
-    description = "geometric consistency: min over image-space cues (contours, LBP, highlights, depth, PaDiM)"
+    description = "geometric consistency: min over a fixed set of image-space cues (contours, LBP, highlights, depth, PaDiM)"
     needs = frozenset({"image"})
-    metrics = ("score",) + CUES
+    metrics = tuple(CUE_SETS) + CUES
     primary_metric = "score"
-    options = (Option("depth_model", str, DEFAULT_DEPTH, "transformers depth model id in the local HF cache, or none"),
-               Option("padim_encoder", str, DEFAULT_PADIM, "encoder for PaDiM patch features"),
-               Option("padim", str, "on", "PaDiM anomaly cue against the references", choices=("on", "off")))
+    options = (
+        Option("depth_model", str, DEFAULT_DEPTH, "transformers depth model id in the local HF cache, or none"),
+        Option("padim_encoder", str, DEFAULT_PADIM, "encoder for PaDiM patch features"),
+        Option("padim", str, "on", "PaDiM cue on or off", choices=("on", "off")),
+    )
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        opts = self.option_values(batch.options)
-        depth_id, padim_on = opts["depth_model"], opts["padim"]
+        opt = resolve(self.name, self.options, batch.options)
+        depth_id, padim_on = opt["depth_model"], opt["padim"]
         est = "turned off (vistar-gc.depth_model=none)" if depth_id == "none" else depth_estimator(depth_id)
         enc = None
         if padim_on == "on" and any(batch.reference_paths):
             from fpr.encoders.registry import load_encoder
 
-            enc = load_encoder(opts["padim_encoder"], device=batch.device)
+            enc = load_encoder(opt["padim_encoder"], device=batch.device)
         models: dict[tuple, Padim] = {}
         rows = []
         for i in progress.bar(range(len(batch)), desc="vistar-gc", unit="img"):
@@ -262,7 +285,7 @@ class VistarGC(Scorer):
             img = load_rgb(batch.paths[i])
             rgb = _work_array(img)
             values: dict[str, float] = {}
-            missing: dict[str, str] = {}
+            missing: dict[str, str] = {}  # why a cue is missing, or a remark on its value
             for cue, fn in (("contour", contour_integrity), ("lbp", lbp_regularity),
                             ("highlight", highlight_continuity)):
                 v, why = fn(rgb)
@@ -285,11 +308,7 @@ class VistarGC(Scorer):
                 if refs not in models:
                     models[refs] = Padim(np.stack([_padim_features(enc, load_rgb(p)) for p in refs]))
                 values["padim"] = models[refs].cue(_padim_features(enc, img))
-            done = [v for v in values.values() if not math.isnan(v)]
-            gc = min(done) if done else float("nan")
-            note = json.dumps({"cues": {k: (None if math.isnan(v) else round(v, 6)) for k, v in values.items()},
-                               "missing": missing, "gc_over": [k for k, v in values.items() if not math.isnan(v)]})
-            rows.append((qid, "score", gc, note if done else f"no cue could be computed: {note}"))
+            rows += [(qid, name, *cue_set_score(values, missing, cues)) for name, cues in CUE_SETS.items()]
             rows += [(qid, cue, values[cue], missing.get(cue)) for cue in CUES]
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])
 

@@ -278,5 +278,8 @@ def test_scorers_list():
     assert rows["clip-t"]["needs"] == "image,prompt" and rows["clip-t"]["metrics"] == "clip-t.score"
     assert rows["copy-paste"]["needs"] == "image,references"
     assert "copy-paste.flag" in rows["copy-paste"]["metrics"] and rows["copy-paste"]["description"]
+    # declared Option records list as <scorer>.<name>, like the dict keys of the others
+    assert rows["vistar-li"]["options"] == "vistar-li.camera_tilt,vistar-li.object_chroma,vistar-li.shadow_ratio"
+    assert "vistar-tr.unclip" in rows["vistar-tr"]["options"]
     r = CliRunner().invoke(cli, ["scorers", "list"])
     assert r.exit_code == 0 and "copy-paste" in r.output

@@ -1,5 +1,6 @@
 """vistar-gc: each cue on images built to have and to lack its defect; depth cues on hand-built depth maps and
-missing (with the reason) when the depth model is not cached; GC = the minimum of the cues computed."""
+missing (with the reason) when the depth model is not cached; each score is the minimum over its fixed cue set,
+NaN when one of them is missing."""
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ def test_contour_integrity_whole_vs_broken_outline():
     b, _ = gc.contour_integrity(_rgb(broken))
     assert w == pytest.approx(1.0) and b < 0.2
     v, why = gc.contour_integrity(_rgb(_canvas()))
-    assert math.isnan(v) and why == "no edges"
+    assert v == 1.0 and why.startswith("no edges")  # nothing drawn: nothing broken, and the cue has a value
 
 
 def test_lbp_regularity_uniform_vs_patched_texture():
@@ -54,7 +55,7 @@ def test_highlight_continuity_blob_vs_speckles():
     assert gc.highlight_continuity(_rgb(blob))[0] == 1.0
     assert gc.highlight_continuity(speckled / 255.0)[0] == 0.0
     v, why = gc.highlight_continuity(_rgb(_canvas()))
-    assert math.isnan(v) and why == "no highlights"
+    assert v == 1.0 and why.startswith("no highlights")
 
 
 def test_depth_cues_on_smooth_and_broken_depth_maps():
@@ -97,9 +98,42 @@ def test_padim_cue_normal_vs_anomalous_patch(tmp_path):
     # depth model not cached: both depth cues missing, with the reason, not an error
     assert math.isnan(out.loc[("odd", "depth_normals"), "value"])
     assert "not in the local Hugging Face cache" in out.loc[("odd", "depth_curvature"), "note"]
-    # GC is the minimum of the cues computed; the note says which were missing and why
+    # GC (all six cues) is NaN without the depth model, never the minimum of what could be computed
     for q in ("normal", "odd", "norefs"):
-        cues = [out.loc[(q, c), "value"] for c in gc.CUES]
-        assert out.loc[(q, "score"), "value"] == pytest.approx(np.nanmin(cues))
-    note = json.loads(out.loc[("odd", "score"), "note"])
-    assert set(note["missing"]) >= {"depth_normals", "depth_curvature"} and "padim" in note["gc_over"]
+        assert math.isnan(out.loc[(q, "score"), "value"])
+        assert set(json.loads(out.loc[(q, "score"), "note"])["missing"]) >= {"depth_normals", "depth_curvature"}
+    # score_no_depth: min of contour, lbp, highlight, padim -- where padim exists
+    for q in ("normal", "odd"):
+        want = min(out.loc[(q, c), "value"] for c in ("contour", "lbp", "highlight", "padim"))
+        assert out.loc[(q, "score_no_depth"), "value"] == pytest.approx(want)
+    assert math.isnan(out.loc[("norefs", "score_no_depth"), "value"])
+    assert json.loads(out.loc[("norefs", "score_no_depth"), "note"])["missing"] == {
+        "padim": "no reference images to fit PaDiM on"}
+    # score_weight_free has a value for every image: contour, lbp, highlight always do
+    for q in ("normal", "odd", "norefs"):
+        want = min(out.loc[(q, c), "value"] for c in ("contour", "lbp", "highlight"))
+        assert out.loc[(q, "score_weight_free"), "value"] == pytest.approx(want)
+    assert out.loc[("odd", "score_no_depth"), "value"] < out.loc[("normal", "score_no_depth"), "value"]
+
+
+def test_cue_set_score_by_hand():
+    values = {"contour": 0.9, "lbp": 0.7, "highlight": 1.0, "depth_normals": float("nan"),
+              "depth_curvature": float("nan"), "padim": 0.8}
+    missing = {"depth_normals": "no model", "depth_curvature": "no model", "highlight": "no highlights"}
+    v, note = gc.cue_set_score(values, missing, gc.CUE_SETS["score"])
+    assert math.isnan(v) and json.loads(note)["missing"] == {"depth_normals": "no model",
+                                                             "depth_curvature": "no model"}
+    v, note = gc.cue_set_score(values, missing, gc.CUE_SETS["score_no_depth"])
+    assert v == 0.7 and json.loads(note)["remarks"] == {"highlight": "no highlights"}
+    assert gc.CUE_SETS["score"] == gc.CUES and set(gc.CUE_SETS["score_weight_free"]) == {"contour", "lbp",
+                                                                                           "highlight"}
+
+
+def test_bad_padim_option_is_one_line(tmp_path):
+    from fpr.errors import InputError
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
+    batch = QueryBatch(["a"], [str(tmp_path / "a.png")], ["x"], ["g"], [None], [[]], device="cpu",
+                       options={"vistar-gc.padim": "maybe", "vistar-gc.depth_model": "none"})
+    with pytest.raises(InputError, match="vistar-gc.padim must be one of on, off"):
+        run_scorers(["vistar-gc"], batch)
