@@ -22,13 +22,15 @@ def scorers_group() -> None:
 def scorers_list_cmd(fmt) -> None:
     """List scorers: name, what they need, the metrics they store, options."""
     from fpr.scorers import all_scorers
+    from fpr.scorers.options import Option
 
     rows = []
     for name, sc in all_scorers().items():
         options = getattr(sc, "options", {}) or {}
+        names = [f"{name}.{o.name}" if isinstance(o, Option) else str(o) for o in options]  # records or old keys
         rows.append({"name": name, "needs": ",".join(sorted(sc.needs)),
                      "metrics": ",".join(f"{name}.{m}" for m in sc.metrics),
-                     "options": ",".join(options), "description": sc.description})
+                     "options": ",".join(names), "description": sc.description})
     click.echo(render_rows(rows, fmt, ["name", "needs", "metrics", "options", "description"]))
 
 
