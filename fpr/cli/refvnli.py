@@ -16,7 +16,7 @@ def refvnli_group() -> None:
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (images + manifest).")
 @click.option("--source", default="world", show_default=True,
               help="'world' (training identities of the built-in world) or a frames manifest (CSV/Parquet: "
-                   "path,mask,entity,subject,scene,set,details[,noun]).")
+                   "path,entity,subject,scene,set,details, mask or box[,noun]).")
 @click.option("--species", default="zebra,leopard,giraffe", show_default=True, help="World only: species.")
 @click.option("--sets", type=click.IntRange(min=1), default=2, show_default=True,
               help="World only: sets per species (each: --scenes identities x --frames frames).")

@@ -8,8 +8,10 @@ Sources of frames (:class:`fpr.scorers.refvnli_data.Frame`):
   its own pose. The subject mask is the rendered animal where the occluder does not
   hide it; the description (:func:`describe_view`) is read off the view: facing,
   visibility, light, size in the frame, setting.
-- a manifest (CSV/Parquet) with ``path,mask,entity,subject,scene,set,details``:
-  ``mask`` an image whose non-zero pixels are the subject, ``details``
+- a manifest (CSV/Parquet) with ``path,entity,subject,scene,set,details`` and ``mask``
+  or ``box``: ``mask`` an image whose non-zero pixels are the subject, ``box``
+  ``x0,y0,x1,y1`` in pixels (ends exclusive; the box is then the subject's mask: crops
+  and corruption patches come from it), ``details``
   ``slot=value;slot=value`` in prompt order, optional ``noun`` (the subject's word in
   prompts, default the entity). Relative paths resolve against the manifest's folder.
 
@@ -34,7 +36,7 @@ from fpr.files import atomic_write_dir
 from fpr.keys import fingerprint, keyed_rng
 from fpr.scorers import refvnli_data as rd
 
-MANIFEST_COLUMNS = ("path", "mask", "entity", "subject", "scene", "set", "details")
+MANIFEST_COLUMNS = ("path", "entity", "subject", "scene", "set", "details")  # + mask or box
 TRIPLET_COLUMNS = ["triplet_id", "reference_path", "target_path", "prompt", "sp", "ta", "pair_kind", "prompt_kind",
                    "prompt_source", "reference_frame", "target_frame", "entity", "corruption_mse"]
 SETTING_TEXT = {"grass": "on grass", "savanna": "in the savanna", "bush": "in the bush", "rock": "among rocks",
@@ -127,21 +129,50 @@ def _read_rgb(path: str) -> np.ndarray:
     return np.asarray(load_rgb(path), np.uint8)
 
 
+def _box_mask(text: str, shape: tuple[int, int], where: str) -> np.ndarray:
+    """A subject box ``x0,y0,x1,y1`` (pixels, ends exclusive) as a mask: crops and patches come from the box."""
+    try:
+        x0, y0, x1, y1 = (int(round(float(v))) for v in text.split(","))
+    except ValueError:
+        raise InputError(f"box must be 'x0,y0,x1,y1' in pixels, got '{text}'", where=where) from None
+    h, w = shape
+    if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+        raise InputError(f"box {text} is empty or outside the {w}x{h} image", where=where)
+    mask = np.zeros(shape, bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
+def _subject_mask(row, image: np.ndarray, base: Path, where: str) -> np.ndarray:
+    from fpr.tables import resolve_path
+
+    if str(row.get("mask", "") or ""):
+        mask = _read_rgb(resolve_path(row["mask"], base)).max(axis=2) > 0
+        if mask.shape != image.shape[:2]:
+            raise InputError(f"mask is {mask.shape[1]}x{mask.shape[0]} but its image is "
+                             f"{image.shape[1]}x{image.shape[0]}", where=where)
+        return mask
+    if str(row.get("box", "") or ""):
+        return _box_mask(str(row["box"]), image.shape[:2], where)
+    raise InputError("a frame needs a subject mask or box", where=where,
+                     hint="fill the 'mask' column (an image, subject pixels non-zero) or 'box' (x0,y0,x1,y1)")
+
+
 def manifest_frames(path: str | Path) -> list[rd.Frame]:
-    """Frames listed in a manifest (``path,mask,entity,subject,scene,set,details[,noun]``)."""
+    """Frames listed in a manifest (``path,entity,subject,scene,set,details`` and ``mask`` or ``box``, ``[noun]``)."""
     from fpr.tables import read_table, resolve_path
 
     p = Path(path)
     df = read_table(p, required=MANIFEST_COLUMNS, what="refvnli frames manifest")
+    if "mask" not in df.columns and "box" not in df.columns:
+        raise InputError("refvnli frames manifest lacks a 'mask' or 'box' column", where=str(p),
+                         hint="mask: an image whose non-zero pixels are the subject; box: x0,y0,x1,y1 in pixels")
     base = p.parent
     out = []
     for i, row in df.iterrows():
         where = f"{p} row {int(i) + 2}"
         image = _read_rgb(resolve_path(row["path"], base))
-        mask = _read_rgb(resolve_path(row["mask"], base)).max(axis=2) > 0
-        if mask.shape != image.shape[:2]:
-            raise InputError(f"mask is {mask.shape[1]}x{mask.shape[0]} but its image is "
-                             f"{image.shape[1]}x{image.shape[0]}", where=where)
+        mask = _subject_mask(row, image, base, where)
         noun = str(row.get("noun", "") or row["entity"])
         out.append(rd.Frame(f"{row['set']}-{row['scene']}-{Path(row['path']).stem}", row["set"],
                             row["entity"], row["subject"], row["scene"], image, mask,

@@ -282,10 +282,22 @@ def test_a_manifest_of_masked_frames(tmp_path):
     assert res.frames == 4 and len(table) == 60
     assert set(table[table.prompt_kind == "positive"].prompt) == {
         "a photo of <u>dog</u> on a beach, in dim light", "a photo of <u>dog</u> on grass, in dim light"}
-    rows[1]["details"] = "setting"
-    pd.DataFrame(rows).to_csv(tmp_path / "bad.csv", index=False)
-    with pytest.raises(InputError, match="slot=value"):
-        wr.build_refvnli_data(tmp_path / "out2", source=str(tmp_path / "bad.csv"))
+    # a box instead of a mask: the box is the subject (crop and patches from it)
+    boxed = [{**r, "mask": "", "box": "4,4,12,12"} for r in rows]
+    pd.DataFrame(boxed).to_csv(tmp_path / "boxed.csv", index=False)
+    frames = wr.manifest_frames(tmp_path / "boxed.csv")
+    masked = wr.manifest_frames(tmp_path / "frames.csv")
+    assert all(np.array_equal(a.mask, b.mask) for a, b in zip(frames, masked))
+    for bad, needle in (({"details": "setting"}, "slot=value"), ({"box": "4,4,40,12"}, "outside the 16x16 image"),
+                        ({"box": "a,b"}, "box must be 'x0,y0,x1,y1'"), ({"box": ""}, "needs a subject mask or box")):
+        broken = [dict(r) for r in boxed]
+        broken[1].update(bad)
+        pd.DataFrame(broken).to_csv(tmp_path / "bad.csv", index=False)
+        with pytest.raises(InputError, match=needle):
+            wr.build_refvnli_data(tmp_path / "out2", source=str(tmp_path / "bad.csv"))
+    pd.DataFrame(rows).drop(columns=["mask"]).to_csv(tmp_path / "nomask.csv", index=False)
+    with pytest.raises(InputError, match="lacks a 'mask' or 'box' column"):
+        wr.manifest_frames(tmp_path / "nomask.csv")
 
 
 def test_cli_builds_and_bad_input_is_one_line(tmp_path):
