@@ -37,6 +37,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate": ("ablate", "ablate_backgrounds"),
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
+    "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.galleries.curate": ("GallerySpec",),
     "fpr.galleries.records": ("ImageRecord",),
     "fpr.galleries.manifest": ("read_manifest", "read_folder"),

@@ -34,11 +34,11 @@ from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import (
-    CLIENT_OPTIONS,
     ImageRef,
     JudgeClient,
     JudgeFailure,
     Tally,
+    client_options,
     image_part,
     judge_config,
     text_part,
@@ -183,7 +183,7 @@ class CIGEval(Scorer):
                Option("max_steps", int, 6, "judge turns per question", minimum=1),
                Option("detector", str, None, "folder with the OWLv2 detector (config, weights, processor, tokenizer)"),
                Option("detector_threshold", float, 0.1, "grounding confidence threshold", minimum=0.0),
-               *CLIENT_OPTIONS)
+               *client_options())
 
     def provenance(self, batch: QueryBatch) -> dict:
         prov = judge_config(NAME, batch.options).provenance(load_template("cigeval"))

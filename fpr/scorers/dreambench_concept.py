@@ -2,8 +2,12 @@
 
 ``mode=pair`` (default), the "DB++" column of the paper's tables: the judge sees
 the query's first reference image and the query, reasons, and ends with
-``Score: N`` (N an integer 0-4); metric ``score`` = N / 4. Prompt:
-``prompts/dreambench_concept.txt``.
+``Score: N`` (N an integer 0-4); metric ``score`` = N / 4 (with ``n`` > 1 samples, the
+mean of those that parse). Prompt: ``prompts/dreambench_concept.txt``, or any file in
+the same format with ``dreambench-concept.template=PATH`` (e.g. DreamBench++'s own, see
+``docs/judges.md``); ``reply_format`` ``last-line`` or ``dreambench`` as in
+:mod:`fpr.scorers.dreambench_prompt`. Sampling and image encoding default to
+DreamBench++'s released settings (:data:`~fpr.scorers.judges.client.DREAMBENCH_PLUS_DEFAULTS`).
 
 ``mode=choice``, beyond the paper: the judge is shown the query and one image of
 each of the ``k`` gallery identities nearest to it under the run's encoder (in
@@ -14,11 +18,11 @@ the query's identity), ``choice_in_options`` (1 when that identity is among the
 options) and ``retrieval_correct`` (1 when the nearest identity is the query's:
 the retrieval's answer to the same question). ``mode=both`` does both.
 
-Options (``dreambench-concept.<name>``): ``mode``, ``k`` (4, at most 26),
-``choice_scope`` (``group`` or ``all``), plus the judge client's options
-(``model``, ``seed``, ``image_size``, ``concurrency``, ``timeout``,
-``max_retries``, ``max_tokens``; see :mod:`fpr.scorers.judges.client`). Refusals,
-unparsable replies and failed requests give NaN with the reason in ``note``.
+Options (``dreambench-concept.<name>``, declared in :attr:`DreamBenchConcept.options`):
+``mode``, ``k`` (4, at most 26), ``choice_scope`` (``group`` or ``all``), ``template``,
+``reply_format``, plus the judge client's options (see
+:func:`fpr.scorers.judges.client.client_options`). Refusals, unparsable replies and
+failed requests give NaN with the reason in ``note``.
 """
 from __future__ import annotations
 
@@ -31,10 +35,19 @@ from fpr.errors import InputError
 from fpr.keys import fingerprint
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import CLIENT_OPTIONS, ImageRef, JudgeClient, Tally, image_part, judge_config, text_part
-from fpr.scorers.judges.prompts import load_template
-from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers.options import Option
+from fpr.scorers.judges.client import (
+    DREAMBENCH_PLUS_DEFAULTS,
+    ImageRef,
+    JudgeClient,
+    Tally,
+    client_options,
+    image_part,
+    judge_config,
+    text_part,
+)
+from fpr.scorers.judges.prompts import Template, load_template, load_template_file
+from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
+from fpr.scorers.options import Option, resolve
 
 NAME = "dreambench-concept"
 MODES = ("pair", "choice", "both")
@@ -88,48 +101,57 @@ class DreamBenchConcept(Scorer):
     needs = frozenset({"image", "references"})
     metrics = ("score",) + CHOICE_METRICS + COST_METRICS
     primary_metric = "score"
-    options = (Option("mode", str, "pair", "pair (the paper's column), choice (multiple choice) or both",
-                      choices=tuple(MODES)),
-               Option("k", int, 4, "choice: number of nearest gallery identities offered (2-26)", minimum=2),
-               Option("choice_scope", str, "group", "choice: gallery identities from the query's group or all",
-                      choices=("group", "all")),
-               *CLIENT_OPTIONS)
+    options: tuple[Option, ...] = (
+        Option("mode", str, "pair", "pair (the paper's DB++), choice (multiple choice over the gallery) or both",
+               choices=MODES),
+        Option("k", int, 4, "choice: number of nearest gallery identities offered (2-26)", minimum=2),
+        Option("choice_scope", str, "group", "choice: the query's group or all groups", choices=("group", "all")),
+        Option("template", str, None, "pair: prompt template file (default: the shipped dreambench_concept.txt)"),
+        Option("reply_format", str, "last-line", "how the score is read: last-line (a final 'Score: N' line) or "
+                                                 "dreambench (exactly one 'Score: N' anywhere)",
+               choices=parse.REPLY_FORMATS),
+    ) + client_options(DREAMBENCH_PLUS_DEFAULTS)
+    _fingerprints: list[str] | None = None  # system fingerprints of the last scoring, for its provenance
+
+    def _template(self, values: dict) -> Template:
+        path = values["template"]
+        return load_template_file(path) if path else load_template("dreambench_concept")
 
     def provenance(self, batch: QueryBatch) -> dict:
-        return judge_config(NAME, batch.options).provenance(load_template("dreambench_concept"),
-                                                            load_template("dreambench_choice"))
+        values = resolve(NAME, self.options, batch.options)
+        out = judge_config(NAME, batch.options, DREAMBENCH_PLUS_DEFAULTS).provenance(
+            self._template(values), load_template("dreambench_choice"), fingerprints=self._fingerprints)
+        return {**out, "template_path": values["template"], "reply_format": values["reply_format"]}
 
     def uses_gallery(self, options: dict) -> bool:
-        return self.option_values(options)["mode"] != "pair"
+        return resolve(NAME, self.options, options)["mode"] != "pair"
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        opts = batch.options
-        values = self.option_values(opts)
+        values = resolve(NAME, self.options, batch.options)
         mode, k, scope = values["mode"], values["k"], values["choice_scope"]
         if mode != "pair":
             if batch.query_vectors is None or batch.gallery_scores is None or batch.gallery_paths is None:
                 raise InputError(f"{NAME}.mode={mode} needs the run's query vectors and its gallery",
                                  hint=f"run it through 'fpr query' or 'fpr score', which provide them")
-            if not 2 <= k <= len(LETTERS) or scope not in ("group", "all"):
-                raise InputError(f"{NAME}.k must be 2-26 and {NAME}.choice_scope group or all")
-        cfg = judge_config(NAME, opts)
+            if k > len(LETTERS):
+                raise InputError(f"scorer option {NAME}.k must be 2-26, got {k}")
+        cfg = judge_config(NAME, batch.options, DREAMBENCH_PLUS_DEFAULTS)
         client = JudgeClient(cfg, batch.workspace)
-        pair_t, choice_t = load_template("dreambench_concept"), load_template("dreambench_choice")
+        pair_t, choice_t = self._template(values), load_template("dreambench_choice")
         metrics = (("score",) if mode != "choice" else ()) + (CHOICE_METRICS if mode != "pair" else ())
 
         def pair(i: int, tally: Tally) -> dict:
             refs = batch.reference_paths[i]
             if not refs:
                 return {"score": (math.nan, "no reference image for this query")}
-            msgs = [{"role": "system", "content": pair_t.render("system")},
-                    {"role": "user", "content": [text_part(pair_t.render("user")),
-                                                 image_part(ImageRef.from_path(refs[0], cfg.image_size)),
-                                                 image_part(ImageRef.from_path(batch.paths[i], cfg.image_size))]}]
+            msgs = template_messages(pair_t, [ImageRef.from_path(refs[0], cfg.encoding),
+                                              ImageRef.from_path(batch.paths[i], cfg.encoding)])
             try:
-                n = parse.final_score(client.chat(msgs, template=pair_t, tally=tally), 0, 4)
+                value, note = parse.sampled_score(client.chat(msgs, template=pair_t, tally=tally), 0, 4,
+                                                  values["reply_format"])
             except parse.JudgeFailure as exc:
                 return {"score": (math.nan, exc.reason)}
-            return {"score": n / 4.0}
+            return {"score": (value / 4.0, note)}
 
         gallery = GalleryIdentities(batch, scope) if mode != "pair" else None
 
@@ -142,9 +164,9 @@ class DreamBenchConcept(Scorer):
             order = shuffled(opts_i, cfg.seed, batch.query_ids[i])
             letters = LETTERS[:len(order)]
             content = [text_part(choice_t.render("user", letters=", ".join(letters))),
-                       image_part(ImageRef.from_path(batch.paths[i], cfg.image_size))]
+                       image_part(ImageRef.from_path(batch.paths[i], cfg.encoding))]
             for letter, (_, path, _) in zip(letters, order):
-                content += [text_part(f"Candidate {letter}:"), image_part(ImageRef.from_path(path, cfg.image_size))]
+                content += [text_part(f"Candidate {letter}:"), image_part(ImageRef.from_path(path, cfg.encoding))]
             msgs = [{"role": "system", "content": choice_t.render("system")}, {"role": "user", "content": content}]
             try:
                 ans = parse.final_label(client.chat(msgs, template=choice_t, tally=tally), "Answer",
@@ -165,7 +187,9 @@ class DreamBenchConcept(Scorer):
                 out.update(choice(i, tally))
             return out
 
-        return score_with_judge(batch, NAME, client, metrics, judge)
+        out = score_with_judge(batch, NAME, client, metrics, judge)
+        self._fingerprints = sorted(client.fingerprints)
+        return out
 
 
 register_scorer(DreamBenchConcept())

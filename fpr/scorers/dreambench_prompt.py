@@ -1,11 +1,14 @@
 """``dreambench-prompt``: a model judge's prompt-following score (DreamBench++ style), 0-4 scaled to 0-1.
 
-The judge sees the query image and its prompt (``prompts/dreambench_prompt.txt``),
-reasons, and ends with ``Score: N``, N an integer 0-4; metric ``score`` = N / 4.
-Queries without a prompt get no rows. A refusal, an unparsable reply or a failed
-request gives NaN with the reason in ``note``. Options: the judge client's
-(``dreambench-prompt.model``, ``seed``, ``image_size``, ``concurrency``,
-``timeout``, ``max_retries``, ``max_tokens``; see :mod:`fpr.scorers.judges.client`).
+The judge sees the query image and its prompt (the template, by default the shipped
+``prompts/dreambench_prompt.txt``; ``dreambench-prompt.template=PATH`` for another, e.g.
+DreamBench++'s own, see ``docs/judges.md``), reasons, and ends with ``Score: N``, N an
+integer 0-4; metric ``score`` = N / 4 (with ``n`` > 1 samples, the mean of the samples
+that parse). ``reply_format``: ``last-line`` (fpr's rule: the last line is ``Score: N``)
+or ``dreambench`` (DreamBench++'s: exactly one ``Score: N`` anywhere). Queries without
+a prompt get no rows. A refusal, an unparsable reply or a failed request gives NaN with
+the reason in ``note``. The judge client's options (sampling, image encoding) default to
+DreamBench++'s released settings (:data:`~fpr.scorers.judges.client.DREAMBENCH_PLUS_DEFAULTS`).
 """
 from __future__ import annotations
 
@@ -15,11 +18,20 @@ import pandas as pd
 
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import CLIENT_OPTIONS, ImageRef, JudgeClient, Tally, image_part, judge_config, text_part
-from fpr.scorers.judges.prompts import load_template
-from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
+from fpr.scorers.judges.client import (
+    DREAMBENCH_PLUS_DEFAULTS,
+    ImageRef,
+    JudgeClient,
+    Tally,
+    client_options,
+    judge_config,
+)
+from fpr.scorers.judges.prompts import Template, load_template, load_template_file
+from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
+from fpr.scorers.options import Option, resolve
 
 NAME = "dreambench-prompt"
+PLACEHOLDERS = ("prompt",)
 
 
 class DreamBenchPrompt(Scorer):
@@ -28,29 +40,47 @@ class DreamBenchPrompt(Scorer):
     needs = frozenset({"image", "prompt"})
     metrics = ("score",) + COST_METRICS
     primary_metric = "score"
-    options = CLIENT_OPTIONS
+    options: tuple[Option, ...] = client_options(DREAMBENCH_PLUS_DEFAULTS) + (
+        Option("template", str, None, "prompt template file ($prompt is the query's prompt; default: the shipped "
+                                      "dreambench_prompt.txt)"),
+        Option("reply_format", str, "last-line", "how the score is read: last-line (a final 'Score: N' line) or "
+                                                 "dreambench (exactly one 'Score: N' anywhere)",
+               choices=parse.REPLY_FORMATS),
+    )
+    _fingerprints: list[str] | None = None  # system fingerprints of the last scoring, for its provenance
+
+    def _template(self, values: dict) -> Template:
+        path = values["template"]
+        return load_template_file(path, PLACEHOLDERS) if path else load_template("dreambench_prompt")
 
     def provenance(self, batch: QueryBatch) -> dict:
-        return judge_config(NAME, batch.options).provenance(load_template("dreambench_prompt"))
+        values = resolve(NAME, self.options, batch.options)
+        out = judge_config(NAME, batch.options, DREAMBENCH_PLUS_DEFAULTS).provenance(
+            self._template(values), fingerprints=self._fingerprints)
+        return {**out, "template_path": values["template"], "reply_format": values["reply_format"]}
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
+        values = resolve(NAME, self.options, batch.options)
+        t = self._template(values)
         rows = [i for i, p in enumerate(batch.prompts) if p]
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
-        cfg = judge_config(NAME, batch.options)
+        cfg = judge_config(NAME, batch.options, DREAMBENCH_PLUS_DEFAULTS)
         client = JudgeClient(cfg, batch.workspace)
-        t = load_template("dreambench_prompt")
 
         def judge(i: int, tally: Tally) -> dict:
-            msgs = [{"role": "system", "content": t.render("system")},
-                    {"role": "user", "content": [text_part(t.render("user", prompt=batch.prompts[i])),
-                                                 image_part(ImageRef.from_path(batch.paths[i], cfg.image_size))]}]
+            image = ImageRef.from_path(batch.paths[i], cfg.encoding)
+            msgs = template_messages(t, [image], request=str(batch.prompts[i]), prompt=batch.prompts[i])
             try:
-                return {"score": parse.final_score(client.chat(msgs, template=t, tally=tally), 0, 4) / 4.0}
+                value, note = parse.sampled_score(client.chat(msgs, template=t, tally=tally), 0, 4,
+                                                  values["reply_format"])
             except parse.JudgeFailure as exc:
                 return {"score": (math.nan, exc.reason)}
+            return {"score": (value / 4.0, note)}
 
-        return score_with_judge(batch, NAME, client, ("score",), judge, rows)
+        out = score_with_judge(batch, NAME, client, ("score",), judge, rows)
+        self._fingerprints = sorted(client.fingerprints)
+        return out
 
 
 register_scorer(DreamBenchPrompt())

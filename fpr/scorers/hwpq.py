@@ -38,11 +38,11 @@ from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.cache import read_json, write_json_atomic
 from fpr.scorers.judges.client import (
-    CLIENT_OPTIONS,
     ImageRef,
     JudgeClient,
     JudgeFailure,
     Tally,
+    client_options,
     image_part,
     judge_config,
     text_part,
@@ -165,7 +165,7 @@ class HWPQ(Scorer):
     primary_metric = "score"
     options = (Option("votes", int, 3, "votes per question, majority decides (odd)", minimum=1),
                Option("max_attempts", int, 3, "questionnaire replies asked per prompt before giving up", minimum=1),
-               *CLIENT_OPTIONS)
+               *client_options())
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("hwpq_questionnaire"),

@@ -21,12 +21,12 @@ import pandas as pd
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import (
-    CLIENT_OPTIONS,
     ImageRef,
     JudgeClient,
     JudgeFailure,
     Reply,
     Tally,
+    client_options,
     image_part,
     judge_config,
     text_part,
@@ -57,7 +57,7 @@ class VIEScore(Scorer):
     needs = frozenset({"image", "references"})  # prompts: queries without one get no sc
     metrics = SCORES + COST_METRICS
     primary_metric = "overall"
-    options = CLIENT_OPTIONS
+    options = client_options()
 
     def provenance(self, batch: QueryBatch) -> dict:
         return judge_config(NAME, batch.options).provenance(load_template("viescore_sc"), load_template("viescore_pq"))

@@ -39,9 +39,9 @@ import pandas as pd
 from fpr.encoders.embed import embed_pil
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import InputError
+from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
-from fpr.images import load_rgb
 
 DEFAULT_CLIP = "clip-vit-b-32"
 DEFAULT_DINO = "dinov2-vitb14"

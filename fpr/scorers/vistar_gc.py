@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
-from fpr.images import load_rgb
 
 WORK_SIDE = 256
 CUES = ("contour", "lbp", "highlight", "depth_normals", "depth_curvature", "padim")

@@ -36,9 +36,9 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import InputError, NotFoundError
+from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
-from fpr.images import load_rgb
 
 BACKENDS = ("rapidocr", "tesseract")
 DEFAULT_UNCLIP = 1.45  # RapidOCR's is 1.6; calibrated in benchmarks/vistar_known_answers.py

@@ -4,11 +4,17 @@ Configuration follows the ``openai`` package's own conventions: the endpoint is
 ``OPENAI_BASE_URL`` (default ``https://api.openai.com/v1``), the key
 ``OPENAI_API_KEY`` (any non-empty value for a local server); the model is the
 scorer option ``<scorer>.model`` or ``FPR_JUDGE_MODEL``. Other options, all
-``<scorer>.<name>``: ``seed`` (0), ``image_size`` (longer side in px of images
-sent, 512), ``concurrency`` (parallel requests, 4), ``timeout`` (s per request,
-60), ``max_retries`` (3; the openai client retries 408/409/429/5xx and dropped
-connections with exponential backoff, honouring ``Retry-After``), ``max_tokens``.
-Requests are made at temperature 0 with the seed.
+``<scorer>.<name>`` and declared once in :func:`client_options`: ``seed`` (0),
+``image_size`` (px of images sent, 512), ``concurrency`` (parallel requests, 4),
+``timeout`` (s per request, 60), ``max_retries`` (3; the openai client retries
+408/409/429/5xx and dropped connections with exponential backoff, honouring
+``Retry-After``), ``max_tokens``; sampling ``temperature`` (0), ``top_p`` (not sent)
+and ``n`` (1 sample); image encoding ``image_resize`` (``fit``: longer side to
+``image_size``; ``square``: exactly ``image_size`` x ``image_size``), ``image_format``
+(png, jpeg), ``image_quality`` (JPEG quality) and ``image_detail`` (the OpenAI
+``detail`` field; not sent by default). A scorer may declare other defaults (the
+DreamBench++ scorers follow the released DreamBench++ code). Every reply's
+``system_fingerprint`` is kept and reported in the run's provenance.
 
 Every reply is cached (:mod:`fpr.scorers.judges.cache`) before it is parsed, so a
 rerun makes no request. Faults are split in two:
@@ -49,18 +55,71 @@ from fpr.scorers.judges.prompts import Template
 from fpr.scorers.options import Option, resolve
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULTS = {"seed": 0, "image_size": 512, "concurrency": 4, "timeout": 60.0, "max_retries": 3, "max_tokens": None}
-# Every judge scorer takes these as <scorer>.<name> (declared once, here).
-CLIENT_OPTIONS: tuple[Option, ...] = (
-    Option("model", str, None, "judge model name (none: $FPR_JUDGE_MODEL)"),
-    Option("seed", int, DEFAULTS["seed"], "sampling seed sent with every request (temperature is always 0)"),
-    Option("image_size", int, DEFAULTS["image_size"], "longer side in px of the images sent", minimum=16),
-    Option("concurrency", int, DEFAULTS["concurrency"], "parallel requests", minimum=1),
-    Option("timeout", float, DEFAULTS["timeout"], "seconds per request", minimum=0.001),
-    Option("max_retries", int, DEFAULTS["max_retries"], "retries on 429/5xx/timeouts, exponential backoff",
-           minimum=0),
-    Option("max_tokens", int, DEFAULTS["max_tokens"], "reply length limit (none: the endpoint's)", minimum=1),
-)
+DEFAULTS = {"seed": 0, "image_size": 512, "concurrency": 4, "timeout": 60.0, "max_retries": 3, "max_tokens": None,
+            "temperature": 0.0, "top_p": None, "n": 1, "image_resize": "fit", "image_format": "png",
+            "image_quality": 75, "image_detail": None}
+# DreamBench++'s released evaluation code (github.com/yuangpeng/dreambench_plus, commit df0b960:
+# eval_concept_preservation.py, eval_prompt_following.py, utils/gpt_utils.py) calls the model with temperature=1,
+# passes neither top_p nor n (the API's defaults: 1 and 1 sample), resizes every image to 512 x 512
+# (image.resize((512, 512))) and sends it as JPEG at PIL's default quality (75) with detail "high".
+DREAMBENCH_PLUS_DEFAULTS = {"temperature": 1.0, "top_p": None, "n": 1, "image_size": 512, "image_resize": "square",
+                            "image_format": "jpeg", "image_quality": 75, "image_detail": "high"}
+def client_options(defaults: dict | None = None) -> tuple[Option, ...]:
+    """The judge client's options with ``defaults`` (a scorer's own) over :data:`DEFAULTS`."""
+    d = {**DEFAULTS, **(defaults or {})}
+    return (
+        Option("model", str, None, "judge model name (else FPR_JUDGE_MODEL)"),
+        Option("seed", int, d["seed"], "sampling seed sent with every request"),
+        Option("image_size", int, d["image_size"], "size in px of the images sent (see image_resize)", minimum=16),
+        Option("concurrency", int, d["concurrency"], "parallel requests", minimum=1),
+        Option("timeout", float, d["timeout"], "seconds per request", minimum=0.001),
+        Option("max_retries", int, d["max_retries"], "retries on 429/5xx/timeouts, exponential backoff", minimum=0),
+        Option("max_tokens", int, d["max_tokens"], "reply length limit (none: the endpoint's)", minimum=1),
+        Option("temperature", float, d["temperature"], "sampling temperature", minimum=0.0),
+        Option("top_p", float, d["top_p"], "nucleus sampling mass (none: not sent, the endpoint's default)",
+               minimum=0.0),
+        Option("n", int, d["n"], "samples per request; a score is their mean", minimum=1),
+        Option("image_resize", str, d["image_resize"], "fit: longer side to image_size, aspect kept, never "
+               "enlarged; square: exactly image_size x image_size", choices=("fit", "square")),
+        Option("image_format", str, d["image_format"], "encoding of the images sent", choices=("png", "jpeg")),
+        Option("image_quality", int, d["image_quality"], "JPEG quality (1-95)", minimum=1),
+        Option("image_detail", str, d["image_detail"], "OpenAI image detail field (none: not sent)",
+               choices=("low", "high", "auto")),
+    )
+
+
+CLIENT_OPTION_NAMES = tuple(o.name for o in client_options())
+
+
+def _plain(x: float | int | None) -> float | int | None:
+    """1.0 -> 1, 0.0 -> 0 (so a key or a request body reads the same whether a number came as int or float)."""
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+@dataclass(frozen=True)
+class ImageEncoding:
+    """How an image is sent: resized (fit / square) to ``size``, encoded as PNG or JPEG, optional ``detail``."""
+
+    size: int = 512
+    resize: str = "fit"
+    format: str = "png"
+    quality: int = 75
+    detail: str | None = None
+
+    def tag(self) -> str:
+        """What, beyond the size, enters an image's digest ('' for fit/png/no detail: the digests of fpr 0.x)."""
+        parts = []
+        if self.resize != "fit":
+            parts.append(self.resize)
+        if self.format != "png":
+            parts.append(f"{self.format}{self.quality if self.format == 'jpeg' else ''}")
+        if self.detail:
+            parts.append(f"detail={self.detail}")
+        return "".join(f"|{p}" for p in parts)
+
+    def as_json(self) -> dict:
+        return {"size": self.size, "resize": self.resize, "format": self.format,
+                "quality": self.quality if self.format == "jpeg" else None, "detail": self.detail}
 
 
 class _Unsupported(Exception):
@@ -88,11 +147,36 @@ class JudgeConfig:
     timeout: float = 60.0
     max_retries: int = 3
     max_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float | None = None
+    n: int = 1
+    image_resize: str = "fit"
+    image_format: str = "png"
+    image_quality: int = 75
+    image_detail: str | None = None
 
-    def provenance(self, *templates: Template) -> dict:
-        return {"model": self.model, "base_url": self.base_url, "seed": self.seed, "temperature": 0,
-                "image_size": self.image_size, "max_tokens": self.max_tokens,
-                "templates": {t.tag: t.digest for t in templates}}
+    @property
+    def encoding(self) -> ImageEncoding:
+        return ImageEncoding(self.image_size, self.image_resize, self.image_format, self.image_quality,
+                             self.image_detail)
+
+    def sampling(self) -> dict:
+        """The sampling parameters as sent (top_p and n only when they differ from the endpoint's default)."""
+        out = {"temperature": _plain(self.temperature), "seed": self.seed, "max_tokens": self.max_tokens}
+        if self.top_p is not None:
+            out["top_p"] = _plain(self.top_p)
+        if self.n != 1:
+            out["n"] = self.n
+        return out
+
+    def provenance(self, *templates: Template, fingerprints: list[str] | None = None) -> dict:
+        out = {"model": self.model, "base_url": self.base_url, "seed": self.seed,
+               "temperature": _plain(self.temperature), "top_p": self.top_p, "n": self.n,
+               "image_size": self.image_size, "image": self.encoding.as_json(), "max_tokens": self.max_tokens,
+               "templates": {t.tag: t.digest for t in templates}}
+        if fingerprints is not None:
+            out["system_fingerprints"] = list(fingerprints)
+        return out
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -110,10 +194,11 @@ def _offline() -> bool:
     return os.environ.get("FPR_OFFLINE", "") not in ("", "0", "false", "False")
 
 
-def judge_config(scorer: str, options: dict) -> JudgeConfig:
-    """The endpoint, key, model and request settings for ``scorer`` (options ``<scorer>.<name>``)."""
-    opts = resolve(scorer, CLIENT_OPTIONS, options)
-    model = str(opts["model"] or os.environ.get("FPR_JUDGE_MODEL", "")).strip()
+def judge_config(scorer: str, options: dict, defaults: dict | None = None) -> JudgeConfig:
+    """The endpoint, key, model and request settings for ``scorer`` (options ``<scorer>.<name>``; ``defaults``:
+    the scorer's own defaults over :data:`DEFAULTS`)."""
+    v = resolve(scorer, client_options(defaults), options)
+    model = str(v["model"] or os.environ.get("FPR_JUDGE_MODEL", "")).strip()
     if not model:
         raise InputError(f"scorer '{scorer}' needs a judge model",
                          hint=f"pass --scorer-option {scorer}.model=NAME or set FPR_JUDGE_MODEL")
@@ -129,9 +214,10 @@ def judge_config(scorer: str, options: dict) -> JudgeConfig:
     if not api_key:
         raise InputError("OPENAI_API_KEY is not set",
                          hint="set it to the endpoint's key (any non-empty value for a local server)")
-    return JudgeConfig(model=model, base_url=base_url, api_key=api_key, seed=opts["seed"],
-                       image_size=opts["image_size"], concurrency=opts["concurrency"], timeout=opts["timeout"],
-                       max_retries=opts["max_retries"], max_tokens=opts["max_tokens"])
+    if v["image_quality"] > 95:
+        raise InputError(f"scorer option {scorer}.image_quality must be 1-95, got {v['image_quality']}")
+    return JudgeConfig(model=model, base_url=base_url, api_key=api_key,
+                       **{k: v[k] for k in CLIENT_OPTION_NAMES if k != "model"})
 
 
 # --------------------------------------------------------------------------- images
@@ -139,17 +225,21 @@ def judge_config(scorer: str, options: dict) -> JudgeConfig:
 class ImageRef:
     """An image to send: its content digest (for cache keys) and, only when a request is made, a PNG data URL."""
 
-    def __init__(self, digest: str, render: Callable[[], Image.Image], label: str = ""):
+    def __init__(self, digest: str, render: Callable[[], Image.Image], label: str = "",
+                 encoding: ImageEncoding | None = None):
         self.digest = digest
         self._render = render
         self.label = label
+        self.encoding = encoding or ImageEncoding()
         self._url: str | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def from_path(cls, path: str | Path, size: int) -> "ImageRef":
-        digest = f"sha256:{content_hash(read_bytes(path))}@{size}"
-        return cls(digest, lambda: _fit(load_rgb(path), size), label=str(path))
+    def from_path(cls, path: str | Path, size: int | ImageEncoding) -> "ImageRef":
+        """The image at ``path`` sent at ``size`` (longer side, PNG) or with an :class:`ImageEncoding`."""
+        enc = size if isinstance(size, ImageEncoding) else ImageEncoding(int(size))
+        digest = f"sha256:{content_hash(read_bytes(path))}@{enc.size}{enc.tag()}"
+        return cls(digest, lambda: _resized(load_rgb(path), enc), label=str(path), encoding=enc)
 
     @classmethod
     def from_array(cls, arr: np.ndarray, label: str = "") -> "ImageRef":
@@ -164,9 +254,19 @@ class ImageRef:
         with self._lock:
             if self._url is None:
                 buf = io.BytesIO()
-                self._render().save(buf, format="PNG")
-                self._url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+                enc = self.encoding
+                if enc.format == "jpeg":
+                    self._render().save(buf, format="JPEG", quality=enc.quality)
+                else:
+                    self._render().save(buf, format="PNG")
+                self._url = f"data:image/{enc.format};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
             return self._url
+
+
+def _resized(im: Image.Image, enc: ImageEncoding) -> Image.Image:
+    if enc.resize == "square":  # DreamBench++'s image.resize((512, 512)): aspect not kept, PIL's default filter
+        return im if im.size == (enc.size, enc.size) else im.resize((enc.size, enc.size), Image.BICUBIC)
+    return _fit(im, enc.size)
 
 
 def _fit(im: Image.Image, size: int) -> Image.Image:
@@ -195,11 +295,17 @@ def _convert(messages: list[dict], image: Callable[[ImageRef], dict]) -> list[di
 
 
 def wire_messages(messages: list[dict]) -> list[dict]:
-    return _convert(messages, lambda r: {"type": "image_url", "image_url": {"url": r.data_url()}})
+    def part(r: ImageRef) -> dict:
+        url = {"url": r.data_url()}
+        if r.encoding.detail:
+            url["detail"] = r.encoding.detail
+        return {"type": "image_url", "image_url": url}
+
+    return _convert(messages, part)
 
 
 def key_messages(messages: list[dict]) -> list[dict]:
-    return _convert(messages, lambda r: {"type": "image", "digest": r.digest})
+    return _convert(messages, lambda r: {"type": "image", "digest": r.digest})  # the digest holds the encoding
 
 
 # --------------------------------------------------------------------------- replies and tallies
@@ -213,11 +319,16 @@ class Reply:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached: bool = False
+    samples: list[str | None] | None = None  # every choice's content when n > 1 (the first is ``content``)
+    system_fingerprint: str | None = None  # the endpoint's backend configuration, when it says
 
     def as_json(self) -> dict:
-        return {"content": self.content, "refusal": self.refusal, "finish_reason": self.finish_reason,
-                "tool_calls": self.tool_calls, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens}
+        out = {"content": self.content, "refusal": self.refusal, "finish_reason": self.finish_reason,
+               "tool_calls": self.tool_calls, "prompt_tokens": self.prompt_tokens,
+               "completion_tokens": self.completion_tokens, "system_fingerprint": self.system_fingerprint}
+        if self.samples is not None:
+            out["samples"] = list(self.samples)
+        return out
 
 
 @dataclass
@@ -272,6 +383,7 @@ class JudgeClient:
         self._client = None
         self._lock = threading.Lock()
         self.unsupported: set[str] = set()  # request parameters the endpoint rejected (seed, temperature)
+        self.fingerprints: set[str] = set()  # system_fingerprint of every reply used (cached or not)
 
     def _openai(self):
         with self._lock:
@@ -285,8 +397,7 @@ class JudgeClient:
     def key(self, messages: list[dict], template: Template, tools: list[dict] | None, params: dict) -> str:
         return fingerprint({"model": self.config.model, "template": template.id, "version": template.version,
                             "messages": key_messages(messages), "tools": tools or [],
-                            "params": {"temperature": 0, "seed": self.config.seed,
-                                       "max_tokens": self.config.max_tokens, **params}})
+                            "params": {**self.config.sampling(), **params}})
 
     def chat(self, messages: list[dict], *, template: Template, tools: list[dict] | None = None,
              params: dict | None = None, tally: Tally | None = None) -> Reply:
@@ -295,18 +406,23 @@ class JudgeClient:
         key = self.key(messages, template, tools, params)
         hit = self.cache.get(key)
         if hit is not None and isinstance(hit.get("reply"), dict):
-            reply = Reply(**{k: hit["reply"].get(k) for k in ("content", "refusal", "finish_reason")},
+            reply = Reply(**{k: hit["reply"].get(k) for k in ("content", "refusal", "finish_reason",
+                                                               "system_fingerprint")},
                           tool_calls=list(hit["reply"].get("tool_calls") or []),
                           prompt_tokens=int(hit["reply"].get("prompt_tokens") or 0),
-                          completion_tokens=int(hit["reply"].get("completion_tokens") or 0), cached=True)
+                          completion_tokens=int(hit["reply"].get("completion_tokens") or 0), cached=True,
+                          samples=hit["reply"].get("samples"))
         else:
             reply = self._request(messages, tools, params)
             self.cache.put(key, {"key": key, "model": self.config.model, "base_url": self.config.base_url,
                                  "template": template.id, "version": template.version,
-                                 "params": {"temperature": 0, "seed": self.config.seed, **params},
+                                 "params": {**self.config.sampling(), **params},
                                  "request": key_messages(messages), "tools": tools or [],
                                  "reply": reply.as_json(), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                          time.gmtime())})
+        if reply.system_fingerprint:
+            with self._lock:
+                self.fingerprints.add(str(reply.system_fingerprint))
         if tally is not None:
             tally.add(reply)
         return reply
@@ -315,8 +431,13 @@ class JudgeClient:
         """One request; ``seed``/``temperature`` are dropped (once, with a log line) if the endpoint rejects them."""
         wire = wire_messages(messages)
         while True:
-            kwargs: dict = {"model": self.config.model, "messages": wire, "temperature": 0,
+            kwargs: dict = {"model": self.config.model, "messages": wire,
+                            "temperature": _plain(self.config.temperature),
                             "seed": int(params.get("seed", self.config.seed))}
+            if self.config.top_p is not None:
+                kwargs["top_p"] = self.config.top_p
+            if self.config.n != 1:
+                kwargs["n"] = self.config.n
             if tools:
                 kwargs["tools"] = tools
             if self.config.max_tokens:
@@ -392,9 +513,11 @@ def _reply(resp) -> Reply:
         calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments or ""}
                  for c in (msg.tool_calls or [])]
         usage = getattr(resp, "usage", None)
+        samples = [c.message.content for c in resp.choices] if len(resp.choices) > 1 else None
         return Reply(content=msg.content, refusal=getattr(msg, "refusal", None), finish_reason=choice.finish_reason,
                      tool_calls=calls, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                     completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
+                     completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0), samples=samples,
+                     system_fingerprint=getattr(resp, "system_fingerprint", None))
     except (AttributeError, IndexError, TypeError, KeyError) as exc:
         shown = resp if isinstance(resp, str) else repr(resp)
         raise JudgeFailure(f"malformed reply: not a chat completion ({_short(shown, 80)})") from exc

@@ -46,6 +46,42 @@ def final_score(reply: Reply, lo: int, hi: int, label: str = "Score") -> int:
     return n
 
 
+# DreamBench++'s released scorer reads a reply with this pattern and accepts it only when it occurs exactly once.
+DREAMBENCH_SCORE = re.compile(r"(score|Score):\s*[a-zA-Z]*\s*(\d+)")
+REPLY_FORMATS = ("last-line", "dreambench")
+
+
+def dreambench_score(reply: Reply, lo: int, hi: int) -> int:
+    """The one ``Score: N`` anywhere in the reply (DreamBench++'s rule); none or several is a failure."""
+    found = [int(n) for _, n in DREAMBENCH_SCORE.findall(_text(reply))]
+    if len(found) != 1:
+        raise JudgeFailure(f"unparsable reply: {len(found)} 'Score: N' matches, DreamBench++ reads exactly one")
+    if not lo <= found[0] <= hi:
+        raise JudgeFailure(f"unparsable reply: 'Score: {found[0]}' is outside {lo}-{hi}")
+    return found[0]
+
+
+def sampled_score(reply: Reply, lo: int, hi: int, reply_format: str = "last-line") -> tuple[float, str | None]:
+    """(score, note): one sample's score, or with several samples (n > 1) the mean of those that parse.
+
+    No parsable sample is a failure (the first sample's reason)."""
+    read = dreambench_score if reply_format == "dreambench" else final_score
+    if not reply.samples:
+        return float(read(reply, lo, hi)), None
+    values, reasons = [], []
+    for text in reply.samples:
+        try:
+            values.append(read(Reply(content=text, finish_reason=reply.finish_reason), lo, hi))
+        except JudgeFailure as exc:
+            reasons.append(exc.reason)
+    if not values:
+        raise JudgeFailure(reasons[0])
+    note = f"mean of {len(values)} of {len(reply.samples)} samples: {', '.join(map(str, values))}"
+    if reasons:
+        note += f"; {len(reasons)} unparsable ({reasons[0]})"
+    return sum(values) / len(values), note
+
+
 def json_object(reply: Reply) -> dict:
     """The JSON object in a reply (a bare object or one fenced in ```json ... ```)."""
     text = _text(reply).strip()

@@ -19,9 +19,29 @@ from typing import Callable
 import pandas as pd
 
 from fpr import progress
-from fpr.scorers.judges.client import JudgeClient, JudgeFailure, Tally, for_each
+from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, for_each, image_part, text_part
+from fpr.scorers.judges.prompts import Template
 
 COST_METRICS = ("cached", "calls", "prompt_tokens", "completion_tokens", "missing")
+
+
+def template_messages(t: Template, images: list[ImageRef], *, request: str | None = None, **values) -> list[dict]:
+    """The chat messages of a template.
+
+    Without an ``[assistant]`` section (fpr's templates): ``[system]`` as the system
+    message, then one user message: the ``[user]`` text and the images. With one
+    (DreamBench++'s layout: its instruction, the model's acknowledgement, then the
+    inputs): ``[system]`` if any, the ``[user]`` text, the ``[assistant]`` text, then a user
+    message with the ``[request]`` text (else ``request``, if given) and the images.
+    """
+    msgs = [{"role": "system", "content": t.render("system", **values)}] if t.section("system") is not None else []
+    if t.section("assistant") is None:
+        return msgs + [{"role": "user", "content": [text_part(t.render("user", **values))]
+                        + [image_part(im) for im in images]}]
+    text = t.render("request", **values) if t.section("request") is not None else request
+    return msgs + [{"role": "user", "content": t.render("user", **values)},
+                   {"role": "assistant", "content": t.render("assistant", **values)},
+                   {"role": "user", "content": ([text_part(text)] if text else []) + [image_part(im) for im in images]}]
 
 
 def score_with_judge(batch, scorer: str, client: JudgeClient, score_metrics: tuple[str, ...],

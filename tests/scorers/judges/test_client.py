@@ -33,7 +33,7 @@ def test_cold_then_warm_run_makes_no_request(tmp_path, judge_env):
     assert len(files) == 3
     entry = json.loads(files[0].read_text())
     assert entry["model"] == "judge-test" and entry["template"] == "dreambench-prompt" and entry["version"] == "1"
-    assert entry["params"]["temperature"] == 0 and entry["params"]["seed"] == 0
+    assert entry["params"]["temperature"] == 1 and entry["params"]["seed"] == 0  # DreamBench++'s temperature
     assert any(p.get("type") == "image" and p["digest"].startswith("sha256:")
                for m in entry["request"] if isinstance(m["content"], list) for p in m["content"])
 
@@ -47,14 +47,15 @@ def test_cold_then_warm_run_makes_no_request(tmp_path, judge_env):
         ["score", "prompt_tokens"])]
     assert cold_scores[pd_cols].reset_index(drop=True).equals(warm_scores[pd_cols].reset_index(drop=True))
 
-    # the request the server saw: temperature 0, the seed, the image as a base64 PNG data URL
+    # the request the server saw: DreamBench++'s temperature 1, the seed, the image as a base64 JPEG data URL
     judge_env.reset()
     run_scorers(["dreambench-prompt"], make_batch(tmp_path / "b", ["a fox"], [40], [None],
                                                   options={"dreambench-prompt.seed": "7"}))
     body = judge_env.requests[0]
-    assert body["temperature"] == 0 and body["seed"] == 7 and body["model"] == "judge-test"
-    url = [p for p in body["messages"][1]["content"] if p["type"] == "image_url"][0]["image_url"]["url"]
-    assert url.startswith("data:image/png;base64,")
+    assert body["temperature"] == 1 and body["seed"] == 7 and body["model"] == "judge-test"
+    assert "top_p" not in body and "n" not in body
+    part = [p for p in body["messages"][1]["content"] if p["type"] == "image_url"][0]["image_url"]
+    assert part["url"].startswith("data:image/jpeg;base64,") and part["detail"] == "high"
 
 
 def test_a_rejected_seed_is_dropped_once(tmp_path, judge_env):

@@ -153,8 +153,11 @@ def test_cigeval_agent_with_highlight_difference_and_scene_graph(tmp_path, judge
     assert n_tools == len(calls) == 4
     assert [c["tool"] for c in calls] == ["highlight", "scene_graph", "highlight", "difference"]
     assert calls[0]["result"] == {"image": "highlight-1"}
+    # CIGEval's Difference on the 8x8 patch (rows 8-15, cols 4-11, +150): the 5x5 binomial blur carries
+    # 150 * 5/16 = 46.9 > 45 one pixel beyond the patch's middle rows/columns only, the 3x3 dilation adds one:
+    # rows 6-17, cols 2-13
     assert calls[3]["result"] == {"regions": difference(gen, ref)} == {
-        "regions": [{"box": [0.125, 0.25, 0.375, 0.5], "area": 0.0625}]}
+        "regions": [{"box": [2 / 32, 6 / 32, 14 / 32, 18 / 32], "area": round(144 / 1024, 4)}]}
     assert json.loads(calls[1]["result"]["scene_graph"])["objects"][0]["name"] == "animal"
     assert [e.get("score") for e in traj if "score" in e] == [7, 5]
     # the highlighted image was shown to the judge after the tool results (+ 1 scene-graph request per query)

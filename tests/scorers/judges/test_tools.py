@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from fpr.errors import InputError, NotFoundError
-from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference, highlight
+from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference, highlight, merge_released, merge_union
 
 
 def test_highlight_darkens_outside_the_box_to_a_quarter():
@@ -28,21 +28,89 @@ def test_highlight_darkens_outside_the_box_to_a_quarter():
         highlight(img, "everything")
 
 
-def test_difference_boxes_the_changed_regions():
-    a = np.zeros((20, 20, 3), dtype=np.uint8)
-    b = a.copy()
-    b[2:5, 3:8, 0] = 100  # 3 x 5 px, one channel changed a lot
-    b[12:18, 10:20] = 50  # 6 x 10 px
-    b[8, 0] = 255  # a single pixel: below min_area
-    b[0:2, 14:20] = 20  # below the threshold
-    regions = difference(a, b, threshold=32, min_area=0.01)
-    assert regions == [{"box": [0.5, 0.6, 1.0, 0.9], "area": 0.15},
-                       {"box": [0.15, 0.1, 0.4, 0.25], "area": 0.0375}]
-    assert difference(a, a.copy()) == []
-    # a second image of another size is resized to the first
-    big = np.asarray(Image.fromarray(b).resize((40, 40), Image.NEAREST))
-    regions = difference(a, big, threshold=32, min_area=0.01)
-    assert np.allclose(regions[0]["box"], [0.5, 0.6, 1.0, 0.9], atol=0.051)
+def _square(side: int, at: int = 30, size: int = 100, value: int = 255) -> np.ndarray:
+    img = np.zeros((size, size, 3), dtype=np.uint8)
+    img[at:at + side, at:at + side] = value
+    return img
+
+
+def test_difference_is_cigeval_blur_grey_threshold_dilate_box_by_hand():
+    # OpenCV's 5x5 Gaussian with sigma 0 is the binomial [1, 4, 6, 4, 1] / 16. A white 20 px square on black:
+    # one pixel outside an edge gets 255 * 5/16 = 80 > 45 (next to the square's rows/columns), a diagonal corner
+    # 255 * (5/16)^2 = 25 and two pixels out 255/16 = 16 stay below; the 3x3 dilation adds one pixel: 28..51.
+    black = np.zeros((100, 100, 3), dtype=np.uint8)
+    assert difference(black, _square(20)) == [{"box": [0.28, 0.28, 0.52, 0.52], "area": 0.0576}]
+    assert difference(_square(20), black) == difference(black, _square(20))  # symmetric
+    assert difference(black, black.copy()) == []
+    # boxes must exceed 0.5% of the image: a 3 px square flags 5x5 less its corners, dilated 7x7 = 49 px
+    # (0.49%): dropped; a 4 px square gives 8x8 = 64 px (0.64%): kept
+    assert difference(black, _square(3)) == []
+    assert difference(black, _square(4)) == [{"box": [0.28, 0.28, 0.36, 0.36], "area": 0.0064}]
+    # grey difference: a pure blue square of 255 is grey 0.114 * 255 = 29 < 45, not a difference
+    blue = np.zeros((100, 100, 3), dtype=np.uint8)
+    blue[30:50, 30:50, 2] = 255
+    assert difference(black, blue) == []
+    # a threshold of 20 sees its inside (29 > 20) but not its edge pixels (29 * 11/16 = 20, not above 20):
+    # 31..48 flagged, dilated to 30..49
+    assert difference(black, blue, threshold=20) == [{"box": [0.3, 0.3, 0.5, 0.5], "area": 0.04}]
+
+
+def test_difference_resizes_the_second_image_to_the_first():
+    black = np.zeros((100, 100, 3), dtype=np.uint8)
+    big = np.asarray(Image.fromarray(_square(20)).resize((200, 200), Image.NEAREST))
+    assert difference(black, big) == difference(black, _square(20))
+
+
+def test_merge_released_reproduces_the_released_loop_and_union_is_the_variant():
+    # one overlap: the union of the two
+    assert merge_released([(0, 0, 10, 10), (5, 5, 10, 10)]) == [(0, 0, 15, 15)] == merge_union(
+        [(0, 0, 10, 10), (5, 5, 10, 10)])
+    # the released loop moves the left/top edge before computing the width/height
+    assert merge_released([(10, 10, 10, 10), (5, 5, 10, 10)]) == [(5, 5, 10, 10)]
+    assert merge_union([(10, 10, 10, 10), (5, 5, 10, 10)]) == [(5, 5, 15, 15)]
+    # and stops at the first box that absorbed nothing, dropping the rest
+    boxes = [(0, 0, 2, 2), (10, 10, 5, 5), (12, 12, 5, 5)]
+    assert merge_released(boxes) == [(0, 0, 2, 2)]
+    assert merge_union(boxes) == [(0, 0, 2, 2), (10, 10, 7, 7)]
+    assert merge_released([(10, 10, 5, 5), (12, 12, 5, 5), (0, 0, 2, 2)]) == [(10, 10, 7, 7), (0, 0, 2, 2)]
+    assert merge_union([(0, 0, 4, 4), (3, 3, 4, 4), (6, 6, 4, 4)]) == [(0, 0, 10, 10)]  # chains merge through
+
+
+def test_difference_union_keeps_every_region_largest_first():
+    img = _square(20)
+    img[70:80, 70:80] = 255
+    black = np.zeros((100, 100, 3), dtype=np.uint8)
+    assert difference(black, img, merge="union", max_boxes=None) == [
+        {"box": [0.28, 0.28, 0.52, 0.52], "area": 0.0576}, {"box": [0.68, 0.68, 0.82, 0.82], "area": 0.0196}]
+    assert len(difference(black, img)) == 1  # the released tool answers with one box
+    with pytest.raises(InputError, match="unknown difference merge 'all'"):
+        difference(black, img, merge="all")
+
+
+def test_difference_on_a_generated_image_with_a_tone_shift_boxes_only_the_changed_markings():
+    """A world reference and a 'generation' of it: the same scene with 10% of the markings redrawn, 28 grey
+    levels brighter and with sensor noise (sigma 10). fpr's former tool (largest channel difference > 32,
+    8-connected pixels) returned one box over the whole image (68% of its pixels changed); CIGEval's blurs the
+    noise away and sees only the markings."""
+    from fpr.galleries.world import GALLERY_FAMILIES, World, WorldConfig
+    from fpr.galleries.world.render import render_view
+
+    world = World(WorldConfig(seed=0, identities=2, size=128))
+    ident = world.ids["giraffe"][0]
+    view = world._view("giraffe", ident, "reference", 0, GALLERY_FAMILIES)
+    base = world.markings("giraffe", ident)
+    ref = np.asarray(render_view(base, view))
+    clean = np.asarray(render_view(base.with_layer(20_000_123, 0.1, "test-region"), view)).astype(float)
+    noise = np.random.default_rng(0).normal(0, 10, clean.shape)
+    gen = np.clip(clean + 28 + noise, 0, 255).astype(np.uint8)
+    assert (np.abs(gen.astype(int) - ref).max(axis=2) > 32).mean() > 0.6  # what made the old tool box everything
+    ys, xs = np.nonzero(np.abs(clean - ref).max(axis=2) > 40)  # where the markings really changed
+    truth = [xs.min() / 128, ys.min() / 128, (xs.max() + 1) / 128, (ys.max() + 1) / 128]
+    (region,) = difference(gen, ref)
+    x0, y0, x1, y1 = region["box"]
+    pad = 3 / 128  # the blur and the dilation reach up to 3 pixels beyond a change
+    assert truth[0] - pad <= x0 and truth[1] - pad <= y0 and x1 <= truth[2] + pad and y1 <= truth[3] + pad
+    assert region["area"] < 0.06 and region == {"box": [0.3828, 0.3906, 0.5703, 0.6484], "area": 0.0483}
 
 
 def test_grounding_on_a_tiny_random_detector(tiny_owlv2, tmp_path, monkeypatch):

@@ -13,8 +13,9 @@ import string
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
-from fpr.errors import NotFoundError
+from fpr.errors import InputError, NotFoundError
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,33 @@ def load_template(name: str) -> Template:
     if not res.is_file():
         raise NotFoundError(f"no judge prompt template '{name}'", where=str(res))
     return _parse(name, res.read_text(encoding="utf-8"))
+
+
+def load_template_file(path: str | Path, placeholders: tuple[str, ...] = ()) -> Template:
+    """A user's template file (the same format); its sections may use only ``placeholders`` (``$$`` is a ``$``)."""
+    p = Path(path).expanduser()
+    hint = "write it like fpr/scorers/judges/prompts/<name>.txt: id: and version: lines, then [system]/[user] sections"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("judge prompt template not found", where=str(p), hint=hint) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the judge prompt template ({type(exc).__name__})", where=str(p)) from None
+    try:
+        t = _parse(p.name, text)
+    except ValueError as exc:
+        raise InputError(str(exc), where=str(p), hint=hint) from None
+    if t.section("user") is None:
+        raise InputError("the judge prompt template has no [user] section", where=str(p), hint=hint)
+    dummy = {name: "x" for name in placeholders}
+    for name, body in t.sections:
+        try:
+            string.Template(body).substitute(**dummy)
+        except KeyError as exc:
+            raise InputError(f"section [{name}] uses ${exc.args[0]}, which this scorer does not fill", where=str(p),
+                             hint=f"placeholders: {', '.join('$' + n for n in placeholders) or 'none'}; "
+                                  f"write $$ for a literal $") from None
+        except ValueError:
+            raise InputError(f"section [{name}] has a '$' that is not a placeholder", where=str(p),
+                             hint="write $$ for a literal $") from None
+    return t
