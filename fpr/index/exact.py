@@ -18,7 +18,7 @@ to float32) is monotonic, so when float32(fl(d - b)) == float32(fl(d + b)) every
 value of the interval -- fl64(q.g) included -- rounds to that float32, which is
 the score. The rare elements where the two differ (a float32 rounding boundary
 lies within b of d) are recomputed from the exact products with ``math.fsum``
-(correctly rounded, so fl64(q.g) exactly). The norms only decide which path an
+(correctly rounded, so fl64(q.g) exactly; the compiled path runs a port of it). The norms only decide which path an
 element takes, never its value. Not covered: a "BLAS" that does not sum the
 products (Strassen-like dgemm; no standard BLAS does that).
 """
@@ -37,7 +37,6 @@ WORK_BYTES = 32 * 2 ** 20
 # "auto": the numba check pass when numba imports, else NumPy; "numba" / "numpy" force one (tests run both).
 ENGINE = os.environ.get("FPR_SCORES_ENGINE", "auto")
 _PAIR_BYTES = {"numba": 8, "numpy": 48}  # float64 bytes per (query, column) pair of a chunk, per engine
-_MISS_CAPACITY = 4096  # positions of fallback elements the numba pass records per chunk before a full scan
 
 
 @dataclass
@@ -99,11 +98,7 @@ def exact_scores(queries: np.ndarray, vectors: np.ndarray, *, vector_norms: np.n
     for s in range(0, m, step):
         g64 = v[s:s + step].astype(np.float64)
         d = q64 @ g64.T
-        block = out[:, s:s + step]
-        rows, cols = _round_checked(d, bound_q, ng[s:s + step], block, kind)
-        if len(rows):
-            block[rows, cols] = _fsum_dots(q64[rows], g64[cols])
-            fallbacks += len(rows)
+        fallbacks += _round_checked(d, q64, g64, bound_q, ng[s:s + step], out[:, s:s + step], kind)
     if stats is not None:
         stats.elements += n * m
         stats.fallbacks += fallbacks
@@ -125,27 +120,26 @@ def _engine(engine: str | None) -> str:
     return "numba"
 
 
-def _round_checked(d: np.ndarray, bound_q: np.ndarray, ng: np.ndarray, out: np.ndarray,
-                   kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Write float32(d) where the interval check proves it is the score; (rows, cols) of the rest."""
+def _round_checked(d: np.ndarray, q64: np.ndarray, g64: np.ndarray, bound_q: np.ndarray, ng: np.ndarray,
+                   out: np.ndarray, kind: str) -> int:
+    """Write the scores of one chunk into ``out``: float32(d) where the interval check proves it is
+    the score, the fsum of the exact products elsewhere; returns how many took the fsum."""
     if kind == "numba":
         from fpr.index import _exact_kernels
 
-        pos = np.empty(_MISS_CAPACITY, dtype=np.int64)
-        misses = _exact_kernels.round_checked(d, bound_q, ng, out, pos)
-        if misses <= len(pos):
-            return np.divmod(pos[:misses], d.shape[1])
-        return np.nonzero(np.isnan(out))  # more than recorded: the kernel marked every one NaN
+        return int(_exact_kernels.round_checked(d, q64, g64, bound_q, ng, out))
     b = bound_q[:, None] * ng[None, :]
     lo = (d - b).astype(np.float32)
-    hi = (d + b).astype(np.float32)
-    miss = lo != hi
+    rows, cols = np.nonzero(lo != (d + b).astype(np.float32))
     np.add(lo, np.float32(0), out=out)  # -0.0 + 0.0 is +0.0: one zero, whatever sign d had
-    return np.nonzero(miss)
+    if len(rows):
+        out[rows, cols] = _fsum_dots(q64[rows], g64[cols])
+    return len(rows)
 
 
 def _fsum_dots(q64: np.ndarray, g64: np.ndarray) -> np.ndarray:
-    """float32(fl64(q_k . g_k)) row by row: the products are exact in float64, fsum rounds their sum once."""
+    """float32(fl64(q_k . g_k)) row by row: the products are exact in float64, fsum rounds their sum once
+    (the NumPy path; the compiled one has the same algorithm in :func:`fpr.index._exact_kernels.fsum_dot`)."""
     sums = np.array([math.fsum(p) for p in (q64 * g64).tolist()], dtype=np.float64)
     return sums.astype(np.float32) + np.float32(0)
 

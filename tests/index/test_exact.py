@@ -1,6 +1,7 @@
 """Exact scores: float32(fl64(q . g)) against answers known by hand and by exact rational arithmetic."""
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -102,13 +103,33 @@ def test_chunks_and_engines_agree():
     np.testing.assert_array_equal(_bits(out), _bits(whole))
 
 
-def test_more_fallbacks_than_the_kernel_records_are_all_recomputed(monkeypatch):
-    # every element sits at a midpoint; with room for 3 positions the rest are found by their NaN mark
-    monkeypatch.setattr(E, "_MISS_CAPACITY", 3)
+def test_every_element_at_a_midpoint_is_recomputed(engine):
     q = np.ones((4, 2), np.float32)
     g = np.array([[1.0, 2.0 ** -24]] * 5, np.float32)
-    out, st = _scores(q, g, "numba")
+    out, st = _scores(q, g, engine)
     assert st.fallbacks == 20 and (out == F32(1.0)).all()
+
+
+def test_compiled_fsum_equals_math_fsum():
+    """The numba port against CPython's math.fsum: cancellation, ties to even across partials
+    (sum([1e-16, 1, 1e16]) style), signs, zeros, and wide exponent ranges of float32 products."""
+    from fpr.index import _exact_kernels as K
+
+    rng = np.random.default_rng(3)
+    partials = np.empty(K.MAX_PARTIALS)
+    cases = [([1.0, 1.0, 1.0], [2.0 ** 53, 1.0, -2.0 ** -60]), ([1.0, 1.0, 1.0], [1e16, 1.0, 1e-16]),
+             ([1.0, 1.0, 1.0, 1.0], [2.0 ** 60, 1.0, -2.0 ** 60, 2.0 ** -80]), ([0.0, -0.0], [1.0, 1.0]),
+             ([], []), ([1.0, 1.0, 1.0], [-2.0 ** 53, -1.0, -2.0 ** -60])]
+    for _ in range(2000):
+        n = int(rng.integers(1, 40))
+        scale = np.exp2(rng.integers(-120, 120, size=n)).astype(np.float32)
+        cases.append(((rng.normal(size=n) * scale).astype(np.float32),
+                      (rng.normal(size=n) * scale[::-1]).astype(np.float32)))
+    for a, b in cases:
+        a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        want = math.fsum((a64 * b64).tolist())
+        got = K.fsum_dot(a64, b64, partials)
+        assert got == want and (got != 0 or np.copysign(1, got) == np.copysign(1, want)), (a, b)
 
 
 def test_non_finite_vectors_are_an_error(engine):
