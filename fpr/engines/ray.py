@@ -480,8 +480,8 @@ def shard_plan(qdf: pd.DataFrame, labels, scope: str, shard_size: int) -> list[n
     them with ``all``) in row order, cut into pieces of at most ``shard_size`` and packed into shards
     of up to ``shard_size`` queries; queries without a relevant gallery image (skipped) fill shards of
     their own. Keeping a group's queries together lets an actor score them against one sub-index.
-    Where a shard's pieces fall does not change any value: score blocks are padded to whole BLAS
-    panels (:data:`fpr.eval.scoring.SCORE_ROWS`), so a query's scores do not depend on its block-mates.
+    Where a shard's pieces fall does not change any value: scores are exact
+    (:func:`fpr.index.exact.exact_scores`), so a query's scores do not depend on its block-mates.
     """
     codes = labels.codes(qdf)
     ok = np.flatnonzero(labels.has_relevant(qdf))

@@ -32,6 +32,7 @@ from fpr.eval.inputs import extra_columns
 from fpr.eval.relevance import GalleryLabels, identity_keys, check_scope, missing_identities
 from fpr.eval.scoring import score_blocks, whole_gallery_scores
 from fpr.eval.similarity import EmbedFn, pairwise_sim
+from fpr.index import exact
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.scorers import QueryBatch, run_scorers
 
@@ -75,8 +76,10 @@ def evaluate(qdf: pd.DataFrame, gallery: GalleryLabels, gallery_scores, embed: E
     """Evaluate normalised queries against one gallery.
 
     ``gallery_scores`` is the gallery's index (a :class:`fpr.index.faiss_index.GalleryIndex`:
-    scores from its flat vectors, top-k from its FAISS search) or a callable
-    ``f(qvecs) -> (q, G)`` similarities in gallery-row order (top-k then from those scores).
+    exact scores from its flat vectors, top-k from its FAISS search), a (G, dim) array of
+    gallery vectors (exact scores, top-k from them) or a callable ``f(qvecs) -> (q, G)``
+    similarities in gallery-row order (top-k from those scores; see
+    :func:`fpr.eval.scoring.score_blocks` for what a callable can and cannot guarantee).
     ``embed(paths, on_error=..., desc=...)`` returns an ``EmbedResult``. Missing identities
     are checked before anything is embedded. Scoring is streamed (:func:`score_blocks`).
     """
@@ -139,12 +142,13 @@ def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLab
 def leave_one_out_map(vectors: np.ndarray, identities: Sequence[str], groups: Sequence[str]) -> dict[str, float]:
     """Every image queries the other images of its group; mAP overall (``*``) and per group.
 
-    The same engine (and tie rule) as every run: the image itself is out of scope.
+    The same engine, scores (:func:`fpr.index.exact.exact_scores`) and tie rule as every run:
+    the image itself is out of scope.
     """
     vectors = np.asarray(vectors, dtype=np.float32)
     keys = identity_keys(groups, identities)
     groups = np.asarray(groups, dtype=object)
-    scores = vectors @ vectors.T
+    scores = exact.exact_scores(vectors, vectors)
     scores = np.where(groups[:, None] == groups[None, :], scores, np.float32(-np.inf))
     np.fill_diagonal(scores, -np.inf)
     m = retrieval_metrics(scores, (keys[:, None] == keys[None, :]) & ~np.eye(len(keys), dtype=bool))

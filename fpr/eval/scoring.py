@@ -12,7 +12,7 @@ import pandas as pd
 
 from fpr.eval.frames import empty_rankings
 from fpr.eval.relevance import LabelCodes, check_scope
-from fpr.index import faiss_index
+from fpr.index import exact, faiss_index
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
 
@@ -20,6 +20,9 @@ BLOCK_BYTES = int(float(os.environ.get("FPR_EVAL_BLOCK_MB", "256")) * 2 ** 20)
 
 
 BYTES_PER_PAIR = 24  # float32 score + bool masks + the metric engine's per-pair temporaries
+# The float64 product behind the exact scores is taken a chunk of gallery columns at a time in this
+# much memory, whatever the block; auto_block leaves it out of FPR_EVAL_BLOCK_MB.
+SCORE_WORK_BYTES = min(exact.WORK_BYTES, BLOCK_BYTES // 4)
 
 
 MAX_BLOCK = 4096
@@ -50,8 +53,10 @@ class Scored:
 
 
 def auto_block(n_columns: int) -> int:
-    """Queries per block so one block's (block, G) arrays stay within ``FPR_EVAL_BLOCK_MB``."""
-    return int(max(1, min(MAX_BLOCK, BLOCK_BYTES // max(1, BYTES_PER_PAIR * n_columns))))
+    """Queries per block so one block's (block, G) arrays and the scores' float64 working set
+    (:data:`SCORE_WORK_BYTES`) stay within ``FPR_EVAL_BLOCK_MB``."""
+    budget = BLOCK_BYTES - SCORE_WORK_BYTES
+    return int(max(1, min(MAX_BLOCK, budget // max(1, BYTES_PER_PAIR * n_columns))))
 
 
 def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: str, gallery_scores, k: int, *,
@@ -63,6 +68,13 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     plus Q x k for the rankings; never Q x G. Scope and relevance masks are built per
     block from label codes. AP and ranks come from the metric engine over each query's
     full scoped ranking (exact, no top-k cut).
+
+    Scores from an index or an array of gallery vectors are the exact scores of
+    :func:`fpr.index.exact.exact_scores`, float32 of the exact inner product: a query's
+    scores, AP, ranks and top-k do not depend on its block, its block-mates, the BLAS
+    kernel or its threads. A callable ``gallery_scores`` is used as it is: its numbers are
+    whatever it computes, so that guarantee holds only if the callable gives it (one built on
+    ``exact_scores`` does; a plain ``q @ v.T`` does not).
 
     Top-k rankings follow one tie rule: score descending, then gallery (FAISS) row
     ascending. With an index they come from its FAISS ``search`` (GPU when FAISS sees
@@ -132,28 +144,36 @@ def whole_gallery_scores(gallery_scores, n_items: int) -> Callable[[np.ndarray],
     return _ScoreSource(gallery_scores, n_items).part(None).scores
 
 
-SCORE_ROWS = 64  # score blocks are padded to a multiple of this many queries (see _Part.scores)
-
-
 class _ScoreSource:
-    """Where block scores and top-k candidates come from: an index or a scores callable."""
+    """Where block scores and top-k candidates come from: an index, gallery vectors or a scores callable."""
 
     def __init__(self, gallery_scores, n_items: int):
         self.is_index = hasattr(gallery_scores, "vectors") and hasattr(gallery_scores, "search_rows")
+        self.is_array = isinstance(gallery_scores, np.ndarray)
+        if self.is_array and (gallery_scores.ndim != 2 or len(gallery_scores) != n_items):
+            raise ValueError(f"gallery vectors of shape {gallery_scores.shape} for {n_items} gallery rows")
         self.src = gallery_scores
         self.n_items = n_items
 
     def part(self, cols: np.ndarray | None) -> "_Part":
-        if not self.is_index:
+        if not (self.is_index or self.is_array):
             fn = self.src
             return _Part(len(cols) if cols is not None else self.n_items,
                          (lambda q: fn(q)) if cols is None else (lambda q: fn(q)[:, cols]), None, True)
+        if self.is_array:
+            v = np.ascontiguousarray(self.src if cols is None else self.src[cols], dtype=np.float32)
+            return _Part(len(v), _exact_part_scores(v, exact.norms(v)), None, True)
         if cols is None:
             v = self.src.vectors()
-            return _Part(len(v), lambda q: q @ v.T, self.src.search_rows, self.src.exact_search)
+            return _Part(len(v), _exact_part_scores(v, self.src.norms()), self.src.search_rows,
+                         self.src.exact_search)
         v = np.ascontiguousarray(self.src.vectors()[cols])
-        searcher = faiss_index.flat_searcher(v)
-        return _Part(len(v), lambda q: q @ v.T, searcher.search, True)
+        return _Part(len(v), _exact_part_scores(v, self.src.norms()[cols]), faiss_index.flat_searcher(v).search,
+                     True)
+
+
+def _exact_part_scores(v: np.ndarray, norms: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda q: exact.exact_scores(q, v, vector_norms=norms, work_bytes=SCORE_WORK_BYTES)
 
 
 @dataclass
@@ -164,14 +184,7 @@ class _Part:
     exact: bool
 
     def scores(self, q: np.ndarray) -> np.ndarray:
-        # BLAS picks its kernels by a product's height, so the last bit of a score would depend on
-        # how many queries share its block (a local block, a Ray shard, a group). Padded to whole
-        # panels of SCORE_ROWS rows, every query goes through the same kernel wherever it is scored.
-        n = len(q)
-        rows = -(-n // SCORE_ROWS) * SCORE_ROWS
-        if rows != n:
-            q = np.concatenate([q, np.zeros((rows - n, q.shape[1]), dtype=q.dtype)])
-        return np.asarray(self.scores_fn(q), dtype=np.float32)[:n]
+        return np.asarray(self.scores_fn(q), dtype=np.float32)
 
     def top_k(self, q: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(local rows, scores) of the k best per query by the tie rule (see :func:`score_blocks`)."""

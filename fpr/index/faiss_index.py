@@ -19,6 +19,7 @@ import numpy as np
 
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.files import atomic_write_dir
+from fpr.index import exact
 
 CARD_VERSION = 1
 # Card fields added after fpr 0.1.0; cards written before them load with this value.
@@ -82,6 +83,7 @@ class GalleryIndex:
         self._search_index = None
         self.approx = approx  # an IVF or HNSW index over the same rows, for top-k lookups
         self._approx_search = None
+        self._norms: np.ndarray | None = None
 
     @property
     def ntotal(self) -> int:
@@ -139,13 +141,20 @@ class GalleryIndex:
                 self._vectors = self.index.reconstruct_n(0, self.ntotal)
         return self._vectors
 
-    def all_scores(self, queries: np.ndarray) -> np.ndarray:
-        """(Q, ntotal) inner products in FAISS row order: the full ranking, not a top-k.
+    def norms(self) -> np.ndarray:
+        """(ntotal,) float64 norms of :meth:`vectors`, kept for :func:`fpr.index.exact.exact_scores`."""
+        if self._norms is None:
+            self._norms = exact.norms(self.vectors())
+        return self._norms
 
-        A flat index is exactly its vectors, so one BLAS product gives the same numbers as
-        ``search(k=ntotal)`` without sorting every row (the metric engine needs no sorted input).
+    def all_scores(self, queries: np.ndarray) -> np.ndarray:
+        """(Q, ntotal) scores in FAISS row order: the full ranking, not a top-k.
+
+        The exact scores of :mod:`fpr.index.exact` (float32 of the exact inner product), so they
+        do not depend on the BLAS kernel, its threads or the other queries of the call. FAISS's own
+        float32 search scores may differ from them in the last bits.
         """
-        return self._check(queries) @ self.vectors().T
+        return exact.exact_scores(self._check(queries), self.vectors(), vector_norms=self.norms())
 
 
 def gpu_available() -> bool:

@@ -59,7 +59,7 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
     each side computing its embeddings (separate caches); the run says it ran on Ray with the cache used.
 
     The local run scores each species' queries in one block, Ray in shards of 7: a query's scores do not
-    depend on its block-mates (score blocks are padded to whole BLAS panels)."""
+    depend on its block-mates (scores are exact: fpr.index.exact)."""
     from fpr.eval import relevance
     from fpr.galleries.world import World, WorldConfig
 

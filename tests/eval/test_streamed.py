@@ -146,27 +146,42 @@ def test_vectorised_sim_equals_the_per_query_definition(tmp_path):
     assert sources == ["identity", "identity", "identity", "sim_reference", "reference_paths", "reference_paths", None]
 
 
-@pytest.mark.parametrize("source", ["index", "callable"])
-def test_a_querys_scores_do_not_depend_on_its_block(source):
-    """Real-valued embeddings: BLAS picks its kernels by a product's height, so without padding every
-    block to whole panels a query scored in a block of 2 or 3 differs in the last bit from the same
-    query scored among 40 (what a Ray shard smaller than a local block would see)."""
+@pytest.mark.determinism
+@pytest.mark.parametrize("scope", ["all", "group"])
+@pytest.mark.parametrize("source", ["index", "array", "exact-callable"])
+def test_a_querys_scores_do_not_depend_on_its_block(source, scope):
+    """Real-valued embeddings: scores are exact (fpr.index.exact), so a query scored alone, in a block
+    of 2, 3, 5 or 64, among all 41 (what different local blocks or Ray shards see) and with 1 or 2
+    BLAS threads has bit-identical scores, AP and top-k. With a plain float32 ``q @ v.T`` the last
+    bits follow the BLAS kernel chosen for the block's height. A callable gallery_scores keeps the
+    guarantee only if it is itself exact: here it is built on exact_scores."""
+    from threadpoolctl import threadpool_limits
+
+    from fpr.index.exact import exact_scores
+
     rng = np.random.default_rng(1)
     g, q, d = 300, 41, 128
     v = rng.normal(size=(g, d)).astype(np.float32)
     qv = rng.normal(size=(q, d)).astype(np.float32)
-    labels = relevance.GalleryLabels(np.arange(g), np.array(["g"] * g, object), np.array([f"i{j % 30}" for j in range(g)],
-                             object), np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [],
+    groups = np.array([f"g{j % 2}" for j in range(g)], object)
+    labels = relevance.GalleryLabels(np.arange(g), groups, np.array([f"i{j % 30}" for j in range(g)], object),
+                             np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [],
                              [f"p{j}" for j in range(g)])
-    qdf = pd.DataFrame({"group": ["g"] * q, "identity": [f"i{j % 30}" for j in range(q)]})
+    qdf = pd.DataFrame({"group": [f"g{j % 2}" for j in range(q)], "identity": [f"i{j % 30}" for j in range(q)]})
     card = F.IndexCard(name="ix", gallery="g", gallery_fingerprint="f", encoder="e", weights_checksum="w",
                        preprocessing="{}", dim=d, n_items=0, n_references=0)
-    src = F.build(v, labels.item_ids, np.zeros((0, d), np.float32), np.zeros(0, np.int64), card) \
-        if source == "index" else (lambda x: x @ v.T)
+    src = {"index": lambda: F.build(v, labels.item_ids, np.zeros((0, d), np.float32), np.zeros(0, np.int64), card),
+           "array": lambda: v, "exact-callable": lambda: (lambda x: exact_scores(x, v))}[source]()
     ok = np.arange(q)
-    whole = scoring.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=None)
-    for block in (1, 2, 3, 5, 64):
-        out = scoring.score_blocks(qv, ok, labels.codes(qdf), "all", src, 10, block=block)
-        np.testing.assert_array_equal(out.top_scores, whole.top_scores)
-        np.testing.assert_array_equal(out.top_rows, whole.top_rows)
-        np.testing.assert_array_equal(out.values["ap"], whole.values["ap"])
+    whole = scoring.score_blocks(qv, ok, labels.codes(qdf), scope, src, 10, block=None)
+    # the definition: float32 of the exact inner product, here from float64 BLAS in one call
+    ref = np.where(scope == "all" or np.equal.outer(qdf["group"].to_numpy(), groups), exact_scores(qv, v), -np.inf)
+    np.testing.assert_array_equal(whole.top_scores, np.take_along_axis(ref, whole.top_rows, 1))
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            for block in (1, 2, 3, 5, 64, None):
+                out = scoring.score_blocks(qv, ok, labels.codes(qdf), scope, src, 10, block=block)
+                np.testing.assert_array_equal(out.top_scores.view(np.int32), whole.top_scores.view(np.int32))
+                np.testing.assert_array_equal(out.top_rows, whole.top_rows)
+                np.testing.assert_array_equal(out.values["ap"], whole.values["ap"])
+                np.testing.assert_array_equal(out.values["first_hit_rank"], whole.values["first_hit_rank"])

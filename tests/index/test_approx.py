@@ -12,6 +12,7 @@ from fpr.eval import relevance
 from fpr.eval import scoring
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.index import faiss_index as F
+from fpr.index.exact import exact_scores
 
 
 def _card(d):
@@ -67,6 +68,7 @@ def test_unknown_type_is_an_input_error():
                 index_type="lsh")
 
 
+@pytest.mark.determinism
 def test_ap_stays_exact_with_an_approximate_index():
     x = _vectors(1200, 16, seed=1)
     gi = F.build(x, np.arange(len(x)), np.zeros((0, 16), np.float32), np.zeros(0, np.int64), _card(16),
@@ -78,7 +80,8 @@ def test_ap_stays_exact_with_an_approximate_index():
     qdf = pd.DataFrame({"group": ["g"] * 30, "identity": ids[:30]})
     qv = x[:30] + 0.1 * _vectors(30, 16, seed=3)
     out = scoring.score_blocks(qv, np.arange(30), labels.codes(qdf), "all", gi, 10, block=8)
-    scores = (qv @ x.T).astype(np.float32)
+    scores = exact_scores(qv, x)  # the scores' definition: float32 of the exact inner product
+    np.testing.assert_allclose(scores, qv.astype(np.float64) @ x.T.astype(np.float64), rtol=0, atol=1e-6)
     m = retrieval_metrics(scores, ids[:30, None] == ids[None, :])
     np.testing.assert_array_equal(out.values["ap"], m.ap)
     # top-k: the index's answers, re-scored with the exact scores and in tie-rule order
