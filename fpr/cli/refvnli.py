@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr.cli.main import cli, format_option
-from fpr.report.cells import dumps, render_rows
+from fpr.render.cells import dumps, render_rows
 
 
 @cli.group("refvnli")
