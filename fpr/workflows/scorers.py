@@ -8,7 +8,7 @@ def list_scorers() -> list[dict]:
     """One row per registered scorer: name, what it needs, its metrics and option names, a description."""
     return [{"name": name, "needs": ",".join(sorted(sc.needs)),
              "metrics": ",".join(f"{name}.{m}" for m in sc.metrics),
-             "options": ",".join(o.name for o in sc.options), "description": sc.description}
+             "options": ",".join(f"{name}.{o.name}" for o in sc.options), "description": sc.description}
             for name, sc in all_scorers().items()]
 
 

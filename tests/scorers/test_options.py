@@ -61,7 +61,7 @@ def test_a_typo_in_a_real_scorers_option_is_refused_before_the_run():
 
 def test_listing_shows_declared_options_with_defaults():
     rows = {r["name"]: r for r in list_scorers()}
-    assert rows["copy-paste"]["options"] == ",".join(o.name for o in get_scorer("copy-paste").options)
+    assert rows["copy-paste"]["options"] == ",".join(f"copy-paste.{o.name}" for o in get_scorer("copy-paste").options)
     assert rows["clip-t"]["metrics"] == "clip-t.score"
     opts = {r["option"]: r for r in scorer_options("copy-paste")}
     assert opts["copy-paste.threshold"]["default"] == "0.38" and opts["copy-paste.threshold"]["type"] == "float"
