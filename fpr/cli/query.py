@@ -73,7 +73,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             gallery, encoders, queries, run=run, workspace=ctx.obj["workspace"], scope=scope, scorers=scorers,
             skip_missing_identities=skip_missing_identities, skip_unreadable=skip_unreadable, top_k_store=top_k,
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
-            scorer_options=parse_options(scorer_options), **on_ray)
+            scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
         if fmt == "json":
             click.echo(dumps({"runs": [r.as_json() for r in results]}))
             return

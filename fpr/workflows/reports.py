@@ -160,9 +160,11 @@ def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
 
     declared = ["group" if c == "group_name" else c for c in schema.export_columns()]
     added = [c for c in ("run_id", "encoder", *DRIFT_COLUMNS) if c in per_query.columns]
-    extras = [c for c in per_query.columns if c not in declared and c not in TABLES["query_results"].names
-              and c not in ("group", *added)]
-    return declared + added + extras + aux_columns(aux)
+    scores = aux_columns(aux)
+    # ``per_query`` may already carry the scores joined on (see _wide): they are listed once, at the end
+    taken = {*declared, *TABLES["query_results"].names, "group", *added, *scores}
+    extras = [c for c in per_query.columns if c not in taken]
+    return declared + added + extras + scores
 
 
 def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None,
