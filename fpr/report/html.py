@@ -77,7 +77,11 @@ def _fmt(v, digits: int = 3) -> str:
 
 def _img(images: _Images, path: str | None, caption: str, cls: str = "") -> str:
     i = images.ref(path)
-    pic = f'<img data-i="{i}" alt="{_e(caption)}">' if i is not None else '<div class="missing">missing</div>'
+    if i is not None:
+        pic = f'<img data-i="{i}" alt="{_e(caption)}">'
+    else:  # the path says which file to restore (moved, deleted or unreadable since the run)
+        pic = (f'<div class="missing" title="{_e(path)}">missing<br><code>{_e(path)}</code></div>' if path
+               else '<div class="missing">missing</div>')
     return f'<figure class="{cls}">{pic}<figcaption>{caption}</figcaption></figure>'
 
 
@@ -238,7 +242,7 @@ contain-intrinsic-size:auto 190px}.card[hidden]{display:none}
 margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}
 figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84px;height:84px;object-fit:cover;
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
-figure.non img{border-color:#b6443b}.missing{width:84px;height:84px;background:#eee;line-height:84px}
+figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
 .sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
 """
 

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from fpr import api
 from tests.cli.test_report_cli import world  # noqa: F401  (the fixture)
-from tests.conftest import run_cli
+from tests.conftest import make_tree, run_cli
 
 run = run_cli
 
@@ -59,3 +61,63 @@ def test_multi_encoder_query_writes_the_oracle_rows_of_each_encoder(world):  # n
                  "GROUP BY run_id ORDER BY run_id", "--format", "json").stdout
     assert json.loads(stored) == [{"run_id": "R@fpr-world-v1", "n": 6}, {"run_id": "R@pixels-16", "n": 6},
                                   {"run_id": "one", "n": 6}]
+
+
+def test_a_moved_workspace_renders_its_report_and_a_missing_image_is_a_placeholder(tmp_path):
+    """Images that live inside the workspace (as the demo's world does) move with it; one image deleted
+    afterwards is a placeholder naming its path, and its drift is 'unknown', not a failed report."""
+    ws = tmp_path / "ws"
+    make_tree(ws / "world" / "tree", identities=3, images=4)
+    run(ws, "gallery", "import", "--name", "g", "--folder", str(ws / "world" / "tree"), "--references", "1")
+    # each query a copy of one of its identity's gallery images: its top-1 is relevant
+    first = {}
+    for it in api.gallery_items("g", workspace=ws):
+        if it.role == "gallery":
+            first.setdefault(it.identity, it.path)
+    rows = [{"query_id": f"q{g}{i}", "path": shutil.copy(first[f"{g}-{i}"], ws / "world" / f"q{g}{i}.png"),
+             "identity": f"{g}-{i}", "group": g, "method": "m"} for g in ("cats", "dogs") for i in range(3)]
+    pd.DataFrame(rows).to_csv(ws / "world" / "queries.csv", index=False)
+    run(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
+    # --top-k 1: a query whose top-1 is relevant has its drift recomputed from the index (reading its image)
+    run(ws, "query", "--index", "g-pixels-16", "--queries", str(ws / "world" / "queries.csv"), "--run", "r",
+        "--top-k", "1")
+    stored = json.loads(run(ws, "sql", "SELECT path FROM query_results UNION ALL SELECT path FROM gallery_items",
+                            "--format", "json").stdout)
+    assert all(r["path"].startswith("world/") for r in stored), stored[:2]  # relative to the workspace
+    moved = tmp_path / "elsewhere" / "ws2"
+    moved.parent.mkdir()
+    ws.rename(moved)
+    (moved / "world" / "qcats1.png").unlink()
+    run(moved, "report", "--run", "r", "--html", str(tmp_path / "r.html"))  # was: every image missing
+    text = (tmp_path / "r.html").read_text()
+    lost = str(moved / "world" / "qcats1.png")
+    assert text.count('class="missing"') == 1 and f"<code>{lost}</code>" in text
+    # 6 queries + 6 references + the top-1 items: every other image is embedded
+    assert text.count("data:image/jpeg;base64,") >= 6 + 6 - 1
+    df = pd.read_csv(api.export_run("r", tmp_path / "r.csv", workspace=moved)).set_index("query_id")
+    assert df.loc["qcats1", "path"] == lost
+    assert df.loc["qcats1", "drift_source"].startswith("unknown: query image unreadable")
+    assert set(df.drop("qcats1")["drift_source"]) == {"index"}
+    assert df["drift_identity"].notna().sum() == 5
+
+
+def test_a_run_whose_every_query_is_skipped_is_one_line_error_and_stores_nothing(world, tmp_path):  # noqa: F811
+    ws, queries = world
+    run(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
+    q = pd.read_csv(queries)
+    q["identity"] = q["identity"] + "-unknown"
+    q.loc[:3, "path"] = str(tmp_path / "gone.png")  # 4 also unreadable: a missing identity is found first
+    q.to_csv(tmp_path / "none.csv", index=False)
+    bad = run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "none.csv"), "--run", "empty",
+              "--skip-missing-identities", "--skip-unreadable", ok=False)
+    assert bad.exit_code == 2, bad.output  # was: 0, and an empty run stored
+    line = bad.stderr.strip()
+    assert len(line.splitlines()) == 1 and "all 13 queries were skipped (13 without relevant gallery images, " \
+        "0 unreadable)" in line, line
+    u = pd.read_csv(queries).assign(path=str(tmp_path / "gone.png"))
+    u.to_csv(tmp_path / "unreadable.csv", index=False)
+    bad = run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "unreadable.csv"), "--run", "empty",
+              "--skip-unreadable", ok=False)
+    assert bad.exit_code == 2 and "all 13 queries were skipped (0 without relevant gallery images, 13 unreadable; " \
+        "first: " in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert json.loads(run(ws, "runs", "--format", "json").stdout) == []
