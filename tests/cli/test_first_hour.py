@@ -10,7 +10,7 @@ import pytest
 
 from fpr import api
 from tests.cli.test_report_cli import world  # noqa: F401  (the fixture)
-from tests.conftest import make_tree, run_cli
+from tests.conftest import make_tree, run_cli, write_image
 
 run = run_cli
 
@@ -121,3 +121,23 @@ def test_a_run_whose_every_query_is_skipped_is_one_line_error_and_stores_nothing
     assert bad.exit_code == 2 and "all 13 queries were skipped (0 without relevant gallery images, 13 unreadable; " \
         "first: " in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert json.loads(run(ws, "runs", "--format", "json").stdout) == []
+
+
+def test_fewer_gallery_images_than_asked_is_one_warning_line_with_counts(tmp_path, tiny_tree):
+    for k in range(4, 12):  # cats-0 has 12 images, every other identity 4
+        write_image(tiny_tree / "cats" / "cats-0" / f"{k}.png", seed=5000 + k)
+    ws = tmp_path / "ws"
+    res = run(ws, "-q", "gallery", "import", "--name", "g", "--folder", str(tiny_tree), "--references", "1",
+              "--per-identity", "10")
+    # -q silences progress, not this: 1 reference + 3 gallery images for 5 identities, 1 + 10 for cats-0
+    assert res.stderr.strip() == ("fpr: warning: asked for 10 gallery images per identity; 5 of 6 identities "
+                                  "have fewer (as few as 3: cats/cats-1); they keep all they have")
+    n = json.loads(run(ws, "sql", "SELECT identity, count(*) AS n FROM gallery_items WHERE role = 'gallery' "
+                       "GROUP BY identity ORDER BY identity", "--format", "json").stdout)
+    assert {r["identity"]: r["n"] for r in n} == {"cats-0": 10, "cats-1": 3, "cats-2": 3, "dogs-0": 3,
+                                                 "dogs-1": 3, "dogs-2": 3}
+    res = run(ws, "gallery", "import", "--name", "h", "--folder", str(tiny_tree), "--references", "5")
+    assert res.stderr.strip() == ("fpr: warning: asked for 5 reference images per identity; 5 of 6 identities "
+                                  "have fewer (as few as 3: cats/cats-1); they keep all they have")
+    assert run(ws, "gallery", "import", "--name", "k", "--folder", str(tiny_tree), "--references", "1",
+               "--per-identity", "3").stderr == ""
