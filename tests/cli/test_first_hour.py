@@ -141,3 +141,17 @@ def test_fewer_gallery_images_than_asked_is_one_warning_line_with_counts(tmp_pat
                                   "have fewer (as few as 3: cats/cats-1); they keep all they have")
     assert run(ws, "gallery", "import", "--name", "k", "--folder", str(tiny_tree), "--references", "1",
                "--per-identity", "3").stderr == ""
+
+
+def test_rows_below_the_interval_minimum_print_no_interval_and_say_why(world):  # noqa: F811
+    ws, queries = world
+    run(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
+    table = run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--run", "r").stdout
+    # methods a, b x groups cats, dogs, * : 3 to 7 queries each, none with an interval
+    assert "(6 rows without a 95% interval: fewer than 10 queries, too few for a bootstrap interval to cover " \
+           "the mean 95% of the time)" in table
+    out = json.loads(run(ws, "report", "--run", "r", "--format", "json").stdout)
+    assert all(c["lo"] is None and c["hi"] is None for c in out["pivot"] if c["metric"] in ("map", "sim"))
+    assert {r["no_interval"] for r in out["summary"]} == {f"{n} queries, fewer than 10: no 95% interval"
+                                                          for n in (3, 4, 6, 7)}
+    assert "6 rows without a 95% interval" in run(ws, "report", "--run", "r").stdout
