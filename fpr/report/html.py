@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import FprError
+from fpr.metrics.summary import interval_footnote
 from fpr.report.paper import OVERALL, Pivot, confusion_matrices, format_cell
 from fpr.images import load_rgb
 
@@ -275,6 +276,11 @@ def _select(name: str, values: Sequence[str]) -> str:
     return f'<label>{name} <select id="f-{name}"><option value="">all</option>{opts}</select></label> '
 
 
+def _footnote(summary: list[dict]) -> str:
+    note = interval_footnote(summary)
+    return f'<p class="note">{_e(note)}</p>' if note else ""
+
+
 def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, items: dict, summary: list[dict],
            p: Pivot, *, runs: Sequence[str], top_k: int = 10, thumb: int = 96) -> str:
     """The whole page as one string. ``per_query`` carries run_id, encoder and drift columns;
@@ -294,7 +300,7 @@ def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, i
         f"<h1>fpr report · {_e(', '.join(runs))}</h1>"
         f"<p>{n_cards} queries ({n_ok} evaluated) · encoders {_e(', '.join(encoders))} · "
         f"intervals: bootstrap 95% over queries</p>"
-        f"<h2>Summary</h2>{pivot_html(p)}"
+        f"<h2>Summary</h2>{pivot_html(p)}{_footnote(summary)}"
         f"<h2>Plots</h2>{plots_svg(summary, methods=p.methods)}"
         "<h2>Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery item "
         "(columns). Off-diagonal cells are queries whose best match is another identity.</p>"

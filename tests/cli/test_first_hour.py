@@ -155,3 +155,5 @@ def test_rows_below_the_interval_minimum_print_no_interval_and_say_why(world):  
     assert {r["no_interval"] for r in out["summary"]} == {f"{n} queries, fewer than 10: no 95% interval"
                                                           for n in (3, 4, 6, 7)}
     assert "6 rows without a 95% interval" in run(ws, "report", "--run", "r").stdout
+    run(ws, "report", "--run", "r", "--html", str(ws.parent / "r.html"))
+    assert '<p class="note">(6 rows without a 95% interval: fewer than 10 queries' in (ws.parent / "r.html").read_text()
