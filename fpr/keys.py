@@ -35,6 +35,12 @@ def keyed_rng(*keys: Any) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
+def query_set_key(query_ids: Any) -> str:
+    """A key of a *set* of query ids (order and repeats ignored): the bootstrap stream of a summary is keyed
+    by it, so the same queries get the same interval in whichever row, run or report they appear."""
+    return fingerprint(sorted({str(q) for q in query_ids}), length=16)
+
+
 def utc_now() -> str:
     """The current UTC time to the second, ISO 8601 with ``Z`` (what runs, cards and replies record)."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -50,4 +56,4 @@ def new_id(prefix: str, *, random_hex: int = 4) -> str:
     return f"{prefix}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:random_hex]}"
 
 
-__all__ = ["canonical_json", "fingerprint", "keyed_rng", "new_id", "utc_now", "utc_now_precise"]
+__all__ = ["canonical_json", "fingerprint", "keyed_rng", "new_id", "query_set_key", "utc_now", "utc_now_precise"]

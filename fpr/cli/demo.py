@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import click
 
-from fpr.cli.main import cli, format_option
-from fpr.render.cells import dumps, render_rows
+from fpr.cli.main import cli, device_option, format_option
+from fpr.render.cells import dumps, format_cell, render_rows
 
 
 @cli.command("demo")
@@ -12,17 +12,18 @@ from fpr.render.cells import dumps, render_rows
 @click.option("--seed", type=int, default=0, show_default=True, help="World and bootstrap seed.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the rendered images (default: <workspace>/demo/<gallery>).")
-@click.option("--encoder", default="fpr-world-v3", show_default=True)
+@click.option("--encoder", default="fpr-world-v3", show_default=True, help="Encoder of the gallery index.")
 @click.option("--siblings", type=float, default=0.0, show_default=True,
               help="Share of markings the gallery identities of a species have in common (harder).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
-@click.option("--device", default="auto", show_default=True)
+@device_option()
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
 @format_option()
 @click.pass_context
 def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
+    from fpr.metrics.summary import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
                    siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste)
@@ -41,6 +42,8 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     click.echo(render_rows(paper_table(res.summary, "map"), "table"))
     click.echo("\nSim [95% CI] (mean cosine to the reference images; oracle: to the identity's other references)")
     click.echo(render_rows(paper_table(res.summary, "sim"), "table"))
+    if interval_footnote(res.summary):
+        click.echo(interval_footnote(res.summary))
     if "copy_paste_flag_rate" in res.validity:
         v = res.validity
         click.echo("\ncopy-paste per method: flag rate, mean score, and the share the keep-rule keeps")
@@ -56,7 +59,7 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
                    "(pairs: an identity's queries of different drift)")
         click.echo(render_rows([{"methods": r["methods"], "metric": r["metric"], "pairs": r["n_pairs"],
                                  "spearman": round(r["spearman"], 3),
-                                 "ppa": f"{r['ppa']:.3f} [{r['ppa_lo']:.2f},{r['ppa_hi']:.2f}]",
+                                 "ppa": format_cell(r["ppa"], r["ppa_lo"], r["ppa_hi"]),
                                  "ppa_ties_half": round(r["ppa_ties_half"], 3),
                                  "tie_share": round(r["metric_tie_share"], 3),
                                  "tau_b_within": round(r["kendall_within"], 3)} for r in agreement], "table"))
@@ -66,4 +69,8 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     if share:
         click.echo("AP = 1 (ties at the top) per method: " + ", ".join(f"{m} {v:.2f}" for m, v in share.items())
                    + f"; everything: fpr meta --run {res.run_id} --truth drift [--methods ...]")
-    click.echo(f"\nimages: {res.images_dir}\nagain: fpr report --run {res.run_id}")
+    # not "again": fpr report prints the same numbers in the paper's layout (a table per species, a column
+    # per metric and scorer), not these per-metric tables
+    click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (a table per species, "
+               f"a column per metric and scorer): fpr report --run {res.run_id} --metrics sim,map; "
+               f"browsable: fpr report --run {res.run_id} --html report.html")

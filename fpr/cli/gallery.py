@@ -17,7 +17,9 @@ def gallery() -> None:
 def curation_options(f):
     f = click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")(f)
     f = click.option("--encoder", default=None, help="Encoder for k-means sampling.")(f)
-    f = click.option("--sampling", type=click.Choice(SAMPLINGS), default="random", show_default=True)(f)
+    f = click.option("--sampling", type=click.Choice(SAMPLINGS), default="random", show_default=True,
+                     help="How --per-identity images are drawn: at random, or nearest each k-means centroid "
+                          "(needs --encoder).")(f)
     f = click.option("--identities-per-group", type=click.IntRange(min=1), default=None, help="N identities per group (default all).")(f)
     f = click.option("--per-identity", "gallery_per_identity", type=click.IntRange(min=1), default=None,
                      help="M gallery images per identity (default all).")(f)
@@ -60,7 +62,7 @@ def import_cmd(ctx, name, manifest, folder, overwrite, fmt, **kw) -> None:
 @click.option("--from", "source", required=True, help="Stored gallery to sample from.")
 @click.option("--name", required=True, help="Name of the new gallery.")
 @curation_options
-@click.option("--overwrite", is_flag=True)
+@click.option("--overwrite", is_flag=True, help="Replace a stored gallery with the same name.")
 @format_option()
 @click.pass_context
 def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import cli, format_option
-from fpr.defaults import EMBED_BATCH_SIZE
+from fpr.cli.main import batch_size_option, cli, device_option, format_option, weights_option, workers_option
 from fpr.render.cells import dumps, render_rows
 
 
@@ -15,15 +14,14 @@ def index() -> None:
 
 
 @index.command("build")
-@click.option("--gallery", required=True)
+@click.option("--gallery", required=True, help="Stored gallery to index (fpr gallery list).")
 @click.option("--encoder", required=True, help="Encoder id ('fpr encoders list').")
 @click.option("--name", default=None, help="Index name (default <gallery>-<encoder>).")
-@click.option("--weights", default=None, help="Explicit weights file or folder.")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
-              help="images per embedding batch")
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="Image-decoding worker processes (default: on a CPU, threads between forward passes).")
-@click.option("--overwrite", is_flag=True)
+@weights_option()
+@device_option()
+@batch_size_option()
+@workers_option()
+@click.option("--overwrite", is_flag=True, help="Replace an index with the same name (a new version).")
 @click.option("--background", default="keep", show_default=True, metavar="keep|remove[:SEGMENTER]",
               help="Background removal before embedding (grabcut by default); queries against the index get the "
                    "same step.")

@@ -13,6 +13,7 @@ import sys
 import click
 
 from fpr import progress
+from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
@@ -20,7 +21,41 @@ COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query",
                    "refvnli", "serve")
 
 
+GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
+GLOBAL_VALUED = ("--workspace",)
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """``fpr query ... -q --workspace W`` as ``fpr -q --workspace W query ...``: the global options are
+    accepted after the sub-command too (no sub-command has options of those names). Nothing after
+    ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest += args[i:]
+            break
+        if a in GLOBAL_FLAGS:
+            front.append(a)
+        elif a in GLOBAL_VALUED and i + 1 < len(args):
+            front += args[i:i + 2]
+            i += 1
+        elif any(a.startswith(f"{v}=") for v in GLOBAL_VALUED):
+            front.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 class FprGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:  # the top-level group sees the whole command line
+            args = hoist_global_options(list(args))
+        return super().parse_args(ctx, args)
+
     def main(self, *args, **kwargs):
         """Usage errors (bad option values, unknown commands) as one line too, exit 2."""
         kwargs.pop("standalone_mode", None)
@@ -85,6 +120,32 @@ def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
 def format_option(default: str = "table"):
     return click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default=default,
                         show_default=True, help="Output format on stdout.")
+
+
+def device_option(what: str = "the encoder"):
+    return click.option("--device", default="auto", show_default=True,
+                        help=f"Where {what} runs: auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")
+
+
+def batch_size_option():
+    return click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
+                        help="Images per embedding batch (decode + forward); CPU embeddings do not depend on it.")
+
+
+def workers_option():
+    return click.option("--workers", type=click.IntRange(min=0), default=None,
+                        help="Image-decoding worker processes (default: on a CPU, threads between forward passes).")
+
+
+def weights_option():
+    return click.option("--weights", default=None,
+                        help="Weights file or folder of the encoder (default: its registered weights).")
+
+
+def scope_option():
+    return click.option("--scope", type=click.Choice(["group", "all"]), default="group", show_default=True,
+                        help="What a query is ranked against: its group's gallery images (the paper) or the "
+                             "whole gallery.")
 
 
 def scorer_option():

@@ -20,7 +20,7 @@ def _names(text: str | None) -> list[str]:
 
 
 @cli.command("meta")
-@click.option("--run", required=True)
+@click.option("--run", required=True, help="Stored run whose per-query values are set against the judgments.")
 @click.option("--human", multiple=True, type=click.Path(dir_okay=False),
               help="Judgments file, repeatable: pairs (query_id_a,query_id_b,winner=a|b|tie) or ratings "
                    "(query_id,rating[,rater]).")
@@ -34,7 +34,7 @@ def _names(text: str | None) -> list[str]:
 @click.option("--pair-within", default="group,identity", show_default=True,
               help="Keys queries share to be paired when pairs come from ratings or the truth ('' = all pairs).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--n-boot", type=int, default=1000, show_default=True)
+@click.option("--n-boot", type=int, default=1000, show_default=True, help="Bootstrap resamples for the intervals.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
 @format_option()
 @click.pass_context

@@ -4,10 +4,11 @@ from __future__ import annotations
 import click
 
 from fpr import api, progress
-from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
+from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
+                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
 from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_row_columns
+from fpr.metrics.summary import interval_footnote
 from fpr.render.cells import dumps, render_rows
 
 SUMMARY_COLUMNS = ["method", "group", "n_queries", *summary_row_columns()]
@@ -29,6 +30,8 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         from fpr.eval.similarity import SIM_SOURCES
 
         click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
+    if interval_footnote(res.summary):
+        click.echo(interval_footnote(res.summary))
     if res.n_skipped:
         click.echo(f"({res.n_skipped} queries skipped; '--format json' lists them with reasons, "
                    f"'fpr export --run {res.run_id} --out FILE.csv' has their status)")
@@ -44,18 +47,17 @@ def print_run(res: api.RunResult, fmt: str) -> None:
               help="CSV/Parquet: path,identity,group,method[,prompt,reference_paths,query_id].")
 @click.option("--run", default=None, help="Run id (default: generated).")
 @click.option("--encoder", default=None, help="Assert the index's encoder (an error if it differs).")
-@click.option("--weights", default=None)
-@click.option("--scope", type=click.Choice(api.SCOPES), default="group", show_default=True)
+@weights_option()
+@scope_option()
 @click.option("--scorers", default="", help="Comma-separated auxiliary scorers, e.g. clip-t,copy-paste.")
 @scorer_option()
 @click.option("--skip-missing-identities", is_flag=True, help="Skip (and report) queries with no relevant item.")
 @click.option("--skip-unreadable", is_flag=True, help="Skip (and report) unreadable query images.")
 @click.option("--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Ranking entries stored per query.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
-              help="images per embedding batch")
-@click.option("--workers", type=click.IntRange(min=0), default=None)
+@device_option()
+@batch_size_option()
+@workers_option()
 @click.option("--overwrite", is_flag=True, help="Replace a stored run with the same id.")
 @click.option("--oracle", is_flag=True, help="Also query with the gallery's reference images (method 'oracle').")
 @engine_options()
@@ -75,7 +77,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             gallery, encoders, queries, run=run, workspace=ctx.obj["workspace"], scope=scope, scorers=scorers,
             skip_missing_identities=skip_missing_identities, skip_unreadable=skip_unreadable, top_k_store=top_k,
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
-            scorer_options=parse_options(scorer_options), **on_ray)
+            scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
         if fmt == "json":
             click.echo(dumps({"runs": [r.as_json() for r in results]}))
             return
@@ -106,9 +108,10 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--confusion", is_flag=True, help="Print the drift diagnosis: per group, intended identity x "
                                                 "identity of the top-1 item.")
 @click.option("--top-k", type=int, default=10, show_default=True, help="Retrieved items per card in --html.")
-@click.option("--device", default="auto", show_default=True)
+@device_option()
 @click.option("--allow-stale", is_flag=True, help="Print a run whose index has changed since it ran.")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
+              help="Output format on stdout (markdown and latex: the paper's tables).")
 @click.pass_context
 def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, fmt) -> None:
     """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = each
@@ -142,6 +145,8 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
         from fpr.eval.similarity import SIM_SOURCES
 
         click.echo("\nSim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in data.sim_definition.items()))
+    if fmt in ("table", "markdown") and interval_footnote(data.summary):
+        click.echo(interval_footnote(data.summary))
     n_skipped = int((data.per_query["status"] != "ok").sum())
     if n_skipped and fmt in ("table", "markdown"):
         click.echo(f"({n_skipped} queries skipped; '--format json' lists them with reasons)")
@@ -166,7 +171,7 @@ def runs_delete_cmd(ctx, run) -> None:
 
 
 @cli.command("export")
-@click.option("--run", required=True)
+@click.option("--run", required=True, help="Run id (a multi-encoder run: one row per query and encoder).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help=".csv or .parquet")
 @click.pass_context
 def export_cmd(ctx, run, out) -> None:
@@ -176,13 +181,13 @@ def export_cmd(ctx, run, out) -> None:
 
 
 @cli.command("score")
-@click.option("--run", required=True)
+@click.option("--run", required=True, help="Stored run to add scores to.")
 @click.option("--scorers", default=None, help="Comma-separated scorer names.")
 @click.option("--from-csv", "from_csv", default=None, type=click.Path(dir_okay=False),
               help="Attach external per-query scores: a CSV/Parquet with query_id and numeric metric columns.")
 @click.option("--scorer", "scorer_name", default=None, help="With --from-csv: the name the scores are stored under.")
 @scorer_option()
-@click.option("--device", default="auto", show_default=True)
+@device_option()
 @click.option("--overwrite", is_flag=True, help="Replace scores a scorer already stored for this run.")
 @format_option()
 @click.pass_context
@@ -214,11 +219,12 @@ def _print_scored(run: str, ws, fmt: str) -> None:
 
 
 @cli.command("compare")
-@click.option("--run", required=True)
+@click.option("--run", required=True, help="Stored run holding both methods.")
 @click.option("--a", "method_a", required=True, help="Method A.")
 @click.option("--b", "method_b", required=True, help="Method B.")
-@click.option("--metric", default="ap", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--metric", default="ap", show_default=True,
+              help="Per-query column to compare: ap, sim, cmc1, inp or a scorer's scorer.metric.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @format_option()
 @click.pass_context
 def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
@@ -239,14 +245,13 @@ def compare_cmd(ctx, run, method_a, method_b, metric, seed, fmt) -> None:
 
 
 @cli.command("embed")
-@click.option("--encoder", required=True)
+@click.option("--encoder", required=True, help="Encoder id (fpr encoders list).")
 @click.option("--images", required=True, type=click.Path(dir_okay=False), help="CSV/Parquet with a path column.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output .npy (rows in file order).")
-@click.option("--weights", default=None)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
-              help="images per embedding batch")
-@click.option("--workers", type=click.IntRange(min=0), default=None)
+@weights_option()
+@device_option()
+@batch_size_option()
+@workers_option()
 @engine_options()
 def embed_cmd(encoder, images, out, weights, device, batch_size, workers, engine, ray_address, ray_actors,
               ray_shard_size) -> None:

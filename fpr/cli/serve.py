@@ -5,17 +5,17 @@ import importlib.util
 
 import click
 
-from fpr.cli.main import cli
+from fpr.cli.main import cli, device_option
 from fpr.errors import InputError
 
 
 @cli.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on; anything but loopback needs FPR_API_TOKENS_FILE.")
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True, help="TCP port to listen on.")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Worker processes running queued runs (one run at a time on the device).")
-@click.option("--device", default="auto", show_default=True)
+@device_option()
 @click.pass_context
 def serve_cmd(ctx, host, port, workers, device) -> None:
     """Serve the workspace over HTTP: submit runs, poll them, fetch reports (OpenAPI at /docs).

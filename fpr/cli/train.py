@@ -19,9 +19,9 @@ from fpr.render.cells import dumps, render_rows
               help="fpr-cnn-grid, fpr-cnn-s, fpr-cnn, or any timm model name (e.g. efficientnetv2_rw_m).")
 @click.option("--size", type=click.IntRange(min=1), default=64, show_default=True, help="Network input side in pixels.")
 @click.option("--dim", type=click.IntRange(min=1), default=128, show_default=True, help="Embedding dimension.")
-@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--lr", type=float, default=3e-3, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True, help="Passes over the training images.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Images per training batch.")
+@click.option("--lr", type=float, default=3e-3, show_default=True, help="Peak learning rate.")
 @click.option("--margin", type=float, default=0.1, show_default=True,
               help="Additive cosine margin (0 = plain normalised softmax).")
 @click.option("--scale", type=float, default=24.0, show_default=True, help="Cosine-classifier scale.")
@@ -37,7 +37,8 @@ from fpr.render.cells import dumps, render_rows
 @click.option("--val-fraction", type=float, default=0.2, show_default=True,
               help="Manifest/gallery only: share of identities held out for validation.")
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), default=None, help="Cap on batches per epoch (smoke tests).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the split, the initialisation and the batches.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Data loader processes (default: 1 when 2+ CPUs).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,

@@ -5,8 +5,8 @@ import math
 
 import click
 
-from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.defaults import EMBED_BATCH_SIZE
+from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
+                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
 from fpr.errors import InputError
 from fpr.render.cells import dumps, render_rows
 
@@ -45,7 +45,7 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
 
 @cli.command("ablate")
 @click.option("--gallery", required=True, help="Stored gallery whose gallery images are the pool to draw from.")
-@click.option("--encoder", required=True)
+@click.option("--encoder", required=True, help="Encoder id (fpr encoders list).")
 @click.option("--queries", default=None, type=click.Path(dir_okay=False),
               help="Generated images (CSV/Parquet: path,identity,group,method); oracle-only when omitted.")
 @click.option("--per-identity", default="1,5,10,20", show_default=True,
@@ -61,12 +61,12 @@ ABLATE_COLUMNS = ["variant", "per_identity", "identities", "sampling", "method",
               help="Ablation id for the 'ablations' table (default: generated).")
 @click.option("--plot", default=None, type=click.Path(dir_okay=False), help="Write a PNG/PDF/SVG plot.")
 @click.option("--raw", is_flag=True, help="Print one row per (variant, repeat, method) instead of means.")
-@click.option("--weights", default=None)
-@click.option("--skip-missing-identities", is_flag=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
-              help="images per embedding batch")
-@click.option("--workers", type=click.IntRange(min=0), default=None)
+@weights_option()
+@click.option("--skip-missing-identities", is_flag=True,
+              help="Skip (and count) queries whose identity a variant's gallery lacks.")
+@device_option()
+@batch_size_option()
+@workers_option()
 @click.option("--overwrite", is_flag=True, help="Replace a stored ablation with the same id.")
 @click.option("--protocol", type=click.Choice(["fpr", "official"]), default="fpr", show_default=True,
               help="official: the released code's settings grid and k-means/random galleries "
@@ -175,15 +175,14 @@ def _isna(v) -> bool:
 @click.option("--scorers", default="", help="Extra scorers to run (those the rule names run anyway).")
 @scorer_option()
 @click.option("--chunk-size", type=click.IntRange(min=1), default=1000, show_default=True, help="Rows per chunk (unit of resume).")
-@click.option("--scope", type=click.Choice(["group", "all"]), default="group", show_default=True)
+@scope_option()
 @click.option("--skip-missing-identities", is_flag=True, help="Reject (instead of refusing) queries whose "
                                                               "identity has no gallery image.")
 @click.option("--restart", is_flag=True, help="Ignore the saved progress of an interrupted run.")
 @click.option("--list-names", is_flag=True, help="List the names a keep-rule can use, and exit.")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=EMBED_BATCH_SIZE, show_default=True,
-              help="images per embedding batch")
-@click.option("--workers", type=click.IntRange(min=0), default=None)
+@device_option()
+@batch_size_option()
+@workers_option()
 @engine_options(shards=False)
 @format_option()
 @click.pass_context

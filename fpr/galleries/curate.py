@@ -52,6 +52,22 @@ class CurationReport:
     conflicting_duplicates: int = 0  # duplicates whose labels disagreed
     identities_without_gallery: list[str] = field(default_factory=list)
     groups_short_of_identities: list[str] = field(default_factory=list)
+    gallery_asked: int | None = None  # --per-identity
+    short_of_gallery: dict[str, int] = field(default_factory=dict)  # group/identity -> gallery images it got
+    references_asked: int = 0  # --references (images without a role)
+    short_of_references: dict[str, int] = field(default_factory=dict)  # group/identity -> references it got
+    n_identities: int = 0  # identities kept
+
+    def warnings(self) -> list[str]:
+        """One line per way the gallery differs from what was asked (fewer images than requested)."""
+        out = []
+        for what, asked, short in (("gallery images", self.gallery_asked, self.short_of_gallery),
+                                   ("reference images", self.references_asked, self.short_of_references)):
+            if asked and short:
+                worst = min(short, key=lambda k: (short[k], k))
+                out.append(f"asked for {asked} {what} per identity; {len(short)} of {self.n_identities} "
+                           f"identities have fewer (as few as {short[worst]}: {worst}); they keep all they have")
+        return out
 
     def lines(self) -> list[str]:
         out = []
@@ -131,6 +147,7 @@ def curate(records: list[ImageRecord], spec: GallerySpec, *, embed: EmbedFn | No
                 continue
             kept_identities += 1
             chosen.extend(items)
+            _count_short(report, f"{group}/{ident}", items, by_group[group][ident], spec)
         if kept_identities < spec.min_identities_per_group:
             raise InputError(f"group '{group}' has {kept_identities} identit{'y' if kept_identities == 1 else 'ies'} "
                              f"with gallery images; at least {spec.min_identities_per_group} are needed to rank",
@@ -139,6 +156,21 @@ def curate(records: list[ImageRecord], spec: GallerySpec, *, embed: EmbedFn | No
     items = [GalleryItem(i, r.path, r.content_hash or "", r.identity, r.group, role)
              for i, (r, role) in enumerate(chosen)]
     return items, report
+
+
+def _count_short(report: CurationReport, key: str, items: list[tuple[ImageRecord, str]],
+                 records: list[ImageRecord], spec: GallerySpec) -> None:
+    """Note an identity that got fewer gallery images (or, from images without a role, fewer references)
+    than the spec asks for."""
+    report.n_identities += 1
+    report.gallery_asked, report.references_asked = spec.gallery_per_identity, spec.references_per_identity
+    n_gallery = sum(role == "gallery" for _, role in items)
+    if spec.gallery_per_identity is not None and n_gallery < spec.gallery_per_identity:
+        report.short_of_gallery[key] = n_gallery
+    n_refs = sum(role == "reference" for _, role in items)
+    given = any(r.role == "reference" for r in records)  # references named by the data are taken as they are
+    if not given and n_refs < spec.references_per_identity:
+        report.short_of_references[key] = n_refs
 
 
 def _split_identity(recs: list[ImageRecord], spec: GallerySpec, group: str, ident: str,

@@ -3,16 +3,26 @@
 Rows are per (method, group) plus an overall row per method (group ``*``): its
 ``map`` is the mean over all of the method's queries and ``map_group_mean`` the
 mean of its group means (both are reported because groups can differ in size).
+
+A row's interval is a percentile bootstrap over its queries, its random stream keyed
+by the seed, the metric and the *set* of query ids (:func:`fpr.keys.query_set_key`),
+with the values in query-id order: the same queries give the same interval wherever
+they appear (a one-group run's group row and its ``*`` row, merged runs, a report
+read again). A row with fewer than :data:`MIN_QUERIES_FOR_INTERVAL` values has no
+interval, and its ``no_interval`` field says why.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from fpr.keys import keyed_rng
+from fpr.keys import keyed_rng, query_set_key
 from fpr.metrics.specs import interval_summaries, summary_columns
 
 N_BOOT = 1000
+# Below this many queries a percentile-bootstrap "95%" interval covers the true mean far less
+# often than 95% (benchmarks/bench_interval_coverage.py, benchmarks/results/interval_coverage.md).
+MIN_QUERIES_FOR_INTERVAL = 10
 
 
 def metric_columns() -> dict[str, str]:
@@ -89,17 +99,48 @@ def _mean(x: pd.Series) -> float:
     return float(v.mean()) if len(v) else float("nan")
 
 
+def no_interval_reason(n: int) -> str | None:
+    """Why a row of ``n`` queries has no interval (None when it has one)."""
+    if n >= MIN_QUERIES_FOR_INTERVAL:
+        return None
+    return f"{n} quer{'y' if n == 1 else 'ies'}, fewer than {MIN_QUERIES_FOR_INTERVAL}: no 95% interval"
+
+
 def _row(method: str, group: str, df: pd.DataFrame, seed: int, aux_cols: list[str]) -> dict:
     row: dict = {"method": method, "group": group, "n_queries": int(len(df))}
     with_interval = interval_metrics()
+    if "query_id" in df:  # the stream and the order of the values follow the queries, not the row
+        df = df.sort_values("query_id", kind="stable")
+        queries = query_set_key(df["query_id"])
+    reasons: dict[str, str] = {}
+    measured = 0  # interval metrics with at least one value
     for name, col in metric_columns().items():
         row[name] = _mean(df[col]) if col in df else float("nan")
         if name in with_interval and col in df:
-            lo, hi = bootstrap_ci(df[col].to_numpy(dtype=np.float64), seed=seed, key=(name, method, group))
+            values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
+            n = int(np.isfinite(values).sum())
+            reason = no_interval_reason(n) if n else None  # no value at all: nothing to explain
+            measured += n > 0
+            key = (name, queries) if "query_id" in df else (name, method, group)
+            lo, hi = (float("nan"), float("nan")) if reason else bootstrap_ci(values, seed=seed, key=key)
             row[f"{name}_lo"], row[f"{name}_hi"] = lo, hi
+            if reason:
+                reasons[name] = reason
+    distinct = set(reasons.values())
+    row["no_interval"] = (distinct.pop() if len(distinct) == 1 and len(reasons) == measured  # the same for all
+                          else "; ".join(f"{k}: {v}" for k, v in reasons.items()) or None)
     for col in aux_cols:
         row[col] = _mean(df[col])
     return row
+
+
+def interval_footnote(summary: list[dict]) -> str | None:
+    """One line under a table whose rows include some without an interval (None when every row has one)."""
+    n = sum(1 for r in summary if r.get("no_interval"))
+    if not n:
+        return None
+    return (f"({n} row{'s' if n > 1 else ''} without a 95% interval: fewer than {MIN_QUERIES_FOR_INTERVAL} "
+            f"queries, too few for a bootstrap interval to cover the mean 95% of the time)")
 
 
 def summarize(per_query: pd.DataFrame, *, seed: int = 0, aux_cols: list[str] | None = None) -> list[dict]:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import FprError
+from fpr.metrics.summary import interval_footnote
 from fpr.images import load_rgb
 from fpr.render.cells import format_cell
 from fpr.render.paper import OVERALL, Pivot, confusion_matrices
@@ -78,7 +79,11 @@ def _fmt(v, digits: int = 3) -> str:
 
 def _img(images: _Images, path: str | None, caption: str, cls: str = "") -> str:
     i = images.ref(path)
-    pic = f'<img data-i="{i}" alt="{_e(caption)}">' if i is not None else '<div class="missing">missing</div>'
+    if i is not None:
+        pic = f'<img data-i="{i}" alt="{_e(caption)}">'
+    else:  # the path says which file to restore (moved, deleted or unreadable since the run)
+        pic = (f'<div class="missing" title="{_e(path)}">missing<br><code>{_e(path)}</code></div>' if path
+               else '<div class="missing">missing</div>')
     return f'<figure class="{cls}">{pic}<figcaption>{caption}</figcaption></figure>'
 
 
@@ -239,7 +244,7 @@ contain-intrinsic-size:auto 190px}.card[hidden]{display:none}
 margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}
 figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84px;height:84px;object-fit:cover;
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
-figure.non img{border-color:#b6443b}.missing{width:84px;height:84px;background:#eee;line-height:84px}
+figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
 .sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
 """
 
@@ -272,6 +277,11 @@ def _select(name: str, values: Sequence[str]) -> str:
     return f'<label>{name} <select id="f-{name}"><option value="">all</option>{opts}</select></label> '
 
 
+def _footnote(summary: list[dict]) -> str:
+    note = interval_footnote(summary)
+    return f'<p class="note">{_e(note)}</p>' if note else ""
+
+
 def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, items: dict, summary: list[dict],
            p: Pivot, *, runs: Sequence[str], top_k: int = 10, thumb: int = 96) -> str:
     """The whole page as one string. ``per_query`` carries run_id, encoder and drift columns;
@@ -291,7 +301,7 @@ def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, i
         f"<h1>fpr report · {_e(', '.join(runs))}</h1>"
         f"<p>{n_cards} queries ({n_ok} evaluated) · encoders {_e(', '.join(encoders))} · "
         f"intervals: bootstrap 95% over queries</p>"
-        f"<h2>Summary</h2>{pivot_html(p)}"
+        f"<h2>Summary</h2>{pivot_html(p)}{_footnote(summary)}"
         f"<h2>Plots</h2>{plots_svg(summary, methods=p.methods)}"
         "<h2>Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery item "
         "(columns). Off-diagonal cells are queries whose best match is another identity.</p>"

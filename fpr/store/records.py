@@ -78,8 +78,9 @@ def gallery_item_rows(ws: Workspace, name: str) -> list[tuple]:
     """(item_id, path, content_hash, identity, group, role) of a gallery, by item id."""
     with ws.read() as con:
         _gallery_row(con, ws, name)
-        return con.execute("SELECT item_id, path, content_hash, identity, group_name, role FROM gallery_items "
+        rows = con.execute("SELECT item_id, path, content_hash, identity, group_name, role FROM gallery_items "
                            "WHERE gallery = ? ORDER BY item_id", [name]).fetchall()
+    return [(i, ws.located(path), *rest) for i, path, *rest in rows]
 
 
 def store_gallery(ws: Workspace, row: dict, items: pd.DataFrame, *, overwrite: bool) -> None:
@@ -91,7 +92,7 @@ def store_gallery(ws: Workspace, row: dict, items: pd.DataFrame, *, overwrite: b
         con.execute("DELETE FROM galleries WHERE name = ?", [row["name"]])
         con.execute("DELETE FROM gallery_items WHERE gallery = ?", [row["name"]])
         insert_df(con, "galleries", pd.DataFrame([row]))
-        insert_df(con, "gallery_items", items)
+        insert_df(con, "gallery_items", items.assign(path=[ws.portable(p) for p in items["path"]]))
 
 
 def list_galleries(ws: Workspace) -> list[dict]:
@@ -273,7 +274,15 @@ def run_tables(ws: Workspace, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
                                 [run_id]).df()
         aux = con.execute("SELECT query_id, scorer, metric, value, note FROM aux_scores WHERE run_id = ? "
                           "ORDER BY scorer, metric, query_id", [run_id]).df()
-    return per_query, aux
+    return _with_paths(per_query, ws.located), aux
+
+
+def _with_paths(query_results: pd.DataFrame, convert) -> pd.DataFrame:
+    """``path`` and each of the ';'-joined ``reference_paths`` passed through ``convert``."""
+    return query_results.assign(
+        path=[convert(p) for p in query_results["path"]],
+        reference_paths=[";".join(convert(r) for r in str(v).split(";")) if isinstance(v, str) and v else v
+                         for v in query_results["reference_paths"]])
 
 
 def run_rankings(ws: Workspace, run_id: str) -> pd.DataFrame:
@@ -296,7 +305,7 @@ def store_run(ws: Workspace, run: dict, query_results: pd.DataFrame, aux: pd.Dat
             for table in RUN_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
         insert_df(con, "runs", pd.DataFrame([run]))
-        insert_df(con, "query_results", query_results)
+        insert_df(con, "query_results", _with_paths(query_results, ws.portable))
         insert_df(con, "aux_scores", aux)
         insert_df(con, "rankings", rankings)
 

@@ -13,8 +13,9 @@ checks the version, migrates first when it is older and the folder is writable,
 and refuses a workspace written by a newer fpr. A workspace whose folder cannot
 be written is still readable (no lock is taken then: nobody can write it).
 
-Paths of things inside the workspace (index folders) are stored relative to it,
-so a moved or copied workspace works from any directory.
+Paths of things inside the workspace (index folders, and images such as the demo's
+world that live in it) are stored relative to it, so a moved or copied workspace
+works from any directory.
 """
 from __future__ import annotations
 
@@ -86,6 +87,32 @@ class Workspace:
         """A stored workspace path back to a usable one (relative paths are relative to the workspace)."""
         p = Path(stored)
         return p if p.is_absolute() else self.root / p
+
+    def portable(self, path: str) -> str:
+        """An image path as stored: relative (with '/') when it lies inside the workspace, else absolute.
+
+        A user's own image folders stay absolute (a relative path is taken from the current
+        directory, as when it was read), while images fpr put in the workspace (the demo's
+        world) move with it."""
+        if not path:
+            return path
+        full = os.path.abspath(path)
+        for root in self._roots():
+            rel = os.path.relpath(full, root)
+            if rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+                return Path(rel).as_posix()
+        return full
+
+    def located(self, stored: str) -> str:
+        """A stored image path back to a usable one (see :meth:`portable`)."""
+        if not stored or os.path.isabs(stored):
+            return stored
+        return str(self.root.absolute() / stored)
+
+    def _roots(self) -> tuple[str, ...]:
+        """The workspace as given and with links resolved (a path may be written either way)."""
+        plain, real = os.path.abspath(self.root), os.path.realpath(self.root)
+        return (plain,) if plain == real else (plain, real)
 
     @property
     def exists(self) -> bool:

@@ -66,6 +66,8 @@ def import_gallery(name: str, records: list[ImageRecord], spec: GallerySpec | No
     db.store_gallery(ws, row, item_rows, overwrite=overwrite)
     for line in report.lines():
         progress.log(line)
+    for line in report.warnings():
+        progress.warn(line)
     return info
 
 
@@ -97,7 +99,7 @@ def _gallery_info(name: str, source: str, items: list[GalleryItem], report: Cura
         name=name, source=source, fingerprint=gallery_fingerprint(items), n_items=len(items),
         n_reference=sum(i.role == "reference" for i in items), n_gallery=sum(i.role == "gallery" for i in items),
         n_identities=len({(i.group, i.identity) for i in items}), n_groups=len({i.group for i in items}),
-        report=report.lines(), spec=json.loads(spec.to_json()))
+        report=report.lines() + report.warnings(), spec=json.loads(spec.to_json()))
 
 
 def list_galleries(*, workspace: str | Path | None = None) -> list[dict]:

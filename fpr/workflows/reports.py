@@ -108,24 +108,37 @@ def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, 
         if relevance.index_change(run, db.find_index(ws, run.index_name)):
             per_query.loc[rows, "drift_source"] = "unknown: index changed"
             continue
-        ids, vals = _drift_from_index(ws, run, per_query.iloc[rows], device)
+        ids, vals, unreadable = _drift_from_index(ws, run, per_query.iloc[rows], device)
         per_query.loc[rows, "drift_identity"] = ids
         per_query.loc[rows, "drift_score"] = vals
-        per_query.loc[rows, "drift_source"] = ["index" if i else "none: no other identity in scope" for i in ids]
+        per_query.loc[rows, "drift_source"] = [
+            f"unknown: query image unreadable ({unreadable[k]})" if k in unreadable
+            else ("index" if i else "none: no other identity in scope") for k, i in enumerate(ids)]
     return per_query
 
 
-def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: str) -> tuple[list, np.ndarray]:
-    """Drifted-to identities of ``qdf`` ranked afresh against the run's (still current) index."""
+def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: str
+                      ) -> tuple[list, np.ndarray, dict[int, str]]:
+    """Drifted-to identities of ``qdf`` ranked afresh against the run's (still current) index, and the
+    rows whose image can no longer be read (moved or deleted since the run: their drift is unknown, the
+    rest of the report is still made)."""
     from fpr.encoders.embed import embed_paths
     from fpr.encoders.registry import load_encoder
     from fpr.render import paper as rep
 
     opened = relevance.open_index(ws, run.index_name)
     enc = load_encoder(run.encoder, device=device)
-    qvecs = embed_paths(enc, qdf["path"].tolist(), desc="embedding queries for drift").vectors
-    in_scope, relevant = opened.labels.relevance(qdf, run.scope or "group")
-    return rep.drift_from_scores(opened.index.all_scores(qvecs), relevant, in_scope, opened.labels.identities)
+    res = embed_paths(enc, qdf["path"].tolist(), desc="embedding queries for drift", on_error="skip")
+    ok = np.array([k not in res.failed for k in range(len(qdf))], dtype=bool)
+    ids: list = [None] * len(qdf)
+    vals = np.full(len(qdf), np.nan)
+    if ok.any():
+        in_scope, relevant = opened.labels.relevance(qdf[ok], run.scope or "group")
+        got, scores = rep.drift_from_scores(opened.index.all_scores(res.vectors[ok]), relevant, in_scope,
+                                            opened.labels.identities)
+        for k, i, v in zip(np.flatnonzero(ok), got, scores):
+            ids[k], vals[k] = i, v
+    return ids, vals, dict(res.failed)
 
 
 def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
@@ -161,9 +174,11 @@ def export_columns(per_query: pd.DataFrame, aux: pd.DataFrame) -> list[str]:
 
     declared = ["group" if c == "group_name" else c for c in schema.export_columns()]
     added = [c for c in ("run_id", "encoder", *DRIFT_COLUMNS) if c in per_query.columns]
-    extras = [c for c in per_query.columns if c not in declared and c not in TABLES["query_results"].names
-              and c not in ("group", *added)]
-    return declared + added + extras + aux_columns(aux)
+    scores = aux_columns(aux)
+    # ``per_query`` may already carry the scores joined on (see _wide): they are listed once, at the end
+    taken = {*declared, *TABLES["query_results"].names, "group", *added, *scores}
+    extras = [c for c in per_query.columns if c not in taken]
+    return declared + added + extras + scores
 
 
 def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = None,

@@ -170,6 +170,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         ev, engine_info = ray_engine.evaluate_ray(qdf, opened, enc, settings, options=ray_opts,
                                                   shard_dir=ws.root / "shards" / fingerprint(key, length=24),
                                                   fingerprint=key, where=where, workspace=ws.root)
+    _require_some_evaluated(ev, len(qdf), where)
     provenance = _provenance(enc, opened, seed, device)
     if engine_info is not None:
         provenance["engine"] = engine_info
@@ -204,6 +205,18 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                      f"{int((ev.status == SKIP_UNREADABLE).sum())} unreadable); '--format json' lists them with "
                      f"reasons, 'fpr export --run {run_id} --out FILE.csv' has their status")
     return RunResult(run_id, index, enc.id, summary, per_query, ev.aux, provenance, n_skipped, ev.reasons)
+
+
+def _require_some_evaluated(ev: "pipeline.Evaluation", n: int, where: str) -> None:
+    """A run whose every query was skipped has no number to give: an error, and nothing is stored."""
+    if n == 0 or len(ev.ok):
+        return
+    missing, unreadable = int((ev.status == SKIP_NO_RELEVANT).sum()), int((ev.status == SKIP_UNREADABLE).sum())
+    first = next(iter(ev.reasons.values()), None)
+    raise InputError(f"all {n} queries were skipped ({missing} without relevant gallery images, {unreadable} "
+                     f"unreadable{'; first: ' + str(first) if first else ''}); no run was stored", where=where,
+                     hint="check the queries' identity, group and path columns against the gallery (fpr gallery "
+                          "list) and the files")
 
 
 def load_run(run_id: str, *, workspace: str | Path | None = None) -> RunResult:

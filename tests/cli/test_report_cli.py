@@ -110,7 +110,7 @@ def check_pivot_cells_equal_sql_over_stored_rows(ws):
             assert cell["value"] == pytest.approx(value, abs=1e-12), (g, r.method, enc, metric)
             assert cell["n_queries"] == r.n
         lo, hi = cells[(g, r.method, enc, "map")]["lo"], cells[(g, r.method, enc, "map")]["hi"]
-        assert lo <= r.map <= hi
+        assert lo is None and hi is None  # at most 7 queries: fewer than MIN_QUERIES_FOR_INTERVAL
     table = run(ws, "report", "--run", "R").stdout
     assert "CMC@10 pixels-16" in table and "mAP fpr-world-v1" in table and "all groups" in table
     csv = run(ws, "report", "--run", "R", "--format", "csv").stdout.splitlines()

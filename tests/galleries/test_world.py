@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import numpy as np
+from pathlib import Path
+
 import pytest
 
 from fpr.errors import FprError, InputError
@@ -145,6 +147,18 @@ def test_world_write(tmp_path):
     a = sorted(p.read_bytes() for p in (tmp_path / "w").rglob("*.png"))
     b = sorted(p.read_bytes() for p in (tmp_path / "w2").rglob("*.png"))
     assert a == b and len(again.records) == len(build.records)
+    # the CSVs name images relative to their folder: moved, they still read (was: absolute paths)
+    from fpr.eval.pipeline import normalize_queries
+    from fpr.galleries.manifest import read_manifest
+
+    (tmp_path / "w2").rename(tmp_path / "moved")
+    gallery = read_manifest(tmp_path / "moved" / "gallery.csv")
+    assert [r.path for r in gallery] == [r.path.replace(str(tmp_path / "w2"), str(tmp_path / "moved"))
+                                        for r in again.records]
+    assert all(Path(r.path).is_file() for r in gallery)
+    q = normalize_queries(tmp_path / "moved" / "queries.csv")
+    assert all(Path(p).is_file() for p in q["path"]) and all(Path(p).is_file() for r in q["reference_list"]
+                                                             for p in r)
 
 
 @pytest.mark.parametrize("kwargs", [dict(species=("unicorn",)), dict(methods=("perfect",)), dict(size=20),

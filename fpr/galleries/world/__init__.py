@@ -324,9 +324,15 @@ class World:
                                 "method": what, "prompt": f"a photo of [V] {sp}",
                                 "reference_paths": ";".join(refs), "drift": drift,
                                 "source_reference": refs[ref_k] if what in COPY_METHODS else ""})
-        write_table(pd.DataFrame([{"path": r.path, "identity": r.identity, "group": r.group, "role": r.role}
+        # the files name images relative to their own folder (the readers resolve them there), so a
+        # world moved or copied with its folder (or with the workspace holding it) still reads
+        def rel(paths: str) -> str:
+            return ";".join(Path(p).relative_to(root).as_posix() for p in paths.split(";") if p)
+
+        write_table(pd.DataFrame([{"path": rel(r.path), "identity": r.identity, "group": r.group, "role": r.role}
                                   for r in records]), root / "gallery.csv")
-        write_table(pd.DataFrame(queries), root / "queries.csv")
+        write_table(pd.DataFrame([{**q, **{k: rel(q[k]) for k in ("path", "reference_paths", "source_reference")}}
+                                  for q in queries]), root / "queries.csv")
         return WorldBuild(root, records, queries, len(jobs), time.perf_counter() - start, asdict(c))
 
 
