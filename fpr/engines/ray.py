@@ -45,9 +45,9 @@ import pandas as pd
 
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
+from fpr.engines.parts import PartsFolder
 from fpr.errors import FprError, InputError
 from fpr.eval import frames, pipeline, scoring
-from fpr.engines.parts import PartsFolder
 from fpr.files import ensure_dir
 
 ENGINES = ("local", "ray")

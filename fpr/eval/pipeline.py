@@ -29,7 +29,7 @@ import pandas as pd
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.eval.frames import empty_aux, empty_rankings, query_frame
 from fpr.eval.inputs import extra_columns
-from fpr.eval.relevance import GalleryLabels, identity_keys, check_scope, missing_identities
+from fpr.eval.relevance import GalleryLabels, check_scope, identity_keys, missing_identities
 from fpr.eval.scoring import score_blocks, whole_gallery_scores
 from fpr.eval.similarity import EmbedFn, pairwise_sim
 from fpr.index import exact

@@ -48,6 +48,24 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError
+from fpr.metrics.correlation import (
+    _alpha_from_sums,
+    _alpha_unit_sums,
+    _pearson_rows,
+    _rank_rows,
+    kendall,
+    mcnemar_exact,
+    spearman,
+)
+from fpr.metrics.levels import level_auroc
+from fpr.metrics.pair_bootstrap import (
+    LEVEL,
+    PAIR_WITHIN,
+    percentile_interval,
+    resample_counts,
+    safe_ratio,
+    weighted_pair_sums,
+)
 from fpr.metrics.specs import PER_QUERY_METRICS
 from fpr.metrics.summary import N_BOOT, resample_indices
 
@@ -55,106 +73,9 @@ from fpr.metrics.summary import N_BOOT, resample_indices
 BASE_METRICS = tuple(sorted((m.column for m in PER_QUERY_METRICS if m.summary),
                             key=lambda c: (c not in ("ap", "sim"), c != "ap")))
 WINNERS = ("a", "b", "tie")
-PAIR_WITHIN = ("group", "identity")
-LEVEL = 0.95
 
 
 # --------------------------------------------------------------------------- statistics
-
-def krippendorff_alpha_interval(data: np.ndarray) -> float:
-    """Krippendorff's alpha with the interval metric; ``data`` is raters x units, NaN = missing.
-
-    Only units with at least two values are pairable. ``alpha = 1 - D_o / D_e`` with
-    ``D_o = (1/n) sum_u sum_{i != j in u} (v_i - v_j)^2 / (m_u - 1)`` and
-    ``D_e = sum_{i != j over all pairable values} (v_i - v_j)^2 / (n (n - 1))``.
-    """
-    s = _alpha_unit_sums(np.asarray(data, dtype=np.float64))
-    return _alpha_from_sums(*(x.sum() for x in s))
-
-
-def _alpha_unit_sums(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per unit (column): m (values), sum, sum of squares, and within-unit disagreement / (m - 1)."""
-    ok = np.isfinite(data)
-    m = ok.sum(axis=0).astype(np.float64)
-    v = np.where(ok, data, 0.0)
-    s1, s2 = v.sum(axis=0), (v * v).sum(axis=0)
-    pairable = m >= 2
-    m, s1, s2 = np.where(pairable, m, 0), np.where(pairable, s1, 0), np.where(pairable, s2, 0)
-    within = np.where(pairable, 2.0 * (m * s2 - s1 * s1) / np.maximum(m - 1, 1), 0.0)
-    return m, s1, s2, within
-
-
-def _alpha_from_sums(n, s1, s2, within):
-    """alpha from totals (scalars or arrays over bootstrap resamples)."""
-    n = np.asarray(n, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d_o = within / n
-        d_e = 2.0 * (n * s2 - s1 * s1) / (n * (n - 1))
-        alpha = 1.0 - d_o / d_e
-    alpha = np.where((n >= 2) & (d_e > 0), alpha, np.nan)
-    return float(alpha) if alpha.ndim == 0 else alpha
-
-
-def _rank_rows(x: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return rankdata(x, axis=-1)
-
-
-def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    x = x - x.mean(axis=-1, keepdims=True)
-    y = y - y.mean(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (x * y).sum(axis=-1) / np.sqrt((x * x).sum(axis=-1) * (y * y).sum(axis=-1))
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rho (average ranks for ties); NaN when either side is constant."""
-    return float(_pearson_rows(_rank_rows(np.asarray(x, float)), _rank_rows(np.asarray(y, float))))
-
-
-def kendall(x: np.ndarray, y: np.ndarray) -> float:
-    """Kendall's tau-b; NaN when either side is constant."""
-    from scipy.stats import kendalltau
-
-    if len(x) < 2 or np.unique(x).size < 2 or np.unique(y).size < 2:
-        return float("nan")
-    return float(kendalltau(x, y).statistic)
-
-
-def _ci(boots: np.ndarray) -> tuple[float, float]:
-    b = np.asarray(boots, dtype=np.float64)
-    b = b[np.isfinite(b)]
-    if len(b) == 0:
-        return float("nan"), float("nan")
-    a = (1.0 - LEVEL) / 2.0
-    lo, hi = np.quantile(b, [a, 1.0 - a])
-    return float(lo), float(hi)
-
-
-def _counts(idx: np.ndarray, n: int) -> np.ndarray:
-    """Copies of each unit in each resample: ``(n_boot, n)``."""
-    c = np.zeros((idx.shape[0], n), dtype=np.float64)
-    np.add.at(c, (np.repeat(np.arange(idx.shape[0]), idx.shape[1]), idx.ravel()), 1.0)
-    return c
-
-
-def _weighted_pair_sums(counts: np.ndarray, ia: np.ndarray, ib: np.ndarray, cols: np.ndarray,
-                        chunk: int = 128) -> np.ndarray:
-    """Per resample, per column: sum over pairs of ``copies(a) * copies(b) * cols[pair]`` -> ``(n_boot, k)``."""
-    out = np.empty((counts.shape[0], cols.shape[1]))
-    for start in range(0, counts.shape[0], chunk):
-        c = counts[start:start + chunk]
-        out[start:start + chunk] = (c[:, ia] * c[:, ib]) @ cols
-    return out
-
-
-def _ratio(num, den):
-    """num / den, NaN where den is 0 (scalars or arrays)."""
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
-    return float(r) if r.ndim == 0 else r
 
 
 @dataclass
@@ -183,26 +104,17 @@ class PairStats:
         return cls(*(sums[..., k] for k in range(cls.COLUMNS)))
 
     def ppa(self):
-        return _ratio(self.strict, self.n_judge_nontied)
+        return safe_ratio(self.strict, self.n_judge_nontied)
 
     def ppa_ties_half(self):
-        return _ratio(self.strict + 0.5 * self.metric_ties, self.n_judge_nontied)
+        return safe_ratio(self.strict + 0.5 * self.metric_ties, self.n_judge_nontied)
 
     def metric_tie_share(self):
-        return _ratio(self.metric_ties, self.n_judge_nontied)
+        return safe_ratio(self.metric_ties, self.n_judge_nontied)
 
     def kendall_tau_b(self):
-        return _ratio(self.concordance, np.sqrt((self.n_pairs - self.metric_tied_all)
+        return safe_ratio(self.concordance, np.sqrt((self.n_pairs - self.metric_tied_all)
                                                 * (self.n_pairs - self.judge_tied_all)))
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value for discordant counts ``b`` and ``c`` (binomial, p = 1/2)."""
-    from scipy.stats import binomtest
-
-    if b + c == 0:
-        return 1.0
-    return float(binomtest(int(b), int(b + c), 0.5).pvalue)
 
 
 # --------------------------------------------------------------------------- judgments
@@ -347,7 +259,7 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
     if not nontied.any() and not rated.any():
         raise InputError("no usable judgments: every pair is a tie and no query is rated", where=where)
     idx = resample_indices(n, seed=seed, key=("meta",), n_boot=n_boot) if n else np.zeros((n_boot, 0), int)
-    counts = _counts(idx, n)
+    counts = resample_counts(idx, n)
     values = {}
     for name in metrics:
         v = pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64)
@@ -364,16 +276,16 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
         x = _signs(m, pa, pb)
         cols = PairStats.columns(x, ps)
         st = PairStats.from_sums(cols.sum(axis=0))
-        boot = PairStats.from_sums(_weighted_pair_sums(counts, pa, pb, cols)) if len(pa) else \
+        boot = PairStats.from_sums(weighted_pair_sums(counts, pa, pb, cols)) if len(pa) else \
             PairStats.from_sums(np.zeros((n_boot, PairStats.COLUMNS)))
         row["n_pairs"] = int(st.n_judge_nontied)
         row["n_metric_ties"] = int(st.metric_ties)
         for key in ("ppa", "ppa_ties_half", "metric_tie_share"):
             row[key] = getattr(st, key)()
-            row[f"{key}_lo"], row[f"{key}_hi"] = _ci(getattr(boot, key)())
+            row[f"{key}_lo"], row[f"{key}_hi"] = percentile_interval(getattr(boot, key)())
         row["n_pairs_all"] = int(st.n_pairs)
         row["kendall_within"] = st.kendall_tau_b()
-        row["kendall_within_lo"], row["kendall_within_hi"] = _ci(boot.kendall_tau_b())
+        row["kendall_within_lo"], row["kendall_within_hi"] = percentile_interval(boot.kendall_tau_b())
         both = rated & np.isfinite(m)
         row["n_rated"] = int(both.sum())
         xr, yr = m[both], mean_rating[both]
@@ -386,13 +298,13 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
             bidx = resample_indices(len(sub), seed=seed, key=("meta-rated",), n_boot=n_boot)
             sp_boot = _pearson_rows(_rank_rows(xr[bidx]), _rank_rows(yr[bidx]))
             kt_boot = np.array([kendall(xr[b], yr[b]) for b in bidx])
-        row["spearman_lo"], row["spearman_hi"] = _ci(sp_boot)
-        row["kendall_lo"], row["kendall_hi"] = _ci(kt_boot)
+        row["spearman_lo"], row["spearman_hi"] = percentile_interval(sp_boot)
+        row["kendall_lo"], row["kendall_hi"] = percentile_interval(kt_boot)
         metric_as_rater = np.where(np.isfinite(m), _rescale(m, r_lo, r_hi), np.nan)
         sums = _alpha_unit_sums(np.vstack([rater_mat, metric_as_rater[None, :]]))
         row["alpha"] = _alpha_from_sums(*(s.sum() for s in sums)) if rated.any() else float("nan")
         alpha_boot = _alpha_from_sums(*(counts @ s for s in sums)) if rated.any() else np.full(n_boot, np.nan)
-        row["alpha_lo"], row["alpha_hi"] = _ci(alpha_boot)
+        row["alpha_lo"], row["alpha_hi"] = percentile_interval(alpha_boot)
         rows.append(row)
         pref = ps != 0
         cache[name] = {"pairs": (pa[pref], pb[pref], (x * ps)[pref] > 0), "ppa": row["ppa"],
@@ -404,7 +316,7 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
             "seed": seed, "level": LEVEL}
     if rater_mat.shape[0] >= 2:
         sums = _alpha_unit_sums(rater_mat)
-        lo, hi = _ci(_alpha_from_sums(*(counts @ s for s in sums)))
+        lo, hi = percentile_interval(_alpha_from_sums(*(counts @ s for s in sums)))
         info["alpha_raters"] = _alpha_from_sums(*(s.sum() for s in sums))
         rows.append({"metric": "(raters)", "direction": "", "n_rated": int(((np.isfinite(rater_mat)).sum(0) >= 2).sum()),
                      "alpha": info["alpha_raters"], "alpha_lo": lo, "alpha_hi": hi})
@@ -416,96 +328,6 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
 
 
 # --------------------------------------------------------------------------- AUROC per adjacent level
-
-MAX_LEVELS = 12  # a judge with more distinct values is treated as continuous: no per-level AUROC
-
-
-def _within_pairs(better: np.ndarray, worse: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every (better, worse) pair of query positions sharing a key (one stratum at a time: no |B| x |W| array)."""
-    pairs = [(np.repeat(b, len(w)), np.tile(w, len(b)))
-             for k in np.intersect1d(keys[better], keys[worse])
-             for b, w in [(better[keys[better] == k], worse[keys[worse] == k])]]
-    if not pairs:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
-
-
-def _pooled_auroc(b: np.ndarray, w: np.ndarray, counts: np.ndarray | None, chunk: int = 128
-                  ) -> tuple[float, np.ndarray | None]:
-    """AUROC of values ``b`` over ``w`` (ties 1/2) in O((|b| + |w|) log |w|), and per resample with ``counts``
-    (copies of each ``b`` and ``w`` query: resamples x (|b| + |w|)), without forming the |b| x |w| pairs.
-
-    With ``w`` sorted, the ``w`` below a ``b`` value and those equal to it are fixed index ranges; a resample
-    only changes the weights, so its sums are cumulative sums of the ``w`` copies read at those indices."""
-    order = np.argsort(w, kind="stable")
-    ws = w[order]
-    lo, hi = np.searchsorted(ws, b, side="left"), np.searchsorted(ws, b, side="right")
-    point = float((lo + 0.5 * (hi - lo)).sum() / (len(b) * len(w)))
-    if counts is None:
-        return point, None
-    cb, cw = counts[:, :len(b)], counts[:, len(b):][:, order]
-    boot = np.empty(counts.shape[0])
-    for start in range(0, counts.shape[0], chunk):
-        cum = np.concatenate([np.zeros((len(cw[start:start + chunk]), 1)), np.cumsum(cw[start:start + chunk], axis=1)],
-                             axis=1)
-        below, upto = cum[:, lo], cum[:, hi]
-        num = (cb[start:start + chunk] * (below + 0.5 * (upto - below))).sum(axis=1)
-        boot[start:start + chunk] = _ratio(num, cb[start:start + chunk].sum(axis=1) * cum[:, -1])
-    return point, boot
-
-
-def _level_aurocs(m: np.ndarray, better: np.ndarray, worse: np.ndarray, keys: np.ndarray | None,
-                  counts: np.ndarray | None) -> dict:
-    """Pooled and within-key AUROC of ``m`` between two sets of query positions, with bootstrap intervals."""
-    nan = float("nan")
-    row = {"n_pairs_pooled": len(better) * len(worse), "auroc_pooled": nan, "auroc_pooled_lo": nan,
-           "auroc_pooled_hi": nan}
-    if len(better) and len(worse):
-        point, boot = _pooled_auroc(m[better], m[worse],
-                                    None if counts is None else counts[:, np.concatenate([better, worse])])
-        row["auroc_pooled"] = point
-        if boot is not None:
-            row["auroc_pooled_lo"], row["auroc_pooled_hi"] = _ci(boot)
-    if keys is None:  # no keys: "within" is everything
-        return {**row, **{k.replace("pooled", "within"): v for k, v in row.items()}}
-    i, j = _within_pairs(better, worse, keys)
-    win = np.where(m[i] > m[j], 1.0, np.where(m[i] == m[j], 0.5, 0.0))
-    row.update({"n_pairs_within": len(i), "auroc_within": float(win.mean()) if len(i) else nan,
-                "auroc_within_lo": nan, "auroc_within_hi": nan})
-    if counts is not None and len(i):
-        sums = _weighted_pair_sums(counts, i, j, np.column_stack([win, np.ones_like(win)]))
-        row["auroc_within_lo"], row["auroc_within_hi"] = _ci(_ratio(sums[:, 0], sums[:, 1]))
-    return row
-
-
-def level_auroc(per_query: pd.DataFrame, values: dict[str, np.ndarray], truth: np.ndarray, *,
-                lower_better: bool = True, within: Sequence[str] = PAIR_WITHIN,
-                counts: np.ndarray | None = None, max_levels: int = MAX_LEVELS) -> list[dict]:
-    """Per metric and per two adjacent levels of ``truth`` (NaN: left out): AUROC pooled and within ``within``.
-
-    ``values`` are oriented higher-is-better. AUROC = P(S(better) > S(worse)) + P(tie) / 2 over the
-    (better-level query, worse-level query) pairs where both values are finite: all of them (pooled) or
-    those sharing the ``within`` keys. ``counts`` (resamples x queries) gives cluster-bootstrap intervals.
-    Empty when the truth has fewer than 2 or more than ``max_levels`` distinct values.
-    """
-    truth = np.asarray(truth, dtype=np.float64)
-    levels = np.unique(truth[np.isfinite(truth)])
-    if not 2 <= len(levels) <= max_levels:
-        return []
-    if not lower_better:
-        levels = levels[::-1]
-    keys = per_query[list(within)].astype(str).agg("\x1f".join, axis=1).to_numpy() if within else None
-    out = []
-    for name, m in values.items():
-        fin = np.isfinite(m)
-        for lb, lw in zip(levels, levels[1:]):
-            better, worse = np.flatnonzero((truth == lb) & fin), np.flatnonzero((truth == lw) & fin)
-            # + 0.0: a negated truth of 0 is -0.0, shown as "-0"
-            row = {"metric": name, "better": float(lb) + 0.0, "worse": float(lw) + 0.0, "n_better": len(better),
-                   "n_worse": len(worse)}
-            row.update(_level_aurocs(m, better, worse, keys, counts))
-            out.append(row)
-    return out
 
 
 def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cache: dict, mean_rating: np.ndarray,
@@ -529,7 +351,7 @@ def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cac
                 "mcnemar_p": mcnemar_exact(n_ab, n_ba)})
     # strict PPA (the paper's) of each on its own pairs, as in the rows
     out["ppa_diff"] = cache[a]["ppa"] - cache[b]["ppa"]
-    out["ppa_diff_lo"], out["ppa_diff_hi"] = _ci(cache[a]["ppa_boot"] - cache[b]["ppa_boot"])
+    out["ppa_diff_lo"], out["ppa_diff_hi"] = percentile_interval(cache[a]["ppa_boot"] - cache[b]["ppa_boot"])
     # Paired bootstrap of Spearman on queries rated and defined under both metrics.
     both = rated & np.isfinite(values[a]) & np.isfinite(values[b])
     if both.sum() >= 3:
@@ -538,7 +360,7 @@ def _compare(compare: tuple[str, str], metrics: Sequence[str], values: dict, cac
         ry = _rank_rows(y[bidx])
         diff = _pearson_rows(_rank_rows(xa[bidx]), ry) - _pearson_rows(_rank_rows(xb[bidx]), ry)
         out["spearman_diff"] = spearman(xa, y) - spearman(xb, y)
-        out["spearman_diff_lo"], out["spearman_diff_hi"] = _ci(diff)
+        out["spearman_diff_lo"], out["spearman_diff_hi"] = percentile_interval(diff)
         fin = diff[np.isfinite(diff)]
         # two-sided bootstrap p, floored at 1 / resamples (it cannot resolve smaller values)
         out["spearman_diff_p"] = float(min(1.0, max(1.0 / len(fin), 2 * min((fin <= 0).mean(), (fin >= 0).mean())))) \

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import FprError
-from fpr.metrics.summary import interval_footnote
 from fpr.images import load_rgb
+from fpr.metrics.summary import interval_footnote
 from fpr.render.cells import format_cell
 from fpr.render.paper import OVERALL, Pivot, confusion_matrices
 

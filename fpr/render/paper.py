@@ -25,9 +25,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fpr.render.cells import format_cell
 from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_labels
 from fpr.metrics.summary import aux_columns, summarize, with_aux
+from fpr.render.cells import format_cell
 
 # Summary metric -> label in the paper's layout.
 METRIC_LABELS = summary_labels()  # declared in fpr/metrics/specs.py

@@ -35,16 +35,8 @@ from fpr.errors import InputError
 from fpr.keys import fingerprint
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import (
-    DREAMBENCH_PLUS_DEFAULTS,
-    ImageRef,
-    JudgeClient,
-    Tally,
-    client_options,
-    image_part,
-    judge_config,
-    text_part,
-)
+from fpr.scorers.judges.client import ImageRef, JudgeClient, Tally, image_part, text_part
+from fpr.scorers.judges.config import DREAMBENCH_PLUS_DEFAULTS, client_options, judge_config
 from fpr.scorers.judges.prompts import Template, load_template, load_template_file
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
 from fpr.scorers.options import Option, resolve

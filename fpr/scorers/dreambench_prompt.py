@@ -18,14 +18,8 @@ import pandas as pd
 
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import (
-    DREAMBENCH_PLUS_DEFAULTS,
-    ImageRef,
-    JudgeClient,
-    Tally,
-    client_options,
-    judge_config,
-)
+from fpr.scorers.judges.client import ImageRef, JudgeClient, Tally
+from fpr.scorers.judges.config import DREAMBENCH_PLUS_DEFAULTS, client_options, judge_config
 from fpr.scorers.judges.prompts import Template, load_template, load_template_file
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
 from fpr.scorers.options import Option, resolve

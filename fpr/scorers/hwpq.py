@@ -37,16 +37,8 @@ from fpr.keys import fingerprint
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.cache import read_json, write_json_atomic
-from fpr.scorers.judges.client import (
-    ImageRef,
-    JudgeClient,
-    JudgeFailure,
-    Tally,
-    client_options,
-    image_part,
-    judge_config,
-    text_part,
-)
+from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, image_part, text_part
+from fpr.scorers.judges.config import client_options, judge_config
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
 from fpr.scorers.options import Option

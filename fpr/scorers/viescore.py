@@ -20,17 +20,8 @@ import pandas as pd
 
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.client import (
-    ImageRef,
-    JudgeClient,
-    JudgeFailure,
-    Reply,
-    Tally,
-    client_options,
-    image_part,
-    judge_config,
-    text_part,
-)
+from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Reply, Tally, image_part, text_part
+from fpr.scorers.judges.config import client_options, judge_config
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
 

@@ -44,9 +44,7 @@ from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import ConflictError, InputError
-from fpr.eval import pipeline
-from fpr.eval import inputs
-from fpr.eval import relevance
+from fpr.eval import inputs, pipeline, relevance
 from fpr.files import atomic_write_path
 from fpr.metrics.rules import BASE_VARIABLES, INTEGER_RULE_NAMES, RULE_COLUMNS, parse_rule
 from fpr.scorers import all_scorers, check_scorer_options, parse_scorer_list

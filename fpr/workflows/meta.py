@@ -11,17 +11,8 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.metrics.agreement import (
-    WINNERS,
-    Judgments,
-    MetaResult,
-    _empty_pairs,
-    _empty_ratings,
-    agreement,
-    metric_columns,
-    pairs_from_scores,
-    truth_judgments,
-)
+from fpr.metrics.agreement import (WINNERS, Judgments, MetaResult, _empty_pairs, _empty_ratings, agreement,
+                                   metric_columns, pairs_from_scores, truth_judgments)
 from fpr.metrics.summary import aux_columns, with_aux
 from fpr.tables import read_table
 from fpr.workflows.runs import load_run

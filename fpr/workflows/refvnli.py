@@ -88,7 +88,7 @@ def world_slots() -> dict[str, tuple[str, ...]]:
 
 def world_frames(config: WorldFrames) -> list[rd.Frame]:
     """Frames of training identities: a scene keeps background and light, each frame draws its own pose."""
-    from fpr.galleries.world import FAMILIES, identity_name, identity_markings, train_identities
+    from fpr.galleries.world import FAMILIES, identity_markings, identity_name, train_identities
     from fpr.galleries.world.render import animal_layer, compose, sample_view, visible_subject
 
     config.check()

@@ -17,10 +17,7 @@ from fpr.encoders.background import background_of_key, with_background
 from fpr.engines import ray as ray_engine
 from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
-from fpr.eval import pipeline
-from fpr.eval import frames
-from fpr.eval import inputs
-from fpr.eval import relevance
+from fpr.eval import frames, inputs, pipeline, relevance
 from fpr.eval.oracle import append_oracle
 from fpr.eval.pipeline import SKIP_UNREADABLE, EvalSettings
 from fpr.eval.relevance import SKIP_NO_RELEVANT

@@ -11,10 +11,7 @@ import pandas as pd
 
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
-from fpr.eval import pipeline
-from fpr.eval import inputs
-from fpr.eval import relevance
-from fpr.eval import scoring
+from fpr.eval import inputs, pipeline, relevance, scoring
 from fpr.scorers import check_scorer_options, parse_scorer_list, run_scorers, uses_gallery
 from fpr.store import records as db
 from fpr.store.records import check_name

@@ -14,7 +14,6 @@ from click.testing import CliRunner
 from fpr.cli.main import cli
 from tests.conftest import run_cli, write_image
 
-
 run = run_cli
 
 

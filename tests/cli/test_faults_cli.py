@@ -11,7 +11,6 @@ from fpr.encoders.weights import weights_dir
 from tests.conftest import run_cli, write_image
 from tests.test_images import bomb_png
 
-
 run = run_cli
 
 

@@ -17,7 +17,6 @@ from fpr.encoders.weights import WeightsSource
 from fpr.images import load_rgb
 from tests.conftest import write_image
 
-
 TEST_RESNET_DIM = 96  # timm's tiny "test_resnet": a random-initialised ResNet with BatchNorm
 
 

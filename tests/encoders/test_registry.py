@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-import pytest
-
 import json
+
+import pytest
 
 from fpr.encoders import registry
 from fpr.encoders.registry import all_specs, broken_encoders, describe, get_spec, load_encoder

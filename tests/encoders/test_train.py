@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from fpr.encoders import registry
 from fpr.encoders import train as tr
-from fpr.eval.pipeline import leave_one_out_map
-from fpr.galleries import training
 from fpr.encoders.trained import CARD_NAME, WEIGHTS_NAME, load_card, load_network
 from fpr.encoders.weights import weights_dir
 from fpr.errors import ConflictError, FprError, InputError
+from fpr.eval.pipeline import leave_one_out_map
+from fpr.galleries import training
 
 
 def _tiny_world(**kw):

@@ -50,7 +50,8 @@ def test_shipped_encoder_oracle_map_on_unseen_identities():
 def test_older_versions_stay_loadable_next_to_v3():
     from fpr.cli.demo import demo_cmd
     from fpr.demo import DEMO_ENCODER
-    from fpr.encoders.world import SHIPPED_IDS, shipped_card as card_of
+    from fpr.encoders.world import SHIPPED_IDS
+    from fpr.encoders.world import shipped_card as card_of
 
     assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3") and WORLD_ENCODER_ID == "fpr-world-v3"
     default = next(p.default for p in demo_cmd.params if p.name == "encoder")

@@ -23,9 +23,9 @@ ray = pytest.importorskip("ray")
 import fpr.api as api  # noqa: E402
 from fpr.encoders.embed import EMBED_STATS  # noqa: E402
 from fpr.engines import ray as ray_engine  # noqa: E402
-from fpr.workflows.filter import filter_queries  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 from fpr.store.workspace import Workspace  # noqa: E402
+from fpr.workflows.filter import filter_queries  # noqa: E402
 from tests.conftest import run_cli, write_image  # noqa: E402
 from tests.workflows.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)
 

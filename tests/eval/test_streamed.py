@@ -10,13 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fpr.eval import inputs, relevance, scoring, similarity
 from fpr.eval import pipeline as P
-from fpr.eval import inputs
-from fpr.eval import relevance
-from fpr.eval import scoring
-from fpr.eval import similarity
-from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.index import faiss_index as F
+from fpr.metrics.ranking import retrieval_metrics, top_k
 
 
 def _setup(seed=0, g=90, q=40, d=5):

@@ -1,9 +1,9 @@
 """The built-in world: determinism, disjoint identities, calibrated drift, methods, siblings."""
 from __future__ import annotations
 
-import numpy as np
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fpr.errors import FprError, InputError

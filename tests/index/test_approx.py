@@ -8,11 +8,10 @@ import pandas as pd
 import pytest
 
 from fpr.errors import InputError
-from fpr.eval import relevance
-from fpr.eval import scoring
-from fpr.metrics.ranking import retrieval_metrics
+from fpr.eval import relevance, scoring
 from fpr.index import faiss_index as F
 from fpr.index.exact import exact_scores
+from fpr.metrics.ranking import retrieval_metrics
 
 
 def _card(d):

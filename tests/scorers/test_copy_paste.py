@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from fpr.galleries.world import World, WorldConfig
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers.copy_paste import DEFAULTS
-from fpr.galleries.world import World, WorldConfig
 
 COPY_LIKE = ("paste", "paste-mirror", "paste-rescale", "edit")
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from fpr.errors import NotFoundError
-from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import refvnli
+from fpr.scorers import QueryBatch, refvnli, run_scorers
 from tests.conftest import write_image
 
 torch = pytest.importorskip("torch")
@@ -19,8 +18,13 @@ transformers = pytest.importorskip("transformers")
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor,
-                              PreTrainedTokenizerFast, SiglipImageProcessor)
+    from transformers import (
+        PaliGemmaConfig,
+        PaliGemmaForConditionalGeneration,
+        PaliGemmaProcessor,
+        PreTrainedTokenizerFast,
+        SiglipImageProcessor,
+    )
 
     words = ["<pad>", "<eos>", "<bos>", "<unk>", "0", "1", "a", "photo", "of", "<", ">", "/", "u", "[", "]", "V",
              "leopard", "in", "the", "snow"]

@@ -17,8 +17,8 @@ from fpr.encoders.preprocess import OPENAI_MEAN, OPENAI_STD, Preprocessing
 from fpr.encoders.registry import EncoderSpec, register, unregister
 from fpr.encoders.weights import WeightsSource
 from fpr.errors import NotFoundError
-from fpr.scorers import QueryBatch, get_scorer, run_scorers
 from fpr.galleries.curate import GallerySpec
+from fpr.scorers import QueryBatch, get_scorer, run_scorers
 from tests.conftest import write_image
 
 # --------------------------------------------------------------------------- CLIP-T

@@ -118,9 +118,9 @@ def test_cse_grounds_the_subject_when_the_detector_is_there(tmp_path, tiny_clip,
     a box are left out; without the weights, con is NaN and the note says why."""
     from fpr.encoders.embed import embed_pil
     from fpr.encoders.registry import load_encoder
+    from fpr.images import load_rgb
     from fpr.scorers.judges.tools import Detector, box_pixels
     from fpr.scorers.vistar_cse import consistency, split_panels
-    from fpr.images import load_rgb
 
     panels = [_panel(1), _panel(2), _panel(1), _panel(3), _panel(4), _panel(5)]
     path = _grid(tmp_path / "g.png", panels, 2, 3)

@@ -1,6 +1,7 @@
 """A tiny world workspace (gallery + fpr-world-v1 index) and the real server on a free loopback port."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -10,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-import importlib.util
 
 # Without the serve extra (or httpx) only the CLI tests run. fastapi is not imported in this process:
 # test_cli checks that importing the CLI does not import it.

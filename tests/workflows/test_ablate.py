@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -12,8 +11,8 @@ import fpr.api as api
 from fpr.cli.main import cli
 from fpr.encoders.embed import EMBED_STATS
 from fpr.errors import ConflictError, InputError
-from fpr.workflows.ablate import Variant, ablate, plan_variants
 from fpr.galleries.curate import GallerySpec
+from fpr.workflows.ablate import Variant, ablate, plan_variants
 from tests.conftest import make_tree, write_image
 
 

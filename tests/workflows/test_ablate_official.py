@@ -14,9 +14,16 @@ from fpr.cli.main import cli
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
 from fpr.errors import InputError
-from fpr.workflows.ablate_official import (OFFICIAL_SETTINGS, ablate_official, draw_distractors, official_kmeans_pick,
-                                      official_random_pick, parse_settings, subsample)
 from fpr.galleries.records import ImageRecord
+from fpr.workflows.ablate_official import (
+    OFFICIAL_SETTINGS,
+    ablate_official,
+    draw_distractors,
+    official_kmeans_pick,
+    official_random_pick,
+    parse_settings,
+    subsample,
+)
 from tests.conftest import write_image
 
 SELECTED = [f"s{i}" for i in range(10)]

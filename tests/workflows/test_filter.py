@@ -18,8 +18,8 @@ import fpr.api as api
 from fpr.cli.main import cli
 from fpr.encoders.embed import EMBED_STATS
 from fpr.errors import InputError
-from fpr.workflows.filter import filter_queries
 from fpr.galleries.curate import GallerySpec
+from fpr.workflows.filter import filter_queries
 from tests.conftest import make_tree, write_image
 
 INDEX = "pets-pixels-16"

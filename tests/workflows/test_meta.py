@@ -15,10 +15,11 @@ from scipy.stats import kendalltau, spearmanr
 import fpr.api as api
 from fpr.cli.main import cli
 from fpr.errors import InputError, NotFoundError
-from fpr.metrics import agreement as A
-from fpr.workflows import meta
-from fpr.metrics.summary import resample_indices
 from fpr.galleries.curate import GallerySpec
+from fpr.metrics import agreement as A
+from fpr.metrics import correlation as C
+from fpr.metrics.summary import resample_indices
+from fpr.workflows import meta
 from tests.conftest import make_tree
 
 
@@ -41,12 +42,12 @@ def test_alpha_interval_matches_a_hand_computation():
     # raters x units; values 1,1 | 2,2 | 3,4: D_o = (2 / 1) / 6 = 1/3; over the 6 values sum_{i<j} (vi-vj)^2 = 41,
     # D_e = 2 * 41 / (6 * 5) = 82/30; alpha = 1 - (1/3) / (82/30) = 72/82.
     data = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 4.0]])
-    assert A.krippendorff_alpha_interval(data) == pytest.approx(72 / 82, abs=1e-12)
+    assert C.krippendorff_alpha_interval(data) == pytest.approx(72 / 82, abs=1e-12)
     # a unit rated once is not pairable and changes nothing
     with_single = np.array([[1.0, 2.0, 3.0, 5.0], [1.0, 2.0, 4.0, np.nan]])
-    assert A.krippendorff_alpha_interval(with_single) == pytest.approx(72 / 82, abs=1e-12)
+    assert C.krippendorff_alpha_interval(with_single) == pytest.approx(72 / 82, abs=1e-12)
     # perfect agreement is 1
-    assert A.krippendorff_alpha_interval(np.array([[1.0, 2, 3], [1.0, 2, 3]])) == pytest.approx(1.0)
+    assert C.krippendorff_alpha_interval(np.array([[1.0, 2, 3], [1.0, 2, 3]])) == pytest.approx(1.0)
 
 
 def test_alpha_interval_matches_the_krippendorff_package():
@@ -54,7 +55,7 @@ def test_alpha_interval_matches_the_krippendorff_package():
     truth = rng.integers(1, 6, size=40).astype(float)
     data = np.clip(truth + rng.normal(0, 1, size=(3, 40)).round(), 1, 5)
     data[rng.random(data.shape) < 0.2] = np.nan
-    ours = A.krippendorff_alpha_interval(data)
+    ours = C.krippendorff_alpha_interval(data)
     try:
         import krippendorff
     except ImportError:  # pragma: no cover - the package is in the test extra
@@ -299,14 +300,14 @@ def test_alpha_metric_as_rater_and_among_raters():
     ratings = pd.concat([pd.DataFrame({"query_id": df["query_id"], "rater": name, "rating": r})
                          for name, r in (("a", r1), ("b", r2))])
     res = A.agreement(df, ["m"], A.Judgments(A._empty_pairs(), ratings), n_boot=50)
-    assert res.rows[0]["alpha"] == pytest.approx(A.krippendorff_alpha_interval(np.vstack([r1, r2, r1])))
+    assert res.rows[0]["alpha"] == pytest.approx(C.krippendorff_alpha_interval(np.vstack([r1, r2, r1])))
     assert res.rows[1]["metric"] == "(raters)"
-    assert res.rows[1]["alpha"] == pytest.approx(A.krippendorff_alpha_interval(np.vstack([r1, r2])))
+    assert res.rows[1]["alpha"] == pytest.approx(C.krippendorff_alpha_interval(np.vstack([r1, r2])))
 
 
 def test_mcnemar_and_paired_comparison():
-    assert A.mcnemar_exact(5, 0) == pytest.approx(2 * 0.5 ** 5)
-    assert A.mcnemar_exact(0, 0) == 1.0
+    assert C.mcnemar_exact(5, 0) == pytest.approx(2 * 0.5 ** 5)
+    assert C.mcnemar_exact(0, 0) == 1.0
     df = _per_query({"good": [4.0, 3, 2, 1], "bad": [1.0, 2, 3, 4]})
     pairs = _pairs([(f"q{i}", f"q{j}", "a") for i, j in combinations(range(4), 2)])
     ratings = pd.DataFrame({"query_id": df["query_id"], "rater": "r", "rating": [4.0, 3, 2, 1]})

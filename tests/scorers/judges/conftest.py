@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from fpr.scorers.judges.tools import DETECTOR_ID
 from fpr.scorers import QueryBatch
+from fpr.scorers.judges.tools import DETECTOR_ID
 from tests.scorers.judges.server import API_KEY, MODELS, JudgeServer
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from fpr.errors import FprError, InputError
 from fpr.keys import fingerprint
-from fpr.scorers.judges.cache import JudgeCache
-from fpr.scorers.judges.client import (ImageRef, JudgeClient, JudgeConfig, Reply, image_part, judge_config,
-                                    refusal_reason, text_part)
-from fpr.scorers.judges.prompts import load_template
 from fpr.scorers import run_scorers
+from fpr.scorers.judges.cache import JudgeCache
+from fpr.scorers.judges.client import ImageRef, JudgeClient, Reply, image_part, refusal_reason, text_part
+from fpr.scorers.judges.config import JudgeConfig, judge_config
+from fpr.scorers.judges.prompts import load_template
 from tests.scorers.judges.conftest import flat_image, make_batch, metric
 from tests.scorers.judges.server import Fault
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from fpr.errors import InputError
 from fpr.scorers import get_scorer, run_scorers
-from fpr.scorers.judges.client import DREAMBENCH_PLUS_DEFAULTS, judge_config
+from fpr.scorers.judges.config import DREAMBENCH_PLUS_DEFAULTS, judge_config
 from fpr.scorers.options import resolve
 from tests.scorers.judges.conftest import make_batch, metric
 from tests.scorers.judges.server import Fault

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fpr.errors import InputError
-from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers.dreambench_concept import GalleryIdentities, shuffled
 from fpr.scorers.hwpq import hwpq_score, validate_questionnaire
+from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference
 from tests.scorers.judges.conftest import flat_image, make_batch, metric
 from tests.scorers.judges.server import QUESTIONNAIRE, Fault
 
