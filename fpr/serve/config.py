@@ -83,4 +83,9 @@ class ServeConfig:
 
     @property
     def reports_dir(self) -> Path:
-        return self.workspace / "reports"
+        """``<run>/<content version>.html``: a replaced run gets a new file, never the old bytes."""
+        return self.serve_dir / "reports"
+
+    @property
+    def server_lock(self) -> Path:
+        return self.serve_dir / "server.lock"

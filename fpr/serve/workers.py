@@ -84,6 +84,23 @@ def _warm_imports() -> None:
             importlib.import_module(name)
 
 
+def _exit_with_parent(interval: float = 0.2) -> None:
+    """Exit as soon as the server process is gone (killed with SIGKILL: no chance to stop its workers).
+
+    An orphaned worker must not finish its run: the next server has already marked that run failed at
+    start, and would see it stored and 'done' later. Exiting mid-run stores nothing (one transaction).
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        sys.stderr.write(f"fpr serve worker {os.getpid()}: the server process {parent} is gone; exiting\n")
+        os._exit(70)
+
+    threading.Thread(target=watch, name="fpr-serve-parent-watch", daemon=True).start()
+
+
 def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
     """Loop: receive a job, run it under the device lock, send the outcome; exit on EOF or None."""
     from filelock import FileLock
@@ -91,6 +108,7 @@ def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
     from fpr import api, progress
     from fpr.errors import FprError
 
+    _exit_with_parent()
     send_lock = threading.Lock()
 
     def send(msg) -> None:

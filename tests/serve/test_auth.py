@@ -24,7 +24,7 @@ def test_token_store_reloads_on_change(tmp_path):
     f = tmp_path / "tokens"
     f.write_text("t1 one\nt2 two\n")
     store = TokenStore(f)
-    assert store.check("Bearer t1") == "one" and store.check("bearer t2") == "two"
+    assert store.check("Bearer t1").name == "one" and store.check("bearer t2").name == "two"
     with pytest.raises(AuthError) as e:
         store.check(None)
     assert e.value.status == 401
@@ -38,7 +38,7 @@ def test_token_store_reloads_on_change(tmp_path):
     with pytest.raises(AuthError) as e:
         store.check("Bearer t1")
     assert e.value.status == 403
-    assert store.check("Bearer t2") == "two"
+    assert store.check("Bearer t2").name == "two"
     f.unlink()
     with pytest.raises(AuthError):
         store.check("Bearer t2")
@@ -46,7 +46,7 @@ def test_token_store_reloads_on_change(tmp_path):
 
 def test_no_token_file_means_open_on_loopback_only(tmp_path, monkeypatch):
     monkeypatch.delenv("FPR_API_TOKENS_FILE", raising=False)
-    assert TokenStore(None).check(None) == "anonymous"
+    assert TokenStore(None).check(None).name == "anonymous"
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.org")
     ServeConfig.from_env(tmp_path, host="127.0.0.1")

@@ -142,13 +142,13 @@ def test_run_routes(server, world):
     r = c.get("/v1/runs/routes/report.html")  # written on first request, as 'fpr report --html' writes it
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), r.text[:300]
     assert r.text.lstrip().lower().startswith("<!doctype html") and queries[8]["query_id"] in r.text
-    assert (server.workspace / "reports" / "routes.html").read_text() == r.text
+    assert [p.read_text() for p in (server.workspace / "serve" / "reports" / "routes").glob("*.html")] == [r.text]
     assert c.get("/v1/runs/no-such-run/report.html").status_code == 404
     assert c.delete("/v1/runs/routes").json() == {"run": "routes", "deleted": True}
     assert c.get("/v1/runs/routes").status_code == 404
     assert c.delete("/v1/runs/routes").status_code == 404
     assert not (server.workspace / "serve" / "uploads" / "routes").exists()
-    assert not (server.workspace / "reports" / "routes.html").exists()
+    assert not (server.workspace / "serve" / "reports" / "routes").exists()
     assert c.get("/v1/runs/..%2F..%2Fetc").status_code == 404
 
 
