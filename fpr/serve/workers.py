@@ -251,15 +251,15 @@ class Dispatcher:
                     self.ready += 1
         try:
             conn.send(None)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError):  # the worker is already gone: nothing left to tell it
+            self.log(event="worker_gone_at_stop", slot=slot)
 
     def _follow(self, run: str, job: dict, proc, conn) -> bool:
         """Send the job and relay the worker's messages until it ends; False if the worker died."""
         try:
             conn.send(job)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError):  # it died before taking the job: the loop below sees it and fails the run
+            self.log(event="worker_unreachable", run=run, pid=proc.pid)
         while True:
             ready = wait([conn, proc.sentinel])
             msg = None

@@ -66,7 +66,7 @@ def client_table(ctx: ServeContext, run: str, df: pd.DataFrame) -> pd.DataFrame:
     prefix = str(ctx.config.uploads_dir / run) + "/"
     df = df.copy()
     for col in df.columns:
-        if df[col].dtype == object:
+        if pd.api.types.is_object_dtype(df[col]) or pd.api.types.is_string_dtype(df[col]):
             df[col] = [ctx.scrub(v.replace(prefix, "")) if isinstance(v, str) else v for v in df[col]]
     return df
 
