@@ -69,9 +69,8 @@ def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:
 
     app = FastAPI(title="fpr", version=fpr.__version__, lifespan=lifespan, description=DESCRIPTION,
                   docs_url=None, redoc_url=None)  # /docs comes from the package (routes/docs.py), not a CDN
-    app.add_middleware(RequestLog)
-    origins = frozenset(o.strip() for o in os.environ.get("FPR_SERVE_ORIGINS", "").split(",") if o.strip())
-    app.add_middleware(PageGuard, loopback_only=not ctx.tokens.enabled, origins=origins)
+    app.add_middleware(PageGuard, loopback_only=not ctx.tokens.enabled, origins=config.origins)
+    app.add_middleware(RequestLog)  # outermost: requests the guard refuses are logged too
     app.state.ctx = ctx
     app.state.device = config.device
     handlers.install(app)

@@ -234,6 +234,12 @@ def test_foreign_origin_refused_with_tokens_too(server):
     r = server.client("alice").get("/v1/runs", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403
     assert server.client("alice").get("/v1/runs", headers={"Host": "fpr.lab.example"}).status_code == 200
+    # listed in FPR_SERVE_ORIGINS (a proxy that rewrites Host), and the origin the request was sent to
+    assert server.client("alice").get("/v1/runs", headers={"Origin": "https://fpr.lab.example"}).status_code == 200
+    assert server.client("alice").get("/v1/runs", headers={"Origin": server.url}).status_code == 200
+    refused = [json.loads(l) for l in server.log.read_text().splitlines() if '"event": "request"' in l
+               and '"status": 403' in l]
+    assert refused, "requests refused by the page guard are logged"
 
 
 def test_security_headers_on_every_response(server):
