@@ -172,12 +172,23 @@ class Dispatcher:
         self.procs: dict[int, mp.Process] = {}
         self.ready = 0
         self._stopping = threading.Event()
+        self._cancelled: dict[str, str] = {}  # run -> why its worker was killed on purpose
 
     def submit(self, run: str) -> None:
         """Queue a run id; ``queue.Full`` when the queue is at its bound."""
         if self.queue.qsize() >= self.queue_size:
             raise queue.Full
         self.queue.put_nowait(run)
+
+    def cancel_running(self, run: str, pid: int, reason: str) -> bool:
+        """Kill the worker running ``run`` (its dispatcher fails the run with ``reason`` and starts a new worker);
+        False if no worker of this server has that pid."""
+        proc = next((p for p in self.procs.values() if p.pid == pid and p.is_alive()), None)
+        if proc is None:
+            return False
+        self._cancelled[run] = reason
+        proc.kill()  # mid-run: run_query stores in one transaction, so nothing of the run is stored
+        return True
 
     def start(self) -> None:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -272,8 +283,9 @@ class Dispatcher:
                 continue  # it exited, but left messages: read them first
             if msg is None:
                 proc.join(5.0)
-                reason = ("the server stopped while this run was running; resubmit it" if self._stopping.is_set()
-                          else _death_reason(proc.pid, proc.exitcode))
+                reason = self._cancelled.pop(run, None) or (
+                    "the server stopped while this run was running; resubmit it" if self._stopping.is_set()
+                    else _death_reason(proc.pid, proc.exitcode))
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
                 self.log(event="worker_died", run=run, pid=proc.pid, exitcode=proc.exitcode)
                 return False
@@ -283,10 +295,12 @@ class Dispatcher:
             elif kind == "progress":
                 self.jobs.update(run, progress=payload, sync=False)
             elif kind == "done":
+                self._cancelled.pop(run, None)  # it finished before a cancel could stop it
                 self.jobs.update(run, status=DONE, finished_at=now(), result=payload, progress=None)
                 self.log(event="run_done", run=run)
                 return True
             elif kind == "failed":
+                self._cancelled.pop(run, None)
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=payload, progress=None)
                 self.log(event="run_failed", run=run, error=payload)
                 return True

@@ -304,6 +304,43 @@ def test_token_scopes(server, world, scoped_tokens):
     assert r.status_code == 403 and "unknown scope 'write'" in r.json()["error"]
 
 
+def test_cancel_queued_and_running_runs(server, world):
+    from fpr import api
+
+    ws, queries = world
+    alice, bob = server.client("alice"), server.client("bob")
+    lock = FileLock(str(ws / "serve" / "device.lock"))
+    lock.acquire(timeout=30)
+    try:
+        for run in ("cx-0", "cx-1", "cx-2"):  # two workers wait for the device, the third run stays queued
+            assert alice.post("/v1/runs", data={"index": INDEX, "run": run}, files=submission(queries[:2])) \
+                .status_code == 202
+        running = _wait_job(ws, "cx-0", lambda j: (j.get("progress") or {}).get("stage") == "waiting for the device")
+        _wait_job(ws, "cx-1", lambda j: (j.get("progress") or {}).get("stage") == "waiting for the device")
+        r = bob.post("/v1/runs/cx-0/cancel")
+        assert r.status_code == 403 and "needs scope 'admin'" in r.json()["error"]
+        assert alice.delete("/v1/runs/cx-0").json()["error"] == \
+            "run 'cx-0' is running; cancel it first (POST /v1/runs/cx-0/cancel)"
+        assert alice.post("/v1/runs/cx-2/cancel").json() == {"run": "cx-2", "cancelled": True, "was": "queued"}
+        assert alice.post("/v1/runs/cx-0/cancel").json() == {"run": "cx-0", "cancelled": True, "was": "running"}
+        body = wait_for(alice, "cx-0", timeout=30)
+        assert body["status"] == "failed" and body["error"] == "cancelled by 'alice'", body
+        assert alice.get("/v1/runs/cx-2").json()["error"] == "cancelled by 'alice'"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{running['worker_pid']}"):
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{running['worker_pid']}")
+    finally:
+        lock.release()
+    assert wait_for(alice, "cx-1", timeout=90)["status"] == "done"
+    assert alice.post("/v1/runs/cx-1/cancel").status_code == 409
+    assert alice.post("/v1/runs/no-such-run/cancel").status_code == 404
+    assert not {"cx-0", "cx-2"} & {r["run_id"] for r in api.list_runs(workspace=ws)}
+    wait_ready(server, workers=2, timeout=90)  # the killed worker was replaced
+    for run in ("cx-0", "cx-1", "cx-2"):
+        assert alice.delete(f"/v1/runs/{run}").status_code == 200
+
+
 # --------------------------------------------------------------------------- the server killed mid-run
 
 def test_server_killed_mid_run_fails_the_run_once_and_stores_nothing(own_world, tmp_path):

@@ -21,7 +21,7 @@ from fpr.cli.output import to_jsonable
 from fpr.errors import ConflictError, NotFoundError
 from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, caller, check_run_name, get_ctx, reader
-from fpr.serve.jobs import DONE, PUBLIC_JOB_KEYS, RUNNING
+from fpr.serve.jobs import DONE, FAILED, PUBLIC_JOB_KEYS, QUEUED, RUNNING, now
 from fpr.serve.log import log_line
 from fpr.tables import write_table
 
@@ -118,13 +118,33 @@ def run_report_html(run: str, request: Request, who: Caller = Depends(reader)):
                                  "Content-Security-Policy": REPORT_CSP})
 
 
-def _may_delete(who: Caller, job: dict | None, run: str) -> None:
+def _may_change(who: Caller, job: dict | None, run: str, action: str = "deleting") -> None:
     """Own runs need 'submit'; another caller's run, a run made with the CLI or a damaged record needs 'admin'."""
     if job is not None and job.get("user") == who.name and job.get("user") is not None:
-        who.require("submit", f"deleting run '{run}'")
+        who.require("submit", f"{action} run '{run}'")
         return
     owner = f"submitted by '{job['user']}'" if job is not None and job.get("user") else "not submitted by this token"
-    who.require("admin", f"deleting run '{run}' ({owner})")
+    who.require("admin", f"{action} run '{run}' ({owner})")
+
+
+@router.post("/v1/runs/{run}/cancel", tags=["runs"])
+def cancel_run(run: str, request: Request, who: Caller = Depends(caller)) -> dict:
+    """Cancel a queued or running run: it ends 'failed' with 'cancelled by <name>' and stores nothing; its record
+    and uploads stay until DELETE. Own runs need scope 'submit'; anyone else's needs 'admin'."""
+    ctx = get_ctx(request)
+    check_run_name(run)
+    with ctx.jobs.lock:
+        job = ctx.jobs.get(run)
+        if job is None:
+            raise NotFoundError(f"no queued or running run named '{run}'", hint="GET /v1/jobs lists them")
+        _may_change(who, job, run, "cancelling")
+        reason = f"cancelled by '{who.name}'"
+        if job["status"] == QUEUED:  # the dispatcher skips a run that is no longer queued
+            ctx.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
+        elif job["status"] != RUNNING or not ctx.dispatcher.cancel_running(run, job.get("worker_pid"), reason):
+            raise ConflictError(f"run '{run}' is {job['status']}, not queued or running", hint="DELETE removes it")
+    log_line(event="run_cancelled", run=run, user=who.name, was=job["status"])
+    return {"run": run, "cancelled": True, "was": job["status"]}
 
 
 @router.delete("/v1/runs/{run}", tags=["runs"])
@@ -137,9 +157,9 @@ def delete_run(run: str, request: Request, who: Caller = Depends(caller)) -> dic
         job = ctx.jobs.get(run)
         if job is None and not ctx.run_exists(run):
             raise NotFoundError(f"no run named '{run}'", hint="GET /v1/runs lists them")
-        _may_delete(who, job, run)
+        _may_change(who, job, run)
         if job is not None and job["status"] == RUNNING:
-            raise ConflictError(f"run '{run}' is running", hint="delete it when it has finished")
+            raise ConflictError(f"run '{run}' is running", hint=f"cancel it first (POST /v1/runs/{run}/cancel)")
         if job is not None:
             ctx.jobs.delete(run)
     try:
