@@ -183,3 +183,26 @@ def atomic_write_dir(dest: str | Path, fill_fn: Callable[[Path], object], *, hin
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(path: str | Path, option: str = "--plot") -> Path:
+    """Check a figure's path before any work: a format matplotlib writes and a folder that exists (or can be
+    made) and takes a file. A plot that fails after a long computation would otherwise lose that time."""
+    path = Path(path)
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise InputError(f"{option} must end in {', '.join(PLOT_SUFFIXES)}, got '{path.name}'",
+                         hint=f"e.g. {option} {path.with_suffix('.png').name}")
+    hint = f"choose a {option} file in a writable folder"
+    folder = ensure_dir(path.parent, hint=hint)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".tmp-{path.name}.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise write_error(folder, exc, hint) from None
+    if path.is_dir():
+        raise InputError(f"{option} names a folder, not a file", where=str(path), hint=hint)
+    return path

@@ -5,6 +5,7 @@ import click
 
 from fpr.cli.main import cli, format_option
 from fpr.errors import InputError
+from fpr.files import check_plot_path
 from fpr.render.cells import dumps, render_rows
 
 META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "ppa_ties_half", "ppa_ties_half_lo", "ppa_ties_half_hi",
@@ -51,6 +52,8 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, methods, lowe
             raise InputError(f"--compare needs two metrics separated by a comma, got '{compare}'", hint="e.g. ap,sim")
     if n_boot < 1:
         raise InputError("--n-boot must be at least 1")
+    if plot_file:
+        check_plot_path(plot_file)
     res = api.meta(run, list(human) or None, truth, workspace=ctx.obj["workspace"], seed=seed,
                    metrics=_names(metrics) or None, lower_better=_names(lower_better), compare=pair,
                    truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot,

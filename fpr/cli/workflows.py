@@ -19,6 +19,7 @@ from fpr.cli.main import (
     workers_option,
 )
 from fpr.errors import InputError
+from fpr.files import check_plot_path
 from fpr.render.cells import dumps, render_rows
 
 # --------------------------------------------------------------------------- scorers
@@ -115,6 +116,8 @@ def ablate_cmd(ctx, gallery, encoder, queries, per_identity, identities, samplin
                          seed, name, weights, skip_missing_identities, device, batch_size, workers, overwrite, fmt)
         return
 
+    if plot:
+        check_plot_path(plot)  # before the sweep: nothing computed is lost to a bad figure path
     sweep = api.ablate_backgrounds(gallery, encoder, queries, backgrounds=background, name=name, plot=plot,
                                    per_identity=per_identity, identities=identities, sampling=sampling,
                                    repeats=repeats, seed=0 if seed is None else seed, design=design,

@@ -35,6 +35,7 @@ import math
 import os
 import pickle
 import re
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,6 +136,9 @@ class Runtime:
         kwargs = dict(include_dashboard=False, log_to_driver=progress.enabled(),
                       logging_level=logging.INFO if progress.enabled() else logging.ERROR)
         address = self.options.address
+        probe_address(address)  # before ray.init: its own loop retries an unreachable address for minutes
+        if not progress.enabled():  # Ray's C++ core logs to stderr on its own; --quiet means quiet
+            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             if address and address != "local":
                 ray.init(address=address, **kwargs)
@@ -164,6 +168,24 @@ def local_runtime_env() -> dict:
     root = str(Path(fpr.__file__).resolve().parent.parent)
     paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+
+
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_address(address: str | None, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """A cluster address (``ray://HOST:PORT`` or ``HOST:PORT``) must accept a TCP connection within
+    ``timeout`` seconds; otherwise one InputError now instead of Ray's minutes of connection retries."""
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise InputError(f"cannot reach the Ray cluster at '{address}' ({reason}; checked for {timeout:g} s)",
+                         hint="start the cluster, or check --ray-address (ray://HOST:10001, HOST:6379 or auto)"
+                         ) from None
 
 
 def _quiet_ray(ray) -> None:

@@ -1,10 +1,16 @@
-"""Bearer tokens from ``FPR_API_TOKENS_FILE``: one ``token [name]`` per line, ``#`` comments.
+"""Bearer tokens from ``FPR_API_TOKENS_FILE``: one ``token [name] [scope=read|submit|admin]`` per line.
 
 The file is re-read whenever it changes (mtime, size or inode), so removing a line
 revokes a token without a restart. Tokens are compared with :func:`hmac.compare_digest`
 against every known token (no early exit that would leak which prefix matched).
-The name (or a short hash when a line has none) identifies the caller in logs and
-per-token limits; the token itself is never logged or stored.
+The name (or a short hash when a line has none) identifies the caller in logs,
+per-token limits and run ownership; the token itself is never logged or stored.
+
+Scopes grow: ``read`` (listings, status, results), ``submit`` (also queue runs and
+delete or cancel the caller's own runs), ``admin`` (also delete or cancel anyone's run,
+CLI runs included). A line without ``scope=`` is ``submit``: today's token files keep
+working for everything but deleting other callers' runs. Without a token file
+(loopback only) the one local user is ``admin``.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ANONYMOUS = "anonymous"
+SCOPES = ("read", "submit", "admin")  # each includes the ones before it
+DEFAULT_SCOPE = "submit"
 
 
 class AuthError(Exception):
@@ -26,13 +34,36 @@ class AuthError(Exception):
 
 
 @dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the token line's name, its scope and a fingerprint of the token (never the token)."""
+
+    name: str
+    scope: str
+    token_id: str | None = None
+
+    def can(self, scope: str) -> bool:
+        return SCOPES.index(self.scope) >= SCOPES.index(scope)
+
+    def require(self, scope: str, action: str) -> None:
+        if not self.can(scope):
+            raise AuthError(403, f"token '{self.name}' has scope '{self.scope}'; {action} needs scope '{scope}' "
+                                 "(set 'scope=' on its line in FPR_API_TOKENS_FILE)")
+
+
+LOCAL_USER = Caller(ANONYMOUS, "admin")
+
+
+@dataclass(frozen=True)
 class _Entry:
     token: bytes
     name: str
+    scope: str | None  # None: the line names an unknown scope; the token is refused, never guessed
+    raw_scope: str = ""
 
 
-def _name_for(token: str) -> str:
-    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+def token_id(token: str | bytes) -> str:
+    data = token if isinstance(token, bytes) else token.encode()
+    return hashlib.sha256(data).hexdigest()[:8]
 
 
 def parse_tokens(text: str) -> list[_Entry]:
@@ -41,15 +72,19 @@ def parse_tokens(text: str) -> list[_Entry]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        parts = line.split(None, 1)
-        token = parts[0]
-        name = parts[1].strip() if len(parts) > 1 and parts[1].strip() else _name_for(token)
-        entries.append(_Entry(token.encode(), name))
+        parts = line.split()
+        token, rest = parts[0], parts[1:]
+        raw_scope = ""
+        if rest and rest[-1].startswith("scope="):
+            raw_scope = rest.pop()[len("scope="):]
+        scope = raw_scope if raw_scope in SCOPES else (DEFAULT_SCOPE if not raw_scope else None)
+        name = " ".join(rest) or "token-" + token_id(token)
+        entries.append(_Entry(token.encode(), name, scope, raw_scope))
     return entries
 
 
 class TokenStore:
-    """``check(header)`` -> the caller's name, or :class:`AuthError` (401 missing, 403 wrong or revoked)."""
+    """``check(header)`` -> the :class:`Caller`, or :class:`AuthError` (401 missing, 403 wrong or revoked)."""
 
     def __init__(self, path: Path | None):
         self.path = path
@@ -75,9 +110,9 @@ class TokenStore:
             self._entries = parse_tokens(self.path.read_text(encoding="utf-8", errors="replace"))
             self._stamp = stamp
 
-    def check(self, header: str | None) -> str:
+    def check(self, header: str | None) -> Caller:
         if self.path is None:
-            return ANONYMOUS
+            return LOCAL_USER
         if not header:
             raise AuthError(401, "missing Authorization header; send 'Authorization: Bearer <token>'")
         scheme, _, token = header.partition(" ")
@@ -87,10 +122,13 @@ class TokenStore:
         with self._lock:
             self._reload()
             entries = list(self._entries)
-        name = None
+        found = None
         for e in entries:
-            if hmac.compare_digest(given, e.token) and name is None:
-                name = e.name
-        if name is None:
+            if hmac.compare_digest(given, e.token) and found is None:
+                found = e
+        if found is None:
             raise AuthError(403, "token not accepted (unknown or revoked)")
-        return name
+        if found.scope is None:
+            raise AuthError(403, f"token '{found.name}' names an unknown scope '{found.raw_scope[:20]}' in the token "
+                                 f"file; use one of {', '.join(SCOPES)}")
+        return Caller(found.name, found.scope, token_id(given))

@@ -23,6 +23,16 @@ def _env_int(name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
+def _env_origins() -> frozenset[str]:
+    """``FPR_SERVE_ORIGINS``: comma-separated ``scheme://host[:port]`` whose pages may call the API."""
+    raw = os.environ.get("FPR_SERVE_ORIGINS", "").split(",")
+    origins = frozenset(o.strip().rstrip("/") for o in raw if o.strip())
+    bad = sorted(o for o in origins if not o.startswith(("http://", "https://")))
+    if bad:
+        raise InputError(f"FPR_SERVE_ORIGINS must list http:// or https:// origins, got '{bad[0][:80]}'")
+    return origins
+
+
 def is_loopback(host: str) -> bool:
     if host in ("localhost", "ip6-localhost"):
         return True
@@ -43,12 +53,13 @@ class ServeConfig:
     max_upload_bytes: int = 1024 * 1024 * 1024
     max_queued_per_token: int = 8
     queue_size: int = 64
+    origins: frozenset[str] = frozenset()  # web origins allowed besides the service's own (FPR_SERVE_ORIGINS)
 
     @classmethod
     def from_env(cls, workspace: str | Path | None, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
                  device: str = "auto") -> "ServeConfig":
-        """Read ``FPR_API_TOKENS_FILE``, ``FPR_MAX_UPLOAD_MB`` (1024), ``FPR_MAX_QUEUED_PER_TOKEN`` (8) and
-        ``FPR_SERVE_QUEUE`` (64); refuse a non-loopback host without a token file."""
+        """Read ``FPR_API_TOKENS_FILE``, ``FPR_MAX_UPLOAD_MB`` (1024), ``FPR_MAX_QUEUED_PER_TOKEN`` (8),
+        ``FPR_SERVE_QUEUE`` (64) and ``FPR_SERVE_ORIGINS``; refuse a non-loopback host without a token file."""
         if workers < 1:
             raise InputError(f"--workers must be at least 1, got {workers}")
         tokens = os.environ.get("FPR_API_TOKENS_FILE", "").strip()
@@ -63,7 +74,7 @@ class ServeConfig:
                    device=device, tokens_file=tokens_file,
                    max_upload_bytes=_env_int("FPR_MAX_UPLOAD_MB", 1024) * 1024 * 1024,
                    max_queued_per_token=_env_int("FPR_MAX_QUEUED_PER_TOKEN", 8),
-                   queue_size=_env_int("FPR_SERVE_QUEUE", 64))
+                   queue_size=_env_int("FPR_SERVE_QUEUE", 64), origins=_env_origins())
 
     @property
     def serve_dir(self) -> Path:
@@ -83,4 +94,9 @@ class ServeConfig:
 
     @property
     def reports_dir(self) -> Path:
-        return self.workspace / "reports"
+        """``<run>/<content version>.html``: a replaced run gets a new file, never the old bytes."""
+        return self.serve_dir / "reports"
+
+    @property
+    def server_lock(self) -> Path:
+        return self.serve_dir / "server.lock"

@@ -12,12 +12,14 @@
 """
 from __future__ import annotations
 
+import errno
 import shutil
 import unicodedata
 import uuid
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from typing import BinaryIO
 from pathlib import Path, PurePosixPath
 
 from fpr.errors import InputError
@@ -29,6 +31,7 @@ FILE_FIELDS = ("queries", "images", "archive")
 MAX_FIELD_BYTES = 64 * 1024
 MAX_PARTS = 100_000
 MAX_NAME_CHARS = 255
+MAX_PART_BYTES = 255
 QUERY_COLUMNS = ("path", "identity", "group", "method")
 
 
@@ -55,7 +58,21 @@ def safe_name(raw: str) -> str:
     parts = PurePosixPath(raw).parts
     if not parts or any(p in ("..", ".", "") or p.startswith(".") for p in raw.split("/")):
         raise UploadError(400, f"file name may not contain '..', '.' or hidden parts: '{shown}'")
+    if any(len(p.encode("utf-8")) > MAX_PART_BYTES for p in parts):  # what file systems store (NAME_MAX)
+        raise UploadError(400, f"a part of the file name is longer than {MAX_PART_BYTES} bytes in UTF-8: '{shown}'")
     return "/".join(parts)
+
+
+def _fs_refusal(name: str, exc: OSError) -> UploadError:
+    """A file-system failure storing an upload as a 4xx with the uploaded name, never the server path."""
+    shown = name.encode("unicode_escape").decode("ascii")[:120]
+    if isinstance(exc, (FileExistsError, NotADirectoryError, IsADirectoryError)):
+        return UploadError(400, f"file name '{shown}' clashes with another uploaded name (a file and a folder "
+                                "of the same name); rename one of them")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UploadError(507, "the server has no space left for this upload; retry later or send less")
+    return UploadError(400, f"file name '{shown}' cannot be stored on the server "
+                            f"({exc.strerror or type(exc).__name__}); rename it")
 
 
 def _inside(root: Path, rel: str) -> Path:
@@ -94,6 +111,21 @@ class Upload:
                                    "(FPR_MAX_UPLOAD_MB)")
 
     # -- targets for file parts
+    def open_target(self, field_name: str, filename: str | None) -> BinaryIO:
+        """Open the file a part is written to; a name the file system refuses is a 4xx (:func:`_fs_refusal`)."""
+        dest = self.target(field_name, filename)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            return open(dest, "xb")  # never over an earlier part's file
+        except OSError as exc:
+            raise _fs_refusal(filename or field_name, exc) from None
+
+    def write(self, out: BinaryIO, chunk: bytes) -> None:
+        try:
+            out.write(chunk)
+        except OSError as exc:
+            raise _fs_refusal(Path(out.name).name, exc) from None
+
     def target(self, field_name: str, filename: str | None) -> Path:
         self.n_parts += 1
         if self.n_parts > MAX_PARTS:
@@ -119,7 +151,6 @@ class Upload:
         if name in self.images:
             raise UploadError(400, f"image '{name}' uploaded twice")
         dest = _inside(self.folder, name)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         self.images.append(name)
         return dest
 
@@ -155,15 +186,27 @@ class Upload:
                     dest = self.queries
                 else:
                     dest = self._image_target(name)
-                try:
-                    with zf.open(info) as src, open(dest, "wb") as out:
-                        while chunk := src.read(1 << 20):
-                            self.count(len(chunk))  # the uncompressed size counts: a zip bomb stops here
-                            out.write(chunk)
-                except (zipfile.BadZipFile, zlib.error, OSError, EOFError) as exc:
-                    raise UploadError(422, f"'archive' member '{name}' cannot be read ({exc})") from None
+                self._unpack(zf, info, dest, name)
         self.archive.unlink()
         self.archive = None
+
+    def _unpack(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, name: str) -> None:
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            out = open(dest, "xb")
+        except OSError as exc:
+            raise _fs_refusal(name, exc) from None
+        try:
+            with zf.open(info) as src, out:
+                while chunk := src.read(1 << 20):
+                    self.count(len(chunk))  # the uncompressed size counts: a zip bomb stops here
+                    self.write(out, chunk)
+        except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError) as exc:  # RuntimeError: encrypted member
+            raise UploadError(422, f"'archive' member '{name}' cannot be read ({type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0][:80] if str(exc) else 'unreadable'})") from None
+        except OSError as exc:
+            raise UploadError(422, f"'archive' member '{name}' cannot be read ({exc.strerror or type(exc).__name__})"
+                              ) from None
 
     def check(self) -> None:
         """Fields present, the queries table readable and naming only uploaded images, every image decodable."""

@@ -84,6 +84,23 @@ def _warm_imports() -> None:
             importlib.import_module(name)
 
 
+def _exit_with_parent(interval: float = 0.2) -> None:
+    """Exit as soon as the server process is gone (killed with SIGKILL: no chance to stop its workers).
+
+    An orphaned worker must not finish its run: the next server has already marked that run failed at
+    start, and would see it stored and 'done' later. Exiting mid-run stores nothing (one transaction).
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        sys.stderr.write(f"fpr serve worker {os.getpid()}: the server process {parent} is gone; exiting\n")
+        os._exit(70)
+
+    threading.Thread(target=watch, name="fpr-serve-parent-watch", daemon=True).start()
+
+
 def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
     """Loop: receive a job, run it under the device lock, send the outcome; exit on EOF or None."""
     from filelock import FileLock
@@ -91,6 +108,7 @@ def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
     from fpr import api, progress
     from fpr.errors import FprError
 
+    _exit_with_parent()
     send_lock = threading.Lock()
 
     def send(msg) -> None:
@@ -154,12 +172,23 @@ class Dispatcher:
         self.procs: dict[int, mp.Process] = {}
         self.ready = 0
         self._stopping = threading.Event()
+        self._cancelled: dict[str, str] = {}  # run -> why its worker was killed on purpose
 
     def submit(self, run: str) -> None:
         """Queue a run id; ``queue.Full`` when the queue is at its bound."""
         if self.queue.qsize() >= self.queue_size:
             raise queue.Full
         self.queue.put_nowait(run)
+
+    def cancel_running(self, run: str, pid: int, reason: str) -> bool:
+        """Kill the worker running ``run`` (its dispatcher fails the run with ``reason`` and starts a new worker);
+        False if no worker of this server has that pid."""
+        proc = next((p for p in self.procs.values() if p.pid == pid and p.is_alive()), None)
+        if proc is None:
+            return False
+        self._cancelled[run] = reason
+        proc.kill()  # mid-run: run_query stores in one transaction, so nothing of the run is stored
+        return True
 
     def start(self) -> None:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,15 +262,15 @@ class Dispatcher:
                     self.ready += 1
         try:
             conn.send(None)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError):  # the worker is already gone: nothing left to tell it
+            self.log(event="worker_gone_at_stop", slot=slot)
 
     def _follow(self, run: str, job: dict, proc, conn) -> bool:
         """Send the job and relay the worker's messages until it ends; False if the worker died."""
         try:
             conn.send(job)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError):  # it died before taking the job: the loop below sees it and fails the run
+            self.log(event="worker_unreachable", run=run, pid=proc.pid)
         while True:
             ready = wait([conn, proc.sentinel])
             msg = None
@@ -254,8 +283,9 @@ class Dispatcher:
                 continue  # it exited, but left messages: read them first
             if msg is None:
                 proc.join(5.0)
-                reason = ("the server stopped while this run was running; resubmit it" if self._stopping.is_set()
-                          else _death_reason(proc.pid, proc.exitcode))
+                reason = self._cancelled.pop(run, None) or (
+                    "the server stopped while this run was running; resubmit it" if self._stopping.is_set()
+                    else _death_reason(proc.pid, proc.exitcode))
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=reason, progress=None)
                 self.log(event="worker_died", run=run, pid=proc.pid, exitcode=proc.exitcode)
                 return False
@@ -265,10 +295,12 @@ class Dispatcher:
             elif kind == "progress":
                 self.jobs.update(run, progress=payload, sync=False)
             elif kind == "done":
+                self._cancelled.pop(run, None)  # it finished before a cancel could stop it
                 self.jobs.update(run, status=DONE, finished_at=now(), result=payload, progress=None)
                 self.log(event="run_done", run=run)
                 return True
             elif kind == "failed":
+                self._cancelled.pop(run, None)
                 self.jobs.update(run, status=FAILED, finished_at=now(), error=payload, progress=None)
                 self.log(event="run_failed", run=run, error=payload)
                 return True

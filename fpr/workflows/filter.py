@@ -31,6 +31,7 @@ import math
 import re
 import shutil
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,6 +201,42 @@ def _assemble(parts: list[Path], out: Path, fmt: str, columns: list[str]) -> Non
     atomic_write_path(out, write)
 
 
+TRASH_MARK = ".done-"
+
+
+def _discard_state(state_dir: Path) -> None:
+    """Remove the finished run's state so that a kill at any moment leaves either the whole state (the next run
+    re-assembles the outputs from it) or none: renamed first in one step, then deleted."""
+    trash = state_dir.with_name(f"{state_dir.name}{TRASH_MARK}{uuid.uuid4().hex[:8]}")
+    try:
+        state_dir.rename(trash)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)  # a kill here leaves trash that the next run removes
+
+
+def _remove_leftovers(out: Path, rej_path: Path | None, state_dir: Path) -> None:
+    """What a killed run of this output left behind: state folders being deleted, and the outputs' temporary
+    files (``.tmp-<name>.*``, written by :func:`fpr.files.atomic_write_path`)."""
+    for trash in out.parent.glob(f"{state_dir.name}{TRASH_MARK}*"):
+        shutil.rmtree(trash, ignore_errors=True)
+    for target in (out, rej_path):
+        if target is not None:
+            for tmp in target.parent.glob(f".tmp-{target.name}.*"):
+                tmp.unlink(missing_ok=True)
+
+
+def _forget_missing_parts(state: dict, state_dir: Path, out_fmt: str, rej_fmt: str | None) -> None:
+    """Chunks recorded as done whose part files are gone (a run killed while removing its state, by an older
+    fpr) are done again rather than refusing the resume."""
+    for k in list(state["done"]):
+        parts = [state_dir / f"{int(k):06d}.kept.{out_fmt}"]
+        if rej_fmt is not None:
+            parts.append(state_dir / f"{int(k):06d}.rejected.{rej_fmt}")
+        if not all(p.exists() for p in parts):
+            del state["done"][k]
+
+
 def _safe(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".")
     return s or "_"
@@ -294,6 +331,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns}, length=24)
     state_dir = out.parent / f".{out.name}.fpr-filter"
     state_file = state_dir / "state.json"
+    _remove_leftovers(out, rej_path, state_dir)
     state = None
     if state_file.exists() and not restart:
         try:
@@ -303,6 +341,8 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         if state is not None and state.get("fingerprint") != fingerprint:
             progress.log(f"found the state of a different filter run in {state_dir}; starting over")
             state = None
+        if state is not None:
+            _forget_missing_parts(state, state_dir, out_fmt, rej_fmt if rej_path else None)
     if state is None:
         shutil.rmtree(state_dir, ignore_errors=True)
         state = {"version": STATE_VERSION, "fingerprint": fingerprint, "n_rows": n_rows, "chunk_size": chunk_size,
@@ -379,7 +419,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     _assemble(parts, out, out_fmt, columns)
     if rej_path is not None:
         _assemble(sorted(state_dir.glob(f"*.rejected.{rej_fmt}")), rej_path, rej_fmt, columns)
-    shutil.rmtree(state_dir, ignore_errors=True)
+    _discard_state(state_dir)
 
     n_kept = sum(int(d["kept"]) for d in done.values())
     reasons: Counter = Counter()

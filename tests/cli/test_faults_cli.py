@@ -152,3 +152,34 @@ def test_usage_errors_are_one_line_through_the_console_script():
         out = subprocess.run([sys.executable, "-m", "fpr", *args], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and out.stdout == ""
         assert out.stderr.startswith("fpr: error: ") and needle in out.stderr and out.stderr.count("\n") == 1
+
+
+def _bad_plots(tmp_path):
+    """--plot paths that cannot be written: (path, needle of the one-line error)."""
+    (tmp_path / "a-file").write_text("x")
+    return [(str(tmp_path / "a-file" / "fig.png"), "cannot create folder"),
+            ("/proc/fpr-no-such-folder/fig.png", "cannot create folder"),
+            ("/proc/fig.png", "cannot write to folder"),
+            (str(tmp_path / "fig.xyz"), "--plot must end in .png, .pdf, .svg, got 'fig.xyz'")]
+
+
+def test_meta_plot_faults_are_one_line(flow, tmp_path):
+    ws, queries = flow
+    df = pd.read_csv(queries).assign(drift=[0.0, 0.5, 1.0] * 2)
+    df.to_csv(tmp_path / "drift.csv", index=False)
+    run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "drift.csv"), "--run", "d")
+    for plot, needle in _bad_plots(tmp_path):
+        one_line_error(run(ws, "meta", "--run", "d", "--truth", "drift", "--n-boot", "10", "--plot", plot, ok=False),
+                       needle)
+
+
+def test_ablate_plot_faults_are_one_line_and_lose_nothing(flow, tmp_path):
+    ws, queries = flow
+    args = ["ablate", "--gallery", "g", "--encoder", "pixels-16", "--queries", str(queries), "--per-identity", "1",
+            "--identities", "2", "--sampling", "random", "--repeats", "1", "--workers", "0", "--run-prefix", "ab"]
+    run(ws, *args)
+    stored = run(ws, "sql", "SELECT count(*) AS n FROM ablations WHERE ablation = 'ab'", "--format", "csv").output
+    for plot, needle in _bad_plots(tmp_path):
+        one_line_error(run(ws, *args, "--overwrite", "--plot", plot, ok=False), needle)
+    assert run(ws, "sql", "SELECT count(*) AS n FROM ablations WHERE ablation = 'ab'", "--format", "csv").output \
+        == stored

@@ -68,14 +68,19 @@ class Server:
                 self.proc.wait(5)
 
 
-def launch_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dict | None = None) -> Server:
-    """Start ``fpr serve`` in a subprocess (returns at once; see :func:`wait_ready`)."""
+def launch_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: dict | None = None,
+                  tokens: bool = True) -> Server:
+    """Start ``fpr serve`` in a subprocess (returns at once; see :func:`wait_ready`); ``tokens=False`` serves
+    loopback without a token file."""
     tokens_file = tmp / "tokens.txt"
     if not tokens_file.exists():
         tokens_file.write_text("# test tokens\n" + "".join(f"{t} {n}\n" for n, t in TOKENS.items()))
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), FPR_API_TOKENS_FILE=str(tokens_file), FPR_MAX_UPLOAD_MB="2",
-               FPR_MAX_QUEUED_PER_TOKEN="3", FPR_QUIET="1", **(extra_env or {}))
+               FPR_MAX_QUEUED_PER_TOKEN="3", FPR_QUIET="1", FPR_SERVE_ORIGINS="https://fpr.lab.example",
+               **(extra_env or {}))
+    if not tokens:
+        del env["FPR_API_TOKENS_FILE"]
     log = tmp / f"server-{port}.log"
     proc = subprocess.Popen([sys.executable, "-m", "fpr", "--workspace", str(workspace), "serve", "--host",
                              "127.0.0.1", "--port", str(port), "--workers", str(workers), "--device", "cpu"],

@@ -24,7 +24,7 @@ def test_token_store_reloads_on_change(tmp_path):
     f = tmp_path / "tokens"
     f.write_text("t1 one\nt2 two\n")
     store = TokenStore(f)
-    assert store.check("Bearer t1") == "one" and store.check("bearer t2") == "two"
+    assert store.check("Bearer t1").name == "one" and store.check("bearer t2").name == "two"
     with pytest.raises(AuthError) as e:
         store.check(None)
     assert e.value.status == 401
@@ -38,7 +38,7 @@ def test_token_store_reloads_on_change(tmp_path):
     with pytest.raises(AuthError) as e:
         store.check("Bearer t1")
     assert e.value.status == 403
-    assert store.check("Bearer t2") == "two"
+    assert store.check("Bearer t2").name == "two"
     f.unlink()
     with pytest.raises(AuthError):
         store.check("Bearer t2")
@@ -46,7 +46,7 @@ def test_token_store_reloads_on_change(tmp_path):
 
 def test_no_token_file_means_open_on_loopback_only(tmp_path, monkeypatch):
     monkeypatch.delenv("FPR_API_TOKENS_FILE", raising=False)
-    assert TokenStore(None).check(None) == "anonymous"
+    assert TokenStore(None).check(None).name == "anonymous"
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.org")
     ServeConfig.from_env(tmp_path, host="127.0.0.1")
@@ -58,6 +58,12 @@ def test_no_token_file_means_open_on_loopback_only(tmp_path, monkeypatch):
     assert ServeConfig.from_env(tmp_path, host="0.0.0.0").tokens_file == f
     monkeypatch.setenv("FPR_MAX_UPLOAD_MB", "3")
     assert ServeConfig.from_env(tmp_path).max_upload_bytes == 3 * 1024 * 1024
+    monkeypatch.setenv("FPR_SERVE_ORIGINS", "https://fpr.lab.example/, http://localhost:3000")
+    assert ServeConfig.from_env(tmp_path).origins == {"https://fpr.lab.example", "http://localhost:3000"}
+    monkeypatch.setenv("FPR_SERVE_ORIGINS", "fpr.lab.example")
+    with pytest.raises(InputError, match="FPR_SERVE_ORIGINS must list http:// or https:// origins"):
+        ServeConfig.from_env(tmp_path)
+    monkeypatch.delenv("FPR_SERVE_ORIGINS")
     monkeypatch.setenv("FPR_MAX_UPLOAD_MB", "lots")
     with pytest.raises(InputError, match="FPR_MAX_UPLOAD_MB must be an integer"):
         ServeConfig.from_env(tmp_path)
@@ -110,3 +116,20 @@ def test_listings_match_the_api(server):
     health = server.client(None).get("/v1/health").json()
     assert health["status"] == "ok" and health["device"] == "cpu" and health["version"] == "0.1.0"
     assert os.path.isdir(server.workspace / "serve" / "jobs")
+
+
+def test_token_lines_with_scopes(tmp_path):
+    entries = parse_tokens("abc alice smith scope=admin\ndef\nghi bob scope=read\njkl eve scope=write\n")
+    assert [(e.name, e.scope) for e in entries][:1] == [("alice smith", "admin")]
+    assert entries[1].scope == "submit"  # a line without a scope: today's token files keep submitting
+    assert entries[2].scope == "read" and entries[3].scope is None
+    f = tmp_path / "tokens"
+    f.write_text("abc alice scope=admin\ndef bob\nghi carol scope=read\njkl eve scope=write\n")
+    store = TokenStore(f)
+    alice, bob, carol = (store.check(f"Bearer {t}") for t in ("abc", "def", "ghi"))
+    assert alice.can("admin") and bob.can("submit") and not bob.can("admin") and not carol.can("submit")
+    assert bob.token_id != alice.token_id and "def" not in bob.token_id
+    with pytest.raises(AuthError, match="unknown scope 'write'"):
+        store.check("Bearer jkl")
+    with pytest.raises(AuthError, match="token 'carol' has scope 'read'; submitting needs scope 'submit'"):
+        carol.require("submit", "submitting")

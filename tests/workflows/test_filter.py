@@ -195,3 +195,34 @@ def test_cli_filter_and_list_names(setup):
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "attribute access" in r.output
     r = runner.invoke(cli, ["--workspace", str(ws), "filter", "--index", INDEX, "--queries", str(qfile)])
     assert r.exit_code == 2 and "missing option(s) --keep, --out" in r.output
+
+
+def test_killed_during_final_cleanup_resumes(setup, monkeypatch):
+    """#26: a run killed while removing its state folder (after the outputs were written) resumes without
+    --restart, to the same outputs; a 0-byte temporary output left by a kill is removed by the next run."""
+    import shutil as real_shutil
+
+    from fpr.eval import filter as filt
+
+    tmp, ws, qfile = setup
+    kw = dict(rejected=tmp / "rej.csv", workspace=ws, chunk_size=7)
+    real_rmtree = real_shutil.rmtree
+
+    def killed_rmtree(path, *a, **k):
+        parts = sorted(Path(path).glob("*.kept.csv"))
+        if not parts:
+            return real_rmtree(path, *a, **k)
+        parts[0].unlink()  # the kill lands after the first file is gone, state.json still there
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(filt.shutil, "rmtree", killed_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept.csv", **kw)
+    monkeypatch.setattr(filt.shutil, "rmtree", real_rmtree)
+    (tmp / ".tmp-kept.csv.k1ll3d00").write_bytes(b"")  # what a kill inside the output's atomic write leaves
+    filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept.csv", **kw)
+    filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept2.csv", rejected=tmp / "rej2.csv",
+                   workspace=ws, chunk_size=7)
+    assert (tmp / "kept.csv").read_bytes() == (tmp / "kept2.csv").read_bytes()
+    assert (tmp / "rej.csv").read_bytes() == (tmp / "rej2.csv").read_bytes()
+    assert sorted(p.name for p in tmp.glob(".*kept*")) == []  # no state, no trash, no temporary files

@@ -337,6 +337,9 @@ class JudgeClient:
             raise JudgeFailure(f"malformed reply: {_short(str(exc))}") from None
         except openai.APIError as exc:
             raise JudgeFailure(f"malformed reply: {_short(str(exc))}") from None
+        except UnicodeDecodeError as exc:  # a 200 whose body is not UTF-8: this query's value is missing, not the run
+            raise JudgeFailure(f"malformed reply: the body is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                               f"position {exc.start})") from None
         except json.JSONDecodeError as exc:  # a 200 whose JSON body is cut off
             raise JudgeFailure(f"malformed reply: the body is not complete JSON ({exc.msg}, char {exc.pos})") from None
         return _reply(resp)

@@ -46,7 +46,7 @@ class Fault:
     """What to do with a request containing the marker: an HTTP status, a raw body, a delay, a refusal."""
 
     status: int = 200
-    body: str | None = None  # raw body instead of a completion
+    body: str | bytes | None = None  # raw body instead of a completion
     content_type: str = "application/json"
     delay: float = 0.0
     refusal: str | None = None
@@ -143,8 +143,8 @@ class JudgeServer:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _send(self, status: int, body: str, content_type="application/json", headers=None):
-                data = body.encode()
+            def _send(self, status: int, body: str | bytes, content_type="application/json", headers=None):
+                data = body if isinstance(body, bytes) else body.encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)

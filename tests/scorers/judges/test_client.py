@@ -86,6 +86,8 @@ FAULTS = {  # marker in the prompt -> (fault, reason prefix in the note, cached 
     "FAULT-TRUNCATED": (Fault(body='{"id": "x", "choices": [{"index": 0, "message": {"content": "Sco'),
                         "malformed reply", False),
     "FAULT-HTML-200": (Fault(body="<html>maintenance</html>", content_type="text/html"), "malformed reply", False),
+    "FAULT-NOT-UTF8": (Fault(body=b'{"id": "x", "choices": [{"index": 0, "message": {"content": "Score: 3 \xc3\x28"}}]}'),
+                       "malformed reply: the body is not UTF-8 text", False),
     "FAULT-REFUSAL": (Fault(refusal="I can't help with that."), "refusal: I can't help with that.", True),
     "FAULT-SORRY": (Fault(content="I'm sorry, but I cannot evaluate this image."), "refusal: I'm sorry", True),
     "FAULT-NOSCORE": (Fault(content="It follows the prompt well."), "unparsable reply: no final 'Score: ...' line",
