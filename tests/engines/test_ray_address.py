@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[2]
-from tests.eval.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)
+from tests.workflows.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
