@@ -13,25 +13,24 @@ Scale and safety:
 
 - the queries file is read in chunks (CSV or Parquet) and processed chunk by
   chunk, so inputs larger than memory stream through;
-- each finished chunk is written as a part file (temp file + rename) in a state
-  folder ``.<out name>.fpr-filter/`` beside ``--out``, and recorded in its
-  ``state.json`` (also replaced atomically). A killed run resumes at the first
-  unfinished chunk (finished chunks are not redone; re-embedding is free anyway
-  thanks to the embedding cache). A different command (rule, index, inputs,
-  chunk size, ...) starts over;
+- each finished chunk's kept and rejected rows and its counts are parts of the
+  one resumable parts folder (:class:`fpr.engines.parts.PartsFolder`,
+  ``.<out name>.fpr-filter/`` beside ``--out``), the same folder the Ray engine
+  keeps its shards in: written atomically, marked done last. A killed run
+  resumes at the first unfinished chunk (finished chunks are not redone;
+  re-embedding is free anyway thanks to the embedding cache). A different command
+  (rule, index, inputs, chunk size, ...) starts over;
 - the outputs appear only when every chunk is done, each written to a temp file
-  and renamed, so a reader never sees a half-written file; the state folder is
-  then removed;
+  and renamed, so a reader never sees a half-written file; the parts folder is
+  then renamed aside and removed (a kill at any point resumes);
 - progress and throughput (images/s) go to stderr.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +39,11 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fpr import keys, progress
+from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
+from fpr.engines.parts import PartsFolder
 from fpr.errors import ConflictError, InputError
 from fpr.eval import inputs, pipeline, relevance
 from fpr.files import atomic_write_path
@@ -201,40 +201,12 @@ def _assemble(parts: list[Path], out: Path, fmt: str, columns: list[str]) -> Non
     atomic_write_path(out, write)
 
 
-TRASH_MARK = ".done-"
-
-
-def _discard_state(state_dir: Path) -> None:
-    """Remove the finished run's state so that a kill at any moment leaves either the whole state (the next run
-    re-assembles the outputs from it) or none: renamed first in one step, then deleted."""
-    trash = state_dir.with_name(f"{state_dir.name}{TRASH_MARK}{uuid.uuid4().hex[:8]}")
-    try:
-        state_dir.rename(trash)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(trash, ignore_errors=True)  # a kill here leaves trash that the next run removes
-
-
-def _remove_leftovers(out: Path, rej_path: Path | None, state_dir: Path) -> None:
-    """What a killed run of this output left behind: state folders being deleted, and the outputs' temporary
-    files (``.tmp-<name>.*``, written by :func:`fpr.files.atomic_write_path`)."""
-    for trash in out.parent.glob(f"{state_dir.name}{TRASH_MARK}*"):
-        shutil.rmtree(trash, ignore_errors=True)
+def _remove_temporary_outputs(out: Path, rej_path: Path | None) -> None:
+    """The outputs' temporary files a killed run left (``.tmp-<name>.*``, from :func:`fpr.files.atomic_write_path`)."""
     for target in (out, rej_path):
         if target is not None:
             for tmp in target.parent.glob(f".tmp-{target.name}.*"):
                 tmp.unlink(missing_ok=True)
-
-
-def _forget_missing_parts(state: dict, state_dir: Path, out_fmt: str, rej_fmt: str | None) -> None:
-    """Chunks recorded as done whose part files are gone (a run killed while removing its state, by an older
-    fpr) are done again rather than refusing the resume."""
-    for k in list(state["done"]):
-        parts = [state_dir / f"{int(k):06d}.kept.{out_fmt}"]
-        if rej_fmt is not None:
-            parts.append(state_dir / f"{int(k):06d}.rejected.{rej_fmt}")
-        if not all(p.exists() for p in parts):
-            del state["done"][k]
 
 
 def _safe(name: str) -> str:
@@ -322,35 +294,19 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     columns = [c for c in header if c not in computed] + computed
 
     st = qpath.stat()
-    fingerprint = keys.fingerprint({
-        "v": STATE_VERSION, "queries": str(qpath.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
-        "index": index, "card": [gi.card.gallery_fingerprint, gi.card.encoder, gi.card.weights_checksum],
-        "rule": rule.text, "scorers": names, "options": options, "scope": scope, "chunk": chunk_size,
-        "skip_missing": skip_missing_identities, "out": [str(out.resolve()), out_fmt],
-        "rejected": [str(rej_path.resolve()), rej_fmt] if rej_path else None,
-        "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns}, length=24)
-    state_dir = out.parent / f".{out.name}.fpr-filter"
-    state_file = state_dir / "state.json"
-    _remove_leftovers(out, rej_path, state_dir)
-    state = None
-    if state_file.exists() and not restart:
-        try:
-            state = json.loads(state_file.read_text())
-        except (OSError, ValueError):
-            state = None
-        if state is not None and state.get("fingerprint") != fingerprint:
-            progress.log(f"found the state of a different filter run in {state_dir}; starting over")
-            state = None
-        if state is not None:
-            _forget_missing_parts(state, state_dir, out_fmt, rej_fmt if rej_path else None)
-    if state is None:
-        shutil.rmtree(state_dir, ignore_errors=True)
-        state = {"version": STATE_VERSION, "fingerprint": fingerprint, "n_rows": n_rows, "chunk_size": chunk_size,
-                 "done": {}}
-        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
-    done: dict[str, dict] = state["done"]
+    work = {"v": STATE_VERSION, "queries": str(qpath.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
+            "index": index, "card": [gi.card.gallery_fingerprint, gi.card.encoder, gi.card.weights_checksum],
+            "rule": rule.text, "scorers": names, "options": options, "scope": scope, "chunk": chunk_size,
+            "skip_missing": skip_missing_identities, "out": [str(out.resolve()), out_fmt],
+            "rejected": [str(rej_path.resolve()), rej_fmt] if rej_path else None,
+            "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns}
+    _remove_temporary_outputs(out, rej_path)
+    parts = PartsFolder(out.parent / f".{out.name}.fpr-filter", work, restart=restart)
+    kept_suffix, rej_suffix = f".kept.{out_fmt}", (f".rejected.{rej_fmt}" if rej_path else None)
+    required = [kept_suffix, ".json"] + ([rej_suffix] if rej_suffix else [])
+    done: dict[int, dict] = {k: parts.read_json(k, ".json") for k in sorted(parts.done(required))}
     if done:
-        progress.log(f"resuming: {len(done)} of {n_chunks_est} chunks already done ({state_dir})")
+        progress.log(f"resuming: {len(done)} of {n_chunks_est} chunks already done ({parts.root})")
     progress.log(f"filtering {n_rows} queries against index '{index}' ({enc.id}) in chunks of {chunk_size}; "
                  f"keep: {rule.text}" + (f"; scorers: {', '.join(names)}" if names else ""))
 
@@ -363,14 +319,15 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         """Write a finished chunk's parts and record it in the state (durably, then ``after_chunk``)."""
         kept_mask = frame["__keep"].to_numpy(dtype=bool)
         kept, rej = frame[kept_mask], frame[~kept_mask]
-        _write_part(kept[columns], state_dir / f"{k:06d}.kept.{out_fmt}", out_fmt)
-        if rej_path is not None:
-            _write_part(rej[columns], state_dir / f"{k:06d}.rejected.{rej_fmt}", rej_fmt)
+        _write_part(kept[columns], parts.path(k, kept_suffix), out_fmt)
+        if rej_suffix is not None:
+            _write_part(rej[columns], parts.path(k, rej_suffix), rej_fmt)
         if copy_dir is not None and len(kept):
             _copy_kept(kept, copy_dir)
-        clause_counts = Counter(c for c in frame["__clause"] if c)
-        done[str(k)] = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(clause_counts)}
-        atomic_write_path(state_file, lambda tmp: Path(tmp).write_text(json.dumps(state)))
+        stats = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(Counter(c for c in frame["__clause"] if c))}
+        parts.write_json(k, ".json", stats)
+        parts.mark_done(k)  # last: a part is done only once all its files are whole
+        done[k] = stats
         tally["t_work"] += dt
         tally["processed"] += n
         progress.log(f"chunk {k + 1}/{n_chunks_est}: {n} images, kept {int(kept_mask.sum())}, "
@@ -386,7 +343,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         n = len(raw)
         offset = tally["offset"]
         tally["offset"] += n
-        if str(k) in done:
+        if k in done:
             tally["resumed"] += 1
             continue
         if ray_opts is not None:  # queued for Ray: the paths are what the decode tasks read
@@ -412,14 +369,13 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         engine_info.update(chunks=n_chunks, chunks_resumed=tally["resumed"])
     n_resumed, n_processed, t_work = tally["resumed"], tally["processed"], tally["t_work"]
 
-    parts = sorted(state_dir.glob(f"*.kept.{out_fmt}"))
-    if len(parts) != n_chunks or len(done) != n_chunks:
+    if sorted(done) != list(range(n_chunks)):
         raise InputError(f"the queries file changed while filtering ({len(done)} of {n_chunks} chunks recorded)",
                          where=str(qpath), hint="rerun the command")
-    _assemble(parts, out, out_fmt, columns)
-    if rej_path is not None:
-        _assemble(sorted(state_dir.glob(f"*.rejected.{rej_fmt}")), rej_path, rej_fmt, columns)
-    _discard_state(state_dir)
+    _assemble([parts.path(k, kept_suffix) for k in range(n_chunks)], out, out_fmt, columns)
+    if rej_suffix is not None:
+        _assemble([parts.path(k, rej_suffix) for k in range(n_chunks)], rej_path, rej_fmt, columns)
+    parts.discard()
 
     n_kept = sum(int(d["kept"]) for d in done.values())
     reasons: Counter = Counter()
