@@ -1,0 +1,104 @@
+"""Role-weighted scores, aspect and Core/Hard scores, the robustness drop: hand-computed and the paper's Table 3."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fpr.metrics.roles import aspect_scores, cell_means, robustness_drop, role_scores, split_scores
+from fpr.scorers.vistar_roles import read_mask
+
+ASPECTS = ["TR", "LI", "CSE", "CPA", "PSC", "GC", "SF", "CUL", "MA"]
+# VISTAR Table 3 (0-100): nine aspect scores, Core, Hard, Drop (%).
+TABLE3 = {
+    "SD 3.5": ([89.5, 88.1, 88.6, 87.5, 89.3, 86.2, 89.1, 86.8, 87.0], 88.0, 82.3, 6.5),
+    "Imagen 3": ([92.1, 82.5, 90.3, 88.1, 85.2, 81.0, 88.5, 87.2, 86.4], 86.8, 80.5, 7.3),
+    "HiDream": ([78.3, 84.2, 80.1, 85.4, 82.8, 84.5, 92.3, 90.5, 88.1], 85.1, 78.6, 7.6),
+    "SeeDream": ([72.5, 83.1, 77.8, 82.0, 80.9, 82.3, 88.2, 84.7, 85.3], 81.9, 74.2, 9.4),
+    "Flux.1-schnell": ([81.2, 79.5, 81.1, 80.2, 78.3, 78.1, 82.5, 80.4, 81.3], 80.3, 73.0, 9.1),
+    "SDXL": ([68.0, 76.2, 72.4, 79.3, 75.1, 77.0, 81.6, 78.2, 79.5], 76.4, 65.1, 14.8),
+}
+
+
+def tensor_from_table3(mask):
+    """Every relevant (role, aspect) cell of every model holds its Table 3 aspect score (one prompt each)."""
+    rows = []
+    for g, (scores, *_rest) in TABLE3.items():
+        for r in mask[mask["relevant"] == 1].itertuples():
+            rows.append({"role": r.role, "aspect": r.aspect, "model": g, "prompt_id": f"{r.role}-{r.aspect}",
+                         "split": "core", "score": scores[ASPECTS.index(r.aspect)]})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("model", list(TABLE3))
+def test_core_is_the_mean_of_the_nine_aspects_and_drop_matches_table3(model):
+    scores, core, hard, drop = TABLE3[model]
+    aspects = pd.DataFrame([{"model": model, "split": "core", "aspect": a, "score": s, "n": 1, "n_missing": 0}
+                            for a, s in zip(ASPECTS, scores)]
+                           + [{"model": model, "split": "hard", "aspect": a, "score": hard, "n": 1, "n_missing": 0}
+                              for a in ASPECTS])
+    out = split_scores(aspects).iloc[0]
+    assert abs(out["core"] - core) < 0.05 + 1e-9
+    assert out["n_aspects"] == 9
+    assert round(100 * robustness_drop(core, hard), 1) == drop
+
+
+def test_robustness_drop_edges():
+    assert robustness_drop(0.8, 0.6) == pytest.approx(0.25)
+    assert math.isnan(robustness_drop(0.0, 0.1))
+    assert math.isnan(robustness_drop(0.5, float("nan")))
+    assert robustness_drop(0.5, 0.6) == pytest.approx(-0.2)  # Hard better than Core: a negative drop
+
+
+def test_roles_reorder_table3_models():
+    mask = read_mask()
+    rs = role_scores(cell_means(tensor_from_table3(mask)), mask).set_index(["role", "model"])
+    # by hand from Table 3 and the packaged mask:
+    # GD (TR, SF, GC, MA): SD 3.5 (89.5+89.1+86.2+87.0)/4 = 87.95, Imagen 3 (92.1+88.5+81.0+86.4)/4 = 87.0
+    assert rs.loc[("GD", "SD 3.5"), "role_score"] == pytest.approx(87.95)
+    assert rs.loc[("GD", "Imagen 3"), "role_score"] == pytest.approx(87.0)
+    assert rs.loc[("GD", "SD 3.5"), "rank"] == 1
+    # GA (SF, CPA, CSE): Imagen 3 (88.5+88.1+90.3)/3 = 88.967 beats SD 3.5 (89.1+87.5+88.6)/3 = 88.4
+    assert rs.loc[("GA", "Imagen 3"), "role_score"] == pytest.approx(266.9 / 3)
+    assert rs.loc[("GA", "SD 3.5"), "role_score"] == pytest.approx(88.4)
+    assert rs.loc[("GA", "Imagen 3"), "rank"] == 1 and rs.loc[("GA", "SD 3.5"), "rank"] == 2
+    # CH (CUL, TR, SF): Imagen 3 267.8/3 > SD 3.5 265.4/3 > HiDream 261.1/3
+    assert [rs.loc[("CH", g), "rank"] for g in ("Imagen 3", "SD 3.5", "HiDream")] == [1, 2, 3]
+    assert (rs["n_measured"] == rs["n_relevant"]).all()
+    assert (rs["role_score"] == rs["role_score_measured"]).all()
+
+
+def test_missing_relevant_aspect_is_nan_strict_and_measured_over_the_rest():
+    mask = pd.DataFrame({"role": ["X"] * 3, "aspect": ["TR", "LI", "GC"], "relevant": [1, 1, 0]})
+    tensor = pd.DataFrame([
+        ("X", "TR", "a", "p1", "core", 0.8), ("X", "TR", "a", "p2", "core", 0.4),   # mean 0.6
+        ("X", "LI", "a", "p3", "core", 1.0), ("X", "LI", "a", "p4", "core", np.nan),  # mean 1.0, one missing
+        ("X", "GC", "a", "p5", "core", 0.0),                                           # not relevant
+        ("X", "TR", "b", "p1", "core", 0.9), ("X", "LI", "b", "p3", "core", np.nan),  # LI never measured
+        ("X", "TR", "b", "h1", "hard", 0.1),                                           # hard: not in cells
+    ], columns=["role", "aspect", "model", "prompt_id", "split", "score"])
+    cells = cell_means(tensor).set_index(["aspect", "model"])
+    assert cells.loc[("TR", "a"), "score"] == pytest.approx(0.6)
+    assert (cells.loc[("LI", "a"), "n"], cells.loc[("LI", "a"), "n_missing"]) == (1, 1)
+    assert math.isnan(cells.loc[("LI", "b"), "score"])
+    rs = role_scores(cell_means(tensor), mask).set_index("model")
+    assert rs.loc["a", "role_score"] == pytest.approx(0.8)  # (0.6 + 1.0) / 2, GC left out
+    assert math.isnan(rs.loc["b", "role_score"])
+    assert rs.loc["b", "role_score_measured"] == pytest.approx(0.9)
+    assert (rs.loc["b", "n_relevant"], rs.loc["b", "n_measured"]) == (2, 1)
+    assert rs.loc["a", "rank"] == 1 and pd.isna(rs.loc["b", "rank"])
+    assert list(rs["rank_measured"]) == [2, 1]
+
+
+def test_split_scores_use_aspects_measured_on_both_splits():
+    tensor = pd.DataFrame([
+        ("X", "TR", "a", "p1", "core", 0.8), ("X", "LI", "a", "p2", "core", 0.6),
+        ("Y", "TR", "a", "p3", "core", 0.4),                                      # TR core = (0.8+0.4)/2 = 0.6
+        ("X", "TR", "a", "h1", "hard", 0.3),                                      # only TR on hard
+        ("X", "TR", "b", "p1", "core", 0.5),                                      # no hard prompts for b
+    ], columns=["role", "aspect", "model", "prompt_id", "split", "score"])
+    a = aspect_scores(tensor)
+    s = split_scores(a).set_index("model")
+    assert s.loc["a", "core"] == pytest.approx(0.6) and s.loc["a", "hard"] == pytest.approx(0.3)
+    assert s.loc["a", "drop"] == pytest.approx(0.5) and s.loc["a", "n_aspects"] == 1
+    assert s.loc["b", "core"] == pytest.approx(0.5) and math.isnan(s.loc["b", "drop"])
