@@ -4,14 +4,15 @@ Pure numbers over the evaluation tensor S[R x A x G x N] (paper 004, sec. 3.1) g
 long rows ``role, aspect, model, prompt_id, split, score``: a prompt routed ``[r|a]``
 fills the cell (r, a) for every model that generated an image for it. Definitions:
 
-- cell mean  S(r, a, g) = mean over the Core prompts routed to (r, a) of their scores
-  (NaN scores are left out and counted as missing);
-- role score R(r, g)   = mean of S(r, a, g) over the aspects with M[r, a] = 1 -- the binary
+- aspect score A(a, g, split) = mean over the split's prompts routed to aspect a (any role)
+  of their scores (NaN scores are left out and counted as missing). Every metric here is
+  the same from any role's viewpoint, so the tensor's cell (r, a, g, n) holds the prompt's
+  score for every role r; the routing role says which pair a prompt was written for;
+- role score R(r, g) = mean of A(a, g, core) over the aspects with M[r, a] = 1 -- the binary
   relevance mask, so irrelevant aspects do not count (the paper's "role-weighted score";
   it gives no weights beyond M). NaN when a relevant aspect has no score for g: scores of
   two models are comparable only over the same aspects. ``role_score_measured`` (fpr's
   variant, its own name) is the mean over the relevant aspects that were measured;
-- aspect score A(a, g, split) = mean over all prompts of aspect a in the split (every role);
 - Core (Hard) = mean of the aspect scores on the Core (Hard) split, over the aspects
   measured in both; with all nine aspects this is Table 3's Core (its Core column is the
   mean of its nine aspect columns, e.g. SD 3.5 88.0);
@@ -40,32 +41,24 @@ def _mean(group: pd.Series) -> pd.Series:
                       "n": int(ok.sum()), "n_missing": int((~ok).sum())})
 
 
-def cell_means(tensor: pd.DataFrame, split: str = "core") -> pd.DataFrame:
-    """S(r, a, g): rows ``role, aspect, model, score, n, n_missing`` over the split's prompts."""
-    t = tensor[tensor["split"] == split]
-    if t.empty:
-        return pd.DataFrame(columns=["role", "aspect", "model", "score", "n", "n_missing"])
-    out = t.groupby(["role", "aspect", "model"], sort=True)["score"].apply(_mean).unstack().reset_index()
-    return out.astype({"n": int, "n_missing": int})
-
-
 def _rank(values: pd.Series) -> pd.Series:
     """1 = best; ties share the best rank of the tie; NaN stays unranked (<NA>)."""
     return values.rank(method="min", ascending=False).astype("Int64")
 
 
-def role_scores(cells: pd.DataFrame, mask: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:
+def role_scores(aspects: pd.DataFrame, mask: pd.DataFrame, models: list[str] | None = None) -> pd.DataFrame:
     """Rows ``role, model, role_score, role_score_measured, n_relevant, n_measured, rank, rank_measured``.
 
+    ``aspects`` has rows ``model, aspect, score`` (one split: :func:`aspect_scores` filtered to Core);
     ``mask`` has rows ``role, aspect, relevant``; every role of the mask gets a row per model.
     """
-    models = sorted(set(cells["model"])) if models is None else list(models)
-    got = {(r.role, r.aspect, r.model): r.score for r in cells.itertuples() if np.isfinite(r.score)}
+    models = sorted(set(aspects["model"])) if models is None else list(models)
+    got = {(r.aspect, r.model): r.score for r in aspects.itertuples() if np.isfinite(r.score)}
     rows = []
     for role, m in mask.groupby("role", sort=False):
         relevant = list(m.loc[m["relevant"] == 1, "aspect"])
         for g in models:
-            vals = [got[(role, a, g)] for a in relevant if (role, a, g) in got]
+            vals = [got[(a, g)] for a in relevant if (a, g) in got]
             rows.append({"role": role, "model": g,
                          "role_score": float(np.mean(vals)) if len(vals) == len(relevant) else float("nan"),
                          "role_score_measured": float(np.mean(vals)) if vals else float("nan"),

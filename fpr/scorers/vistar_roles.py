@@ -47,7 +47,9 @@ ROLES: tuple[Role, ...] = (
 )
 
 ASPECTS: tuple[Aspect, ...] = (
-    Aspect("TR", "Text Rendering", "vistar-tr", "score"),
+    # fpr's spacing-robust TR (vistar-tr's primary metric): the paper's `score` gives a perfect render of
+    # "FRESH BREAD" 0.455 when the OCR reads "FRESHBREAD" (docs/evaluators.md, vistar-tr).
+    Aspect("TR", "Text Rendering", "vistar-tr", "score_robust"),
     Aspect("LI", "Lighting Integrity", "vistar-li", "score"),
     Aspect("CSE", "Compositional Scene Evaluation", "vistar-cse", "score"),
     Aspect("CPA", "Character Portrayal Accuracy", "vistar-cpa", "score"),

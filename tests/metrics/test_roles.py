@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fpr.metrics.roles import aspect_scores, cell_means, robustness_drop, role_scores, split_scores
+from fpr.metrics.roles import aspect_scores, robustness_drop, role_scores, split_scores
 from fpr.scorers.vistar_roles import read_mask
 
 ASPECTS = ["TR", "LI", "CSE", "CPA", "PSC", "GC", "SF", "CUL", "MA"]
@@ -20,14 +20,9 @@ TABLE3 = {
 }
 
 
-def tensor_from_table3(mask):
-    """Every relevant (role, aspect) cell of every model holds its Table 3 aspect score (one prompt each)."""
-    rows = []
-    for g, (scores, *_rest) in TABLE3.items():
-        for r in mask[mask["relevant"] == 1].itertuples():
-            rows.append({"role": r.role, "aspect": r.aspect, "model": g, "prompt_id": f"{r.role}-{r.aspect}",
-                         "split": "core", "score": scores[ASPECTS.index(r.aspect)]})
-    return pd.DataFrame(rows)
+def table3_aspects():
+    return pd.DataFrame([{"model": g, "aspect": a, "score": v} for g, (scores, *_r) in TABLE3.items()
+                         for a, v in zip(ASPECTS, scores)])
 
 
 @pytest.mark.parametrize("model", list(TABLE3))
@@ -52,7 +47,7 @@ def test_robustness_drop_edges():
 
 def test_roles_reorder_table3_models():
     mask = read_mask()
-    rs = role_scores(cell_means(tensor_from_table3(mask)), mask).set_index(["role", "model"])
+    rs = role_scores(table3_aspects(), mask).set_index(["role", "model"])
     # by hand from Table 3 and the packaged mask:
     # GD (TR, SF, GC, MA): SD 3.5 (89.5+89.1+86.2+87.0)/4 = 87.95, Imagen 3 (92.1+88.5+81.0+86.4)/4 = 87.0
     assert rs.loc[("GD", "SD 3.5"), "role_score"] == pytest.approx(87.95)
@@ -69,25 +64,30 @@ def test_roles_reorder_table3_models():
 
 
 def test_missing_relevant_aspect_is_nan_strict_and_measured_over_the_rest():
-    mask = pd.DataFrame({"role": ["X"] * 3, "aspect": ["TR", "LI", "GC"], "relevant": [1, 1, 0]})
+    mask = pd.DataFrame({"role": ["X"] * 3 + ["Y"] * 3, "aspect": ["TR", "LI", "GC"] * 2,
+                         "relevant": [1, 1, 0, 0, 0, 1]})
     tensor = pd.DataFrame([
-        ("X", "TR", "a", "p1", "core", 0.8), ("X", "TR", "a", "p2", "core", 0.4),   # mean 0.6
-        ("X", "LI", "a", "p3", "core", 1.0), ("X", "LI", "a", "p4", "core", np.nan),  # mean 1.0, one missing
-        ("X", "GC", "a", "p5", "core", 0.0),                                           # not relevant
-        ("X", "TR", "b", "p1", "core", 0.9), ("X", "LI", "b", "p3", "core", np.nan),  # LI never measured
-        ("X", "TR", "b", "h1", "hard", 0.1),                                           # hard: not in cells
+        ("X", "TR", "a", "p1", "core", 0.8), ("Y", "TR", "a", "p2", "core", 0.4),   # TR pooled over roles: 0.6
+        ("X", "LI", "a", "p3", "core", 1.0), ("X", "LI", "a", "p4", "core", np.nan),  # 1.0, one missing
+        ("Y", "GC", "a", "p5", "core", 0.0),
+        ("X", "TR", "b", "p1", "core", 0.9), ("X", "LI", "b", "p3", "core", np.nan),  # LI never measured for b
+        ("X", "TR", "b", "h1", "hard", 0.1),                                           # hard: not a Core aspect
     ], columns=["role", "aspect", "model", "prompt_id", "split", "score"])
-    cells = cell_means(tensor).set_index(["aspect", "model"])
-    assert cells.loc[("TR", "a"), "score"] == pytest.approx(0.6)
-    assert (cells.loc[("LI", "a"), "n"], cells.loc[("LI", "a"), "n_missing"]) == (1, 1)
-    assert math.isnan(cells.loc[("LI", "b"), "score"])
-    rs = role_scores(cell_means(tensor), mask).set_index("model")
-    assert rs.loc["a", "role_score"] == pytest.approx(0.8)  # (0.6 + 1.0) / 2, GC left out
-    assert math.isnan(rs.loc["b", "role_score"])
-    assert rs.loc["b", "role_score_measured"] == pytest.approx(0.9)
-    assert (rs.loc["b", "n_relevant"], rs.loc["b", "n_measured"]) == (2, 1)
-    assert rs.loc["a", "rank"] == 1 and pd.isna(rs.loc["b", "rank"])
-    assert list(rs["rank_measured"]) == [2, 1]
+    asp = aspect_scores(tensor)
+    core = asp[asp["split"] == "core"]
+    a = core.set_index(["aspect", "model"])
+    assert a.loc[("TR", "a"), "score"] == pytest.approx(0.6)
+    assert (a.loc[("LI", "a"), "n"], a.loc[("LI", "a"), "n_missing"]) == (1, 1)
+    assert math.isnan(a.loc[("LI", "b"), "score"])
+    rs = role_scores(core, mask).set_index(["role", "model"])
+    assert rs.loc[("X", "a"), "role_score"] == pytest.approx(0.8)  # (0.6 + 1.0) / 2, GC not relevant to X
+    assert rs.loc[("Y", "a"), "role_score"] == pytest.approx(0.0)
+    assert math.isnan(rs.loc[("X", "b"), "role_score"])
+    assert rs.loc[("X", "b"), "role_score_measured"] == pytest.approx(0.9)
+    assert (rs.loc[("X", "b"), "n_relevant"], rs.loc[("X", "b"), "n_measured"]) == (2, 1)
+    assert rs.loc[("X", "a"), "rank"] == 1 and pd.isna(rs.loc[("X", "b"), "rank"])
+    assert [rs.loc[("X", g), "rank_measured"] for g in "ab"] == [2, 1]
+    assert math.isnan(rs.loc[("Y", "b"), "role_score_measured"]) and rs.loc[("Y", "b"), "n_measured"] == 0
 
 
 def test_split_scores_use_aspects_measured_on_both_splits():
