@@ -131,29 +131,20 @@ def build_tables(metrics: tuple[MetricSpec, ...] = PER_QUERY_METRICS) -> dict[st
     )}
 
 
-@dataclass(frozen=True)
-class View:
-    """A view declared once: created after the tables in a new workspace, by its migration in an old one."""
-
-    name: str
-    select: str
-    description: str = ""
-
-    def ddl(self) -> str:
-        return f"CREATE VIEW {self.name} AS {self.select}"
-
-
 # VISTAR's evaluation tensor S[R x A x G x N] in long form: one row per routed query, the model
 # being the query's method and the score the aspect's scorer metric (NULL until it is scored).
-VIEWS: dict[str, View] = {v.name: v for v in (
-    View("vistar_tensor",
-         "SELECT p.run_id, p.role, p.aspect, q.method AS model, p.prompt_id, p.split, p.query_id, "
-         "a.value AS score, a.note FROM vistar_prompts p "
-         "JOIN query_results q ON q.run_id = p.run_id AND q.query_id = p.query_id "
-         "LEFT JOIN aux_scores a ON a.run_id = p.run_id AND a.query_id = p.query_id "
-         "AND a.scorer = p.scorer AND a.metric = p.metric",
-         "VISTAR's evaluation tensor: role, aspect, model, prompt, split, score"),
-)}
+VIEWS: dict[str, str] = {  # name -> SELECT; created after the tables (new workspace) or by its migration
+    "vistar_tensor":
+        "SELECT p.run_id, p.role, p.aspect, q.method AS model, p.prompt_id, p.split, p.query_id, "
+        "a.value AS score, a.note FROM vistar_prompts p "
+        "JOIN query_results q ON q.run_id = p.run_id AND q.query_id = p.query_id "
+        "LEFT JOIN aux_scores a ON a.run_id = p.run_id AND a.query_id = p.query_id "
+        "AND a.scorer = p.scorer AND a.metric = p.metric",
+}
+
+
+def view_ddl(name: str) -> str:
+    return f"CREATE VIEW {name} AS {VIEWS[name]}"
 
 
 TABLES: dict[str, Table] = build_tables()
@@ -224,7 +215,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     )),
     Migration(3, "VISTAR routing of queries (vistar_prompts) and the evaluation tensor view (vistar_tensor)", (
         Sql(TABLES["vistar_prompts"].ddl()),
-        Sql(VIEWS["vistar_tensor"].ddl()),
+        Sql(view_ddl("vistar_tensor")),
     )),
 )
 
