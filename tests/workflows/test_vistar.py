@@ -139,3 +139,12 @@ def test_missing_image_and_no_routing_are_one_line(tmp_path, vistar_run):
     _, ws, _ = vistar_run
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "nope", "--by", "role"])
     assert r.exit_code != 0 and "have no VISTAR routing" in r.output
+
+
+def test_plain_report_of_a_vistar_run_points_at_by_role(vistar_run):
+    _, ws, _ = vistar_run
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "is a VISTAR run" in r.output and "fpr report --run v1 --by role" in r.output
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1", "--relevance", "m.csv"])
+    assert r.exit_code != 0 and "--relevance applies to --by role only" in r.output
