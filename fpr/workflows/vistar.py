@@ -17,11 +17,12 @@ from pathlib import Path
 import pandas as pd
 
 from fpr import progress
-from fpr.errors import InputError, NotFoundError
+from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.images import check_image
 from fpr.keys import utc_now
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
 from fpr.scorers import QueryBatch, all_scorers, run_scorers
+from fpr.scorers.vistar_li import parse_direction
 from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
 from fpr.scorers.vistar_roles import aspect, read_mask, role_names
 from fpr.store import records as db
@@ -48,12 +49,6 @@ class VistarReport:
     splits: pd.DataFrame  # model, core, hard, drop, n_aspects
     roles: pd.DataFrame  # role, role_name, model, role_score, role_score_measured, n_relevant, n_measured, ranks
 
-    def as_json(self) -> dict:
-        def recs(df: pd.DataFrame) -> list[dict]:
-            return json.loads(df.to_json(orient="records"))
-        return {"runs": self.runs, "aspects": recs(self.aspects), "splits": recs(self.splits),
-                "roles": recs(self.roles)}
-
 
 def read_prompts(path: str | Path, mask: pd.DataFrame) -> list[RoutedPrompt]:
     """Parse every prompt; a syntax error, an unknown role or aspect, or a pair the mask marks
@@ -78,6 +73,7 @@ def read_prompts(path: str | Path, mask: pd.DataFrame) -> list[RoutedPrompt]:
         if (sp.role, a) not in relevant:
             raise InputError(f"{where}: the relevance mask marks [{sp.role}|{a}] irrelevant", where=str(p),
                              hint="route the prompt to a relevant pair, or pass --relevance with your own mask")
+        _check_expected_values(sp, where, p)
         split = (getattr(r, "split", "") or "core").lower()
         if split not in SPLITS:
             raise InputError(f"{where}: split must be core or hard, not '{split}'", where=str(p))
@@ -86,6 +82,19 @@ def read_prompts(path: str | Path, mask: pd.DataFrame) -> list[RoutedPrompt]:
         seen.add(r.prompt_id)
         out.append(RoutedPrompt(r.prompt_id, split, StructuredPrompt(sp.role, a, sp.core, sp.params), row))
     return out
+
+
+def _check_expected_values(sp: StructuredPrompt, where: str, path: Path) -> None:
+    """Values fpr can check before any image is read (so the error names the prompts file's row)."""
+    values = sp.expected_values()
+    if "light_direction" in values:
+        try:
+            parse_direction(values["light_direction"])
+        except InputError as e:
+            raise InputError(f"{where}: {e.what}", where=str(path), hint=e.hint) from None
+    if "expected_count" in values and not values["expected_count"].strip().isdigit():
+        raise InputError(f"{where}: count must be a whole number >= 0, not '{values['expected_count']}'",
+                         where=str(path))
 
 
 def find_generations(folder: str | Path, prompts: list[RoutedPrompt]) -> dict[str, dict[str, Path]]:
@@ -124,6 +133,10 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
                options: dict | None = None, device: str = "auto", overwrite: bool = False) -> VistarReport:
     """Score every model's image of every prompt with its aspect's scorer; store the run and its routing."""
     db.check_run_id(run_id)
+    ws = Workspace.open(workspace)
+    if not overwrite and db.run_exists(ws, run_id):  # before any image is scored
+        raise ConflictError(f"run '{run_id}' already exists", where=str(ws.root),
+                            hint="choose another --run or pass --overwrite")
     mask = read_mask(relevance)
     prompts = read_prompts(prompts_file, mask)
     _check_scorers(prompts)
@@ -134,7 +147,6 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
             path = by_prompt[p.prompt_id]
             check_image(path)
             rows.append({"query_id": f"{model}/{p.prompt_id}", "model": model, "p": p, "path": str(path.resolve())})
-    ws = Workspace.open(workspace)
     frames = []
     by_scorer: dict[str, list[dict]] = {}
     for r in rows:

@@ -117,6 +117,8 @@ def test_a_users_mask_changes_the_role_ranking(vistar_run, tmp_path):
     ('[ZZ|TR] a sign {text="A"}', "prompts.csv row 3: unknown role 'ZZ'"),
     ('[GD|XX] a sign {text="A"}', "prompts.csv row 3: unknown aspect 'XX'"),
     ('[SA|CPA] two people {count="2"}', "aspect CPA needs scorer 'vistar-cpa'"),
+    ('[PD|LI] boxes {light="sideways"}', "prompts.csv row 3: light_direction 'sideways' is not a known direction"),
+    ('[SA|CPA] people {count="two"}', "prompts.csv row 3: count must be a whole number >= 0, not 'two'"),
 ])
 def test_bad_prompts_are_one_line(tmp_path, prompt, message):
     (tmp_path / "gen" / "m").mkdir(parents=True)
@@ -148,3 +150,10 @@ def test_plain_report_of_a_vistar_run_points_at_by_role(vistar_run):
     assert "is a VISTAR run" in r.output and "fpr report --run v1 --by role" in r.output
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1", "--relevance", "m.csv"])
     assert r.exit_code != 0 and "--relevance applies to --by role only" in r.output
+
+
+def test_an_existing_run_is_refused_before_scoring(vistar_run):
+    tmp, ws, _ = vistar_run
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp / "gen"),
+                                 "--prompts", str(tmp / "prompts.csv"), "--run", "v1"])
+    assert r.exit_code != 0 and "run 'v1' already exists" in r.output and "vistar-tr on" not in r.output
