@@ -121,15 +121,28 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--top-k", type=int, default=10, show_default=True, help="Retrieved items per card in --html.")
 @device_option()
 @click.option("--allow-stale", is_flag=True, help="Print a run whose index has changed since it ran.")
+@click.option("--by", "by", type=click.Choice(["role"]), default=None,
+              help="role: a VISTAR run (fpr vistar run) by user role: per-aspect, Core/Hard and role-weighted "
+                   "scores, and how the ranking of models changes per role.")
+@click.option("--relevance", default=None, type=click.Path(dir_okay=False),
+              help="With --by role: your own role x aspect relevance mask (CSV role,aspect,relevant[,source]).")
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help="Output format on stdout (markdown and latex: the paper's tables).")
 @click.pass_context
-def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, fmt) -> None:
+def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, by, relevance, fmt) -> None:
     """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = each
     metric per encoder (with 95% intervals) plus each scorer's mean."""
     from fpr.render import paper as rep
 
     ws = ctx.obj["workspace"]
+    if by == "role":
+        from fpr.render.roles import role_report_text
+
+        r = api.role_report(runs, workspace=ws, relevance=relevance)
+        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table"))
+        return
+    if relevance:
+        raise InputError("--relevance applies to --by role only", hint="add --by role")
     if html_path:
         path = api.html_report(runs, html_path, workspace=ws, allow_stale=allow_stale, top_k=top_k, device=device)
         progress.log(f"wrote {path}")

@@ -291,7 +291,7 @@ def run_rankings(ws: Workspace, run_id: str) -> pd.DataFrame:
                            "ORDER BY query_id, rank", [run_id]).df()
 
 
-RUN_TABLES = ("runs", "query_results", "aux_scores", "rankings")
+RUN_TABLES = ("runs", "query_results", "aux_scores", "rankings", "vistar_prompts")
 
 
 def store_run(ws: Workspace, run: dict, query_results: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame,
@@ -322,6 +322,23 @@ def replace_scores(ws: Workspace, run_id: str, scorers: Sequence[str], aux: pd.D
         for name in clash:
             con.execute("DELETE FROM aux_scores WHERE run_id = ? AND scorer = ?", [run_id, name])
         insert_df(con, "aux_scores", aux)
+
+
+def store_vistar_prompts(ws: Workspace, run_id: str, rows: pd.DataFrame) -> None:
+    """Replace the VISTAR routing rows of a stored run (one per routed query)."""
+    with ws.write() as con:
+        if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+            raise NotFoundError(f"no run named '{run_id}'", where=str(ws.root), hint="'fpr runs' lists them")
+        con.execute("DELETE FROM vistar_prompts WHERE run_id = ?", [run_id])
+        insert_df(con, "vistar_prompts", rows.assign(run_id=run_id))
+
+
+def vistar_tensor(ws: Workspace, run_ids: Sequence[str]) -> pd.DataFrame:
+    """The rows of the ``vistar_tensor`` view for these runs (empty when none was routed)."""
+    with ws.read() as con:
+        return con.execute("SELECT run_id, role, aspect, model, prompt_id, split, query_id, score, note "
+                           "FROM vistar_tensor WHERE list_contains(?, run_id) "
+                           "ORDER BY run_id, split, role, aspect, model, prompt_id", [list(run_ids)]).df()
 
 
 def list_runs(ws: Workspace) -> list[dict]:

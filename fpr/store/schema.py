@@ -121,7 +121,30 @@ def build_tables(metrics: tuple[MetricSpec, ...] = PER_QUERY_METRICS) -> dict[st
             Column("generated_n", "INTEGER"), Column("gallery_images", "INTEGER"), Column("params", "JSON"),
             Column("created_at", "TIMESTAMP", NOW)), ("ablation", "variant", "repeat", "method"),
             "one row per (ablation, variant, repeat, method)"),
+        Table("vistar_prompts", (
+            Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("prompt_id", "VARCHAR"),
+            Column("role", "VARCHAR"), Column("aspect", "VARCHAR"), Column("split", "VARCHAR"),
+            Column("core", "VARCHAR"), Column("params", "JSON"),
+            Column("scorer", "VARCHAR"), Column("metric", "VARCHAR")),  # what measures the aspect
+            ("run_id", "query_id"), "VISTAR routing of each query of a run: its structured prompt's "
+                                    "[role|aspect], Core/Hard split, text and control parameters"),
     )}
+
+
+# VISTAR's evaluation tensor S[R x A x G x N] in long form: one row per routed query, the model
+# being the query's method and the score the aspect's scorer metric (NULL until it is scored).
+VIEWS: dict[str, str] = {  # name -> SELECT; created after the tables (new workspace) or by its migration
+    "vistar_tensor":
+        "SELECT p.run_id, p.role, p.aspect, q.method AS model, p.prompt_id, p.split, p.query_id, "
+        "a.value AS score, a.note FROM vistar_prompts p "
+        "JOIN query_results q ON q.run_id = p.run_id AND q.query_id = p.query_id "
+        "LEFT JOIN aux_scores a ON a.run_id = p.run_id AND a.query_id = p.query_id "
+        "AND a.scorer = p.scorer AND a.metric = p.metric",
+}
+
+
+def view_ddl(name: str) -> str:
+    return f"CREATE VIEW {name} AS {VIEWS[name]}"
 
 
 TABLES: dict[str, Table] = build_tables()
@@ -189,6 +212,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                   "CASE WHEN status <> 'ok' THEN NULL WHEN coalesce(reference_paths, '') <> '' "
                   "THEN 'reference_paths' ELSE 'identity' END"),
         AddColumn("aux_scores", "note"),
+    )),
+    Migration(3, "VISTAR routing of queries (vistar_prompts) and the evaluation tensor view (vistar_tensor)", (
+        Sql(TABLES["vistar_prompts"].ddl()),
+        Sql(view_ddl("vistar_tensor")),
     )),
 )
 

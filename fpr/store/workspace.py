@@ -29,7 +29,7 @@ import duckdb
 from filelock import FileLock, Timeout
 
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
-from fpr.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES
+from fpr.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS, view_ddl
 
 DB_NAME = "fpr.duckdb"
 LOCK_NAME = ".fpr.lock"
@@ -248,6 +248,8 @@ class Workspace:
             if version == 0:
                 for table in TABLES.values():
                     con.execute(table.ddl())
+                for view in VIEWS:
+                    con.execute(view_ddl(view))
                 con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
             else:
                 for m in MIGRATIONS:

@@ -60,6 +60,9 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
     owner: dict[tuple[str, str], str] = {}
     for rid in ids:
         row = db.get_run(ws, rid)
+        if row.params.get("vistar"):  # fpr vistar run: no index, no retrieval metrics
+            raise InputError(f"run '{rid}' is a VISTAR run (no index, no mAP)", where=str(ws.root),
+                             hint=f"print it with 'fpr report --run {rid} --by role'")
         if not allow_stale:
             _require_current_index(ws, row)
         res = load_run(rid, workspace=ws.root)

@@ -1,0 +1,159 @@
+"""fpr vistar run end to end on images made here: rendered signs (TR) and lit box scenes (LI), a Core and a Hard
+split, two models whose order flips between roles; fpr report --by role prints it again."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from fpr import api
+from fpr.cli.main import cli
+from tests.scorers.test_vistar_li import _direction, _known_answers
+from tests.scorers.test_vistar_tr import _sign
+
+PROMPTS = [  # prompt_id, split, prompt
+    ("c-sign-1", "core", '[GD|TR] a cafe sign that reads "HARBOR LIGHTS" {text="HARBOR LIGHTS", font="Futura"}'),
+    ("c-sign-2", "core", '[GD|TR] a shop sign {text="OPEN DAILY"}'),
+    ("c-lit-1", "core", '[PD|LI] three boxes on a table {light="left"}'),
+    ("c-lit-2", "core", '[PD|LI] three boxes in a yard {light="upper-right"}'),
+    ("h-sign-1", "hard", '[GD|TR] a sign that does not say "CLOSED" {text="FRESH BREAD"}'),
+    ("h-lit-1", "hard", '[PD|LI] boxes, not lit from the right {light="left"}'),
+]
+OPPOSITE = {"left": "right", "upper-right": "upper-left"}
+
+
+def _make_generations(root, tmp_path):
+    """'crisp' writes every sign right and lights every scene from the opposite side; 'moody' writes wrong
+    text and lights the Core scenes right but the Hard one wrong (its robustness drop)."""
+    ka = _known_answers()
+    for model in ("crisp", "moody"):
+        (root / model).mkdir(parents=True)
+        for k, (pid, split, prompt) in enumerate(PROMPTS):
+            params = dict(p.split("=") for p in prompt[prompt.index("{") + 1:-1].replace('"', "").split(", "))
+            out = root / model / f"{pid}.png"
+            if "text" in params:
+                _sign(out, params["text"] if model == "crisp" else "GOOD FOOD")
+            else:
+                asked = params["light"]
+                right = model == "moody" and split == "core"
+                light = asked if right else OPPOSITE[asked]
+                Image.fromarray(ka.render_scene(_direction(light), 40 + k).rgb).save(out)
+    p = tmp_path / "prompts.csv"
+    pd.DataFrame(PROMPTS, columns=["prompt_id", "split", "prompt"]).to_csv(p, index=False)
+    return p
+
+
+@pytest.fixture(scope="module")
+def vistar_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("vistar")
+    prompts = _make_generations(tmp / "gen", tmp)
+    ws = tmp / "ws"
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp / "gen"),
+                                 "--prompts", str(prompts), "--run", "v1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    return tmp, ws, json.loads(r.output[r.output.index("{"):])
+
+
+def test_aspects_splits_and_drop(vistar_run):
+    _, ws, out = vistar_run
+    asp = {(a["model"], a["aspect"]): a["score"] for a in out["aspects"]}
+    assert asp[("crisp", "TR")] >= 0.95 and asp[("moody", "TR")] < 0.3
+    assert asp[("moody", "LI")] > 0.8 and asp[("crisp", "LI")] < 0.3
+    sp = {s["model"]: s for s in out["splits"]}
+    # by the definition, from the stored per-aspect means: Core and Hard over TR and LI, drop = (C - H) / C
+    tensor = api.sql("SELECT model, split, aspect, avg(score) AS s FROM vistar_tensor GROUP BY ALL", workspace=ws)
+    m = {(r.model, r.split, r.aspect): r.s for r in tensor.itertuples()}
+    for g in ("crisp", "moody"):
+        core = (m[(g, "core", "TR")] + m[(g, "core", "LI")]) / 2
+        hard = (m[(g, "hard", "TR")] + m[(g, "hard", "LI")]) / 2
+        assert sp[g]["core"] == pytest.approx(core) and sp[g]["hard"] == pytest.approx(hard)
+        assert sp[g]["drop"] == pytest.approx((core - hard) / core) and sp[g]["n_aspects"] == 2
+    # moody loses its lighting on Hard (drop ~0.95); crisp's Hard sign reads as well as its Core ones and its
+    # light is wrong on both splits, so it loses only the partial LI credit of one Core scene
+    assert sp["moody"]["drop"] > 0.5 and 0 <= sp["crisp"]["drop"] < 0.25
+
+
+def test_roles_reorder_the_models(vistar_run):
+    _, _, out = vistar_run
+    roles = {(r["role"], r["model"]): r for r in out["roles"]}
+    # GD's relevant aspects include TR (not LI): crisp first; PD's include LI (not TR): moody first
+    assert roles[("GD", "crisp")]["rank_measured"] == 1 and roles[("GD", "moody")]["rank_measured"] == 2
+    assert roles[("PD", "moody")]["rank_measured"] == 1 and roles[("PD", "crisp")]["rank_measured"] == 2
+    assert roles[("GD", "crisp")]["n_measured"] == 1 and roles[("GD", "crisp")]["n_relevant"] == 4
+    # the paper's role score needs every relevant aspect: not computable here, NaN (null), never a guess
+    assert roles[("GD", "crisp")]["role_score"] is None and roles[("GD", "crisp")]["rank"] is None
+    assert len(out["roles"]) == 7 * 2
+
+
+def test_tensor_view_and_report_by_role(vistar_run):
+    _, ws, out = vistar_run
+    t = api.sql("SELECT role, aspect, model, prompt_id, split, score FROM vistar_tensor ORDER BY ALL", workspace=ws)
+    assert len(t) == 2 * len(PROMPTS) and t["score"].notna().all()
+    assert set(zip(t["role"], t["aspect"])) == {("GD", "TR"), ("PD", "LI")}
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1", "--by", "role"])
+    assert r.exit_code == 0, r.output
+    assert "role scores" in r.output and "Core / Hard" in r.output and "Graphic Designer" in r.output
+    again = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1", "--by", "role",
+                                     "--format", "json"])
+    assert json.loads(again.output)["roles"] == out["roles"]
+
+
+def test_a_users_mask_changes_the_role_ranking(vistar_run, tmp_path):
+    _, ws, _ = vistar_run
+    aspects = ["TR", "LI", "CSE", "CPA", "PSC", "GC", "SF", "CUL", "MA"]
+    rows = [("GD", a, int(a in ("TR", "LI"))) for a in aspects] + [("PD", a, int(a == "LI")) for a in aspects]
+    pd.DataFrame(rows, columns=["role", "aspect", "relevant"]).to_csv(tmp_path / "mask.csv", index=False)
+    rep = api.role_report("v1", workspace=ws, relevance=tmp_path / "mask.csv")
+    gd = rep.roles[rep.roles["role"] == "GD"].set_index("model")
+    assert (gd["n_measured"] == 2).all() and gd["role_score"].notna().all()  # every relevant aspect measured
+    assert list(rep.roles["role"].unique()) == ["GD", "PD"]
+
+
+@pytest.mark.parametrize("prompt,message", [
+    ('[GD|TR] a sign {text "A"}', "prompts.csv row 3, column 22: expected '=' after key 'text'"),
+    ('[GD|LI] a lamp {light="left"}', "prompts.csv row 3: the relevance mask marks [GD|LI] irrelevant"),
+    ('[ZZ|TR] a sign {text="A"}', "prompts.csv row 3: unknown role 'ZZ'"),
+    ('[GD|XX] a sign {text="A"}', "prompts.csv row 3: unknown aspect 'XX'"),
+    ('[SA|CPA] two people {count="2"}', "aspect CPA needs scorer 'vistar-cpa'"),
+    ('[PD|LI] boxes {light="sideways"}', "prompts.csv row 3: light_direction 'sideways' is not a known direction"),
+    ('[SA|CPA] people {count="two"}', "prompts.csv row 3: count must be a whole number >= 0, not 'two'"),
+])
+def test_bad_prompts_are_one_line(tmp_path, prompt, message):
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    rows = [("a", "core", '[GD|TR] a sign {text="A"}'), ("b", "core", prompt)]
+    pd.DataFrame(rows, columns=["prompt_id", "split", "prompt"]).to_csv(tmp_path / "prompts.csv", index=False)
+    r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "vistar", "run", "--generations",
+                                 str(tmp_path / "gen"), "--prompts", str(tmp_path / "prompts.csv"), "--run", "x"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    err = [ln for ln in r.output.splitlines() if ln.startswith("fpr: error")]
+    assert len(err) == 1 and message in err[0], r.output
+
+
+def test_missing_image_and_no_routing_are_one_line(tmp_path, vistar_run):
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    pd.DataFrame([("a", "core", '[GD|TR] a sign {text="A"}')],
+                 columns=["prompt_id", "split", "prompt"]).to_csv(tmp_path / "p.csv", index=False)
+    r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "vistar", "run", "--generations",
+                                 str(tmp_path / "gen"), "--prompts", str(tmp_path / "p.csv"), "--run", "x"])
+    assert r.exit_code != 0 and "model 'm' has no image for prompt(s) a" in r.output and "Traceback" not in r.output
+    _, ws, _ = vistar_run
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "nope", "--by", "role"])
+    assert r.exit_code != 0 and "have no VISTAR routing" in r.output
+
+
+def test_plain_report_of_a_vistar_run_points_at_by_role(vistar_run):
+    _, ws, _ = vistar_run
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "is a VISTAR run" in r.output and "fpr report --run v1 --by role" in r.output
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "v1", "--relevance", "m.csv"])
+    assert r.exit_code != 0 and "--relevance applies to --by role only" in r.output
+
+
+def test_an_existing_run_is_refused_before_scoring(vistar_run):
+    tmp, ws, _ = vistar_run
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp / "gen"),
+                                 "--prompts", str(tmp / "prompts.csv"), "--run", "v1"])
+    assert r.exit_code != 0 and "run 'v1' already exists" in r.output and "vistar-tr on" not in r.output
