@@ -29,8 +29,9 @@ def refvnli_group() -> None:
 @click.option("--patch-fraction", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.3,
               show_default=True, help="Patch side as a share of the subject box's shorter side.")
 @click.option("--no-corruptions", is_flag=True, help="Leave out the corruption pairs.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--manifest-format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice (same seed, same files).")
+@click.option("--manifest-format", type=click.Choice(["parquet", "csv"]), default="parquet", show_default=True,
+              help="Format of the triplets manifest.")
 @click.option("--overwrite", is_flag=True, help="Replace a non-empty output folder.")
 @format_option()
 def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, patch_fraction, no_corruptions, seed,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import cli, parse_options, scorer_option
+from fpr.cli.main import cli, device_option, parse_options, scorer_option
 from fpr.render.roles import role_report_text
 
 REPORT_FORMATS = ("table", "json", "csv")
@@ -25,9 +25,10 @@ def vistar_group() -> None:
 @click.option("--relevance", default=None, type=click.Path(dir_okay=False),
               help="Your own role x aspect relevance mask (CSV role,aspect,relevant[,source]); default: fpr's.")
 @scorer_option()
-@click.option("--device", default="auto", show_default=True)
+@device_option("the scorers' models")
 @click.option("--overwrite", is_flag=True, help="Replace a stored run of that name.")
-@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
+              help="Output format on stdout.")
 @click.pass_context
 def vistar_run_cmd(ctx, generations, prompts_file, run_id, relevance, scorer_options, device, overwrite, fmt) -> None:
     """Score each model's image of each prompt with its aspect's scorer; print per-aspect, Core/Hard and role

@@ -148,7 +148,7 @@ def test_world_write(tmp_path):
     b = sorted(p.read_bytes() for p in (tmp_path / "w2").rglob("*.png"))
     assert a == b and len(again.records) == len(build.records)
     # the CSVs name images relative to their folder: moved, they still read (was: absolute paths)
-    from fpr.eval.pipeline import normalize_queries
+    from fpr.eval.inputs import normalize_queries
     from fpr.galleries.manifest import read_manifest
 
     (tmp_path / "w2").rename(tmp_path / "moved")
