@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("FPR_QUIET", "1")
 
 import fpr.api as api  # noqa: E402
-from fpr.engines import ray as ray_engine  # noqa: E402
+from fpr.engines import ray_runtime
 
 
 def make_images(root: Path, n: int, size: int = 96) -> list[str]:
@@ -87,7 +87,7 @@ def main() -> None:
              f"{args.shard_size}, best of {args.rounds} interleaved runs."]
     t = time.perf_counter()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-             runtime_env=ray_engine.local_runtime_env())
+             runtime_env=ray_runtime.local_runtime_env())
     startup = time.perf_counter() - t
     lines.append(f"Ray local runtime start-up (once per command when no cluster is given; not in the times "
                  f"below): {startup:.1f} s.")

@@ -8,6 +8,7 @@ import numpy as np
 
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines import ray as ray_engine
+from fpr.engines import ray_runtime
 from fpr.engines.parts import discard_parts
 from fpr.errors import InputError
 from fpr.files import atomic_write
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path | None = None,
           weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
           workers: int | None = None, engine: str = "local",
-          ray: "ray_engine.RayOptions | dict | None" = None) -> EmbedResult:
+          ray: "ray_runtime.RayOptions | dict | None" = None) -> EmbedResult:
     """Embed images (a CSV/Parquet with a ``path`` column, or a list of paths) in row order.
 
     ``engine="ray"``: on Ray (:mod:`fpr.engines.ray`); shards are kept beside ``out``
@@ -28,7 +29,7 @@ def embed(encoder: str, images: str | Path | Sequence[str], *, out: str | Path |
     from fpr.encoders.embed import embed_paths
     from fpr.encoders.registry import load_encoder
 
-    ray_opts = ray_engine.ray_options(engine, ray)
+    ray_opts = ray_runtime.ray_options(engine, ray)
     if out is not None and Path(out).suffix != ".npy":
         raise InputError("embeddings output must end in .npy", where=str(out))
     if isinstance(images, (str, Path)):

@@ -242,8 +242,9 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     killed on one engine resumes on the other).
     """
     from fpr.engines import ray as ray_engine
+    from fpr.engines import ray_runtime
 
-    ray_opts = ray_engine.ray_options(engine, ray)
+    ray_opts = ray_runtime.ray_options(engine, ray)
     start = time.perf_counter()
     if chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")

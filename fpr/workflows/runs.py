@@ -15,6 +15,7 @@ from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.background import background_of_key, with_background
 from fpr.engines import ray as ray_engine
+from fpr.engines import ray_runtime
 from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
 from fpr.eval import frames, inputs, pipeline, relevance
@@ -132,14 +133,14 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE, workers: int | None = None,
               overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
-              engine: str = "local", ray: "ray_engine.RayOptions | dict | None" = None) -> RunResult:
+              engine: str = "local", ray: "ray_runtime.RayOptions | dict | None" = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
 
     ``oracle``: also query with the gallery's reference images (method ``oracle``, see
     :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
     on Ray (:mod:`fpr.engines.ray`, options ``ray``); the shards are ingested into the
     store in one transaction like a local run's rows."""
-    ray_opts = ray_engine.ray_options(engine, ray)
+    ray_opts = ray_runtime.ray_options(engine, ray)
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
