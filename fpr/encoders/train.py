@@ -43,6 +43,7 @@ from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.registry import pick_device
 from fpr.encoders.trained import CARD_FORMAT, CARD_NAME, WEIGHTS_NAME, build_network, check_arch
 from fpr.encoders.weights import weights_dir
+from fpr.keys import utc_now
 from fpr.errors import InputError
 
 ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -262,6 +263,35 @@ def _train_loop(net, head, opt, loader, sampler, val, preprocess, device, config
     return history
 
 
+def _card(encoder_id: str, source: TrainSource, config: TrainConfig, preprocess, family: str | None,
+          description: str | None, command: str | None, init: dict | None, history: list[dict], seconds: float,
+          device) -> dict:
+    """The trained encoder's card: architecture, protocol, data fingerprint, training settings, metrics."""
+    final = history[-1] if history else {}
+    return {
+        "format": CARD_FORMAT,
+        "id": encoder_id,
+        "family": family or ("builtin-cnn" if config.arch.startswith("fpr-cnn") else "timm"),
+        "architecture": config.arch,
+        "dim": config.dim,
+        "preprocessing": asdict(preprocess),
+        "description": description or "",
+        "training_data": {**source.describe(), "fingerprint": source.fingerprint()},
+        "seed": config.seed,
+        "training": {k: v for k, v in asdict(config).items() if k not in ("device", "workers", "threads", "mean", "std")},
+        "loss": {"kind": "normalised-softmax" if not config.margin else "cosine-margin-softmax",
+                 "scale": config.scale, "margin": config.margin},
+        "metrics": {"val_map": final.get("val_map"), "val_map_groups": final.get("val_map_groups", {}),
+                    "untrained_val_map": init["*"] if init else None, "history": history,
+                    "validation": "oracle mAP: each held-out image queries the others of its group"},
+        "train_seconds": round(seconds, 1),
+        "device": str(device),
+        "command": command or "",
+        "versions": versions(),
+        "created": utc_now(),
+    }
+
+
 def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str | Path | None = None,
           flat: bool = False, family: str | None = None, command: str | None = None,
           overwrite: bool = False, description: str | None = None, evaluate: Evaluator | None = None) -> TrainResult:
@@ -322,28 +352,8 @@ def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str
         del loader  # stops persistent workers
     seconds = time.perf_counter() - start
     final = history[-1] if history else {}
-    card = {
-        "format": CARD_FORMAT,
-        "id": encoder_id,
-        "family": family or ("builtin-cnn" if config.arch.startswith("fpr-cnn") else "timm"),
-        "architecture": config.arch,
-        "dim": config.dim,
-        "preprocessing": asdict(preprocess),
-        "description": description or "",
-        "training_data": {**source.describe(), "fingerprint": source.fingerprint()},
-        "seed": config.seed,
-        "training": {k: v for k, v in asdict(config).items() if k not in ("device", "workers", "threads", "mean", "std")},
-        "loss": {"kind": "normalised-softmax" if not config.margin else "cosine-margin-softmax",
-                 "scale": config.scale, "margin": config.margin},
-        "metrics": {"val_map": final.get("val_map"), "val_map_groups": final.get("val_map_groups", {}),
-                    "untrained_val_map": init["*"] if init else None, "history": history,
-                    "validation": "oracle mAP: each held-out image queries the others of its group"},
-        "train_seconds": round(seconds, 1),
-        "device": str(device),
-        "command": command or "",
-        "versions": versions(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    card = _card(encoder_id, source, config, preprocess, family, description, command, init, history, seconds,
+                 device)
     _write_outputs(net, card, folder, weights_path, card_path)
     progress.log(f"wrote {weights_path} and {card_path.name} ({seconds:.0f} s)")
     return TrainResult(encoder_id, card, card_path, weights_path, final.get("val_map"), seconds, history)

@@ -242,6 +242,57 @@ def _store(workspace, name: str, df: pd.DataFrame, overwrite: bool) -> None:
     db.store_ablation(Workspace.open(workspace), name, df, overwrite=overwrite)
 
 
+def _grid_rows(grid, groups: list, qdf, methods: list, seed: int) -> tuple[list[dict], dict, dict]:
+    """Rows of every (N, M) setting of the released grid, the paths each chose and the distractors drawn."""
+    rows: list[dict] = []
+    chosen_paths: dict[str, dict[str, list[str]]] = {}
+    distractors: dict[tuple[str, int], list[str]] = {}
+    for n, m in progress.bar(grid, desc="settings", unit="setting"):
+        variant = f"n{n}-m{m}"
+
+        def cols_of(grp: _Group, n=n, m=m) -> np.ndarray:
+            if (grp.name, n) not in distractors:  # one draw per (species, N): shared by baseline and methods
+                distractors[(grp.name, n)] = draw_distractors(grp.query_identities, grp.identities, n, seed)
+            keep = list(grp.query_identities) + distractors[(grp.name, n)]
+            cols = []
+            for ident in keep:
+                rows_i = grp.rows_of.get(ident, [])
+                cols.extend(rows_i[j] for j in subsample(len(rows_i), m, seed))
+            return np.array(sorted(cols), dtype=np.int64)
+
+        rows.extend(_rows_for(variant, n, m, "random", groups, cols_of, qdf, methods))
+        chosen_paths[variant] = {g.name: [g.pool_paths[c] for c in cols_of(g)] for g in groups}
+    return rows, chosen_paths, distractors
+
+
+def _selection_picks(selection: list[str], groups: list, cluster_encoder: str, cluster_weights: str | None,
+                     device: str, batch_size: int, workers: int | None) -> dict[str, dict[tuple[str, str], list[int]]]:
+    """Per selection (random, kmeans), the gallery rows picked for each query identity, as the released code does."""
+    import torch
+
+    from fpr.encoders.embed import embed_paths
+    from fpr.encoders.registry import load_encoder
+
+    per_identity = [(g, ident, g.rows_of[ident]) for g in groups for ident in g.query_identities
+                    if g.rows_of.get(ident)]
+    picks: dict[str, dict[tuple[str, str], list[int]]] = {}
+    if "random" in selection:
+        drawn = official_random_pick([rows_i for _, _, rows_i in per_identity], KMEANS_K, RANDOM_SEED)
+        picks["random"] = {(g.name, ident): d for (g, ident, _), d in zip(per_identity, drawn)}
+    if "kmeans" in selection:
+        cenc = load_encoder(cluster_encoder, weights=cluster_weights, device=device)
+        cpaths = [g.pool_paths[r] for g, _, rows_i in per_identity for r in rows_i]
+        raw = embed_paths(cenc, cpaths, batch_size=batch_size, workers=workers, normalize=False,
+                          amp_dtype=torch.float16, desc=f"raw {cenc.id} features for k-means").vectors
+        raw_of = dict(zip(cpaths, raw))
+        picks["kmeans"] = {}
+        for g, ident, rows_i in progress.bar(per_identity, desc="k-means", unit="identity"):
+            feats = np.stack([raw_of[g.pool_paths[r]] for r in rows_i])
+            picks["kmeans"][(g.name, ident)] = [rows_i[j] for j in
+                                                official_kmeans_pick(feats, min(len(rows_i), KMEANS_K))]
+    return picks
+
+
 def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFrame | None = None, *,
                     settings: str | Sequence | None = None, selection: Sequence[str] = SELECTIONS,
                     cluster_encoder: str = CLUSTER_ENCODER, cluster_weights: str | None = None,
@@ -250,8 +301,6 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
                     workers: int | None = None, skip_missing_identities: bool = False, overwrite: bool = False,
                     store: bool = True) -> OfficialAblationResult:
     """Run the released settings grid and gallery-selection ablation on a stored gallery."""
-    import torch
-
     from fpr.encoders.embed import embed_paths
     from fpr.encoders.registry import load_encoder
 
@@ -261,8 +310,7 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
     bad = [s for s in selection if s not in SELECTIONS]
     if bad:
         raise InputError(f"unknown gallery selection '{bad[0]}'", hint=f"valid: {', '.join(SELECTIONS)}")
-    name = _check_name(name) if name else \
-        new_id("abl-official")
+    name = _check_name(name) if name else new_id("abl-official")
     items, qdf = _inputs(gallery, queries, workspace)
     pool = [it for it in items if it.role == "gallery"]
     refs = [it for it in items if it.role == "reference"]
@@ -290,43 +338,9 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
     groups = _prepare(pool, refs, qdf, vec_of)
     methods = sorted(qdf["method"].unique()) if qdf is not None else []
 
-    rows: list[dict] = []
-    chosen_paths: dict[str, dict[str, list[str]]] = {}
-    distractors: dict[tuple[str, int], list[str]] = {}
-    for n, m in progress.bar(grid, desc="settings", unit="setting"):
-        variant = f"n{n}-m{m}"
-
-        def cols_of(grp: _Group, n=n, m=m) -> np.ndarray:
-            if (grp.name, n) not in distractors:  # one draw per (species, N): shared by baseline and methods
-                distractors[(grp.name, n)] = draw_distractors(grp.query_identities, grp.identities, n, seed)
-            keep = list(grp.query_identities) + distractors[(grp.name, n)]
-            cols = []
-            for ident in keep:
-                rows_i = grp.rows_of.get(ident, [])
-                cols.extend(rows_i[j] for j in subsample(len(rows_i), m, seed))
-            return np.array(sorted(cols), dtype=np.int64)
-
-        rows.extend(_rows_for(variant, n, m, "random", groups, cols_of, qdf, methods))
-        chosen_paths[variant] = {g.name: [g.pool_paths[c] for c in cols_of(g)] for g in groups}
-
+    rows, chosen_paths, distractors = _grid_rows(grid, groups, qdf, methods, seed)
     if selection:
-        per_identity = [(g, ident, g.rows_of[ident]) for g in groups for ident in g.query_identities
-                        if g.rows_of.get(ident)]
-        picks: dict[str, dict[tuple[str, str], list[int]]] = {}
-        if "random" in selection:
-            drawn = official_random_pick([rows_i for _, _, rows_i in per_identity], KMEANS_K, RANDOM_SEED)
-            picks["random"] = {(g.name, ident): d for (g, ident, _), d in zip(per_identity, drawn)}
-        if "kmeans" in selection:
-            cenc = load_encoder(cluster_encoder, weights=cluster_weights, device=device)
-            cpaths = [g.pool_paths[r] for g, _, rows_i in per_identity for r in rows_i]
-            raw = embed_paths(cenc, cpaths, batch_size=batch_size, workers=workers, normalize=False,
-                              amp_dtype=torch.float16, desc=f"raw {cenc.id} features for k-means").vectors
-            raw_of = dict(zip(cpaths, raw))
-            picks["kmeans"] = {}
-            for g, ident, rows_i in progress.bar(per_identity, desc="k-means", unit="identity"):
-                feats = np.stack([raw_of[g.pool_paths[r]] for r in rows_i])
-                picks["kmeans"][(g.name, ident)] = [rows_i[j] for j in
-                                                    official_kmeans_pick(feats, min(len(rows_i), KMEANS_K))]
+        picks = _selection_picks(selection, groups, cluster_encoder, cluster_weights, device, batch_size, workers)
         for sel in selection:
             variant = f"{sel}-k{KMEANS_K}"
 

@@ -43,6 +43,8 @@ from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.embed import embed_paths
 from fpr.encoders.registry import load_encoder
+from fpr.engines import ray as ray_engine
+from fpr.engines import ray_runtime
 from fpr.engines.parts import PartsFolder
 from fpr.errors import ConflictError, InputError
 from fpr.eval import inputs, pipeline, relevance
@@ -226,6 +228,111 @@ def _copy_kept(df: pd.DataFrame, folder: Path) -> None:
 
 # --------------------------------------------------------------------------- the filter
 
+def _index_and_encoder(ws: Workspace, index: str, device: str):
+    """The index and the encoder it was built with (the same weights, or a one-line refusal)."""
+    opened = relevance.open_index(ws, index)
+    enc = load_encoder(opened.index.card.encoder, device=device)
+    if enc.weights.checksum != opened.index.card.weights_checksum:
+        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
+                            hint="rebuild the index")
+    return opened, enc
+
+
+def _output_formats(qpath: Path, out: Path, rej_path: Path | None) -> tuple[str, str | None]:
+    """The outputs' formats, once they are known not to overwrite the queries file or each other."""
+    if not qpath.exists():
+        raise InputError("queries file not found", where=str(qpath))
+    out_fmt = _fmt_of(out)
+    rej_fmt = _fmt_of(rej_path) if rej_path else None
+    if rej_path is not None and rej_path.resolve() == out.resolve():
+        raise InputError("--out and --rejected must be different files")
+    if out.resolve() == qpath.resolve() or (rej_path is not None and rej_path.resolve() == qpath.resolve()):
+        raise InputError("outputs must not overwrite the queries file", where=str(qpath))
+    return out_fmt, rej_fmt
+
+
+def _scorers_of(rule, variables: dict, scorers: Sequence[str] | str | None) -> list[str]:
+    """The scorers listed, plus those the keep-rule names (they run even when not listed)."""
+    names = parse_scorer_list(scorers)
+    for v in rule.names:
+        sc = variables[v][0]
+        if sc and sc not in names:
+            names.append(sc)
+    return names
+
+
+def _output_columns(qpath: Path, names: list[str]) -> list[str]:
+    """The input's columns (required ones checked) then this run's values, which replace same-named inputs."""
+    header = _header(qpath)
+    missing_cols = [c for c in REQUIRED if c not in header]
+    if missing_cols:
+        raise InputError(f"queries file lacks required column(s) {', '.join(missing_cols)}", where=str(qpath),
+                         hint=f"required: {', '.join(REQUIRED)}; found: {', '.join(header) or '(none)'}")
+    computed = list(BASE_COLUMNS) + [f"{s}.{m}" for s in names for m in all_scorers()[s].metrics] + \
+        ["status", "reason"]
+    clashing = [c for c in header if c in computed]
+    if clashing:
+        progress.log(f"input column(s) {', '.join(clashing)} are replaced by this run's values")
+    return [c for c in header if c not in computed] + computed
+
+
+@dataclass
+class _ChunkParts:
+    """A filter run's finished chunks in the parts folder: each chunk's kept and rejected rows and its counts."""
+
+    parts: PartsFolder
+    columns: list[str]
+    out_fmt: str
+    rej_fmt: str | None
+    copy_dir: Path | None
+    n_chunks_est: int
+    after_chunk: Callable[[int], None] | None
+    done: dict[int, dict] = field(default_factory=dict)
+    processed: int = 0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.kept_suffix = f".kept.{self.out_fmt}"
+        self.rej_suffix = f".rejected.{self.rej_fmt}" if self.rej_fmt else None
+        required = [self.kept_suffix, ".json"] + ([self.rej_suffix] if self.rej_suffix else [])
+        self.done = {k: self.parts.read_json(k, ".json") for k in sorted(self.parts.done(required))}
+        if self.done:
+            progress.log(f"resuming: {len(self.done)} of {self.n_chunks_est} chunks already done ({self.parts.root})")
+
+    def record(self, k: int, n: int, frame: pd.DataFrame, dt: float) -> None:
+        """Write a finished chunk's parts and mark it done (durably, then ``after_chunk``)."""
+        kept_mask = frame["__keep"].to_numpy(dtype=bool)
+        kept, rej = frame[kept_mask], frame[~kept_mask]
+        _write_part(kept[self.columns], self.parts.path(k, self.kept_suffix), self.out_fmt)
+        if self.rej_suffix is not None:
+            _write_part(rej[self.columns], self.parts.path(k, self.rej_suffix), self.rej_fmt)
+        if self.copy_dir is not None and len(kept):
+            _copy_kept(kept, self.copy_dir)
+        stats = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(Counter(c for c in frame["__clause"] if c))}
+        self.parts.write_json(k, ".json", stats)
+        self.parts.mark_done(k)  # last: a part is done only once all its files are whole
+        self.done[k] = stats
+        self.seconds += dt
+        self.processed += n
+        overall = self.processed / self.seconds if self.seconds > 0 else float("inf")
+        progress.log(f"chunk {k + 1}/{self.n_chunks_est}: {n} images, kept {int(kept_mask.sum())}, "
+                     f"{n / dt if dt > 0 else float('inf'):.1f} img/s; {len(self.done)}/{self.n_chunks_est} chunks "
+                     f"done ({overall:.1f} img/s overall)")
+        if self.after_chunk is not None:
+            self.after_chunk(k)
+
+    def assemble(self, n_chunks: int, out: Path, rej_path: Path | None, *, where: str) -> None:
+        """The outputs from every chunk's parts, in order; then the parts folder goes."""
+        if sorted(self.done) != list(range(n_chunks)):
+            raise InputError(f"the queries file changed while filtering ({len(self.done)} of {n_chunks} chunks "
+                             "recorded)", where=where, hint="rerun the command")
+        _assemble([self.parts.path(k, self.kept_suffix) for k in range(n_chunks)], out, self.out_fmt, self.columns)
+        if self.rej_suffix is not None:
+            _assemble([self.parts.path(k, self.rej_suffix) for k in range(n_chunks)], rej_path, self.rej_fmt,
+                      self.columns)
+        self.parts.discard()
+
+
 def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, *,
                    rejected: str | Path | None = None, copy_to: str | Path | None = None,
                    scorers: Sequence[str] | str | None = (), chunk_size: int = 1000,
@@ -241,102 +348,42 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
     recorded in the same state folder as they finish, so the resume rules are the same (and a run
     killed on one engine resumes on the other).
     """
-    from fpr.engines import ray as ray_engine
-    from fpr.engines import ray_runtime
-
     ray_opts = ray_runtime.ray_options(engine, ray)
     start = time.perf_counter()
     if chunk_size < 1:
         raise InputError(f"--chunk-size must be at least 1, got {chunk_size}")
     relevance.check_scope(scope)
-    qpath = Path(queries)
-    if not qpath.exists():
-        raise InputError("queries file not found", where=str(qpath))
-    out = Path(out)
-    out_fmt = _fmt_of(out)
-    rej_path = Path(rejected) if rejected else None
-    rej_fmt = _fmt_of(rej_path) if rej_path else None
-    if rej_path is not None and rej_path.resolve() == out.resolve():
-        raise InputError("--out and --rejected must be different files")
-    if out.resolve() == qpath.resolve() or (rej_path is not None and rej_path.resolve() == qpath.resolve()):
-        raise InputError("outputs must not overwrite the queries file", where=str(qpath))
-
+    qpath, out, rej_path = Path(queries), Path(out), Path(rejected) if rejected else None
+    out_fmt, rej_fmt = _output_formats(qpath, out, rej_path)
     variables = rule_variables()
     rule = parse_rule(keep, list(variables))
-    names = parse_scorer_list(scorers)
-    for v in rule.names:  # scorers the rule needs run even when not listed
-        sc = variables[v][0]
-        if sc and sc not in names:
-            names.append(sc)
+    names = _scorers_of(rule, variables, scorers)
     options = {str(k): str(v) for k, v in (scorer_options or {}).items()}
     check_scorer_options(names, options)
 
     ws = Workspace.open(workspace)
-    opened = relevance.open_index(ws, index)
+    opened, enc = _index_and_encoder(ws, index, "cpu" if ray_opts else device)  # Ray: the actors place it
     gi = opened.index
-    enc = load_encoder(gi.card.encoder, device="cpu" if ray_opts else device)  # Ray: the actors place it
-    if enc.weights.checksum != gi.card.weights_checksum:
-        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{index}' was built with",
-                            hint="rebuild the index")
-    gallery_keys = set(opened.labels.keys())
-    header = _header(qpath)
-    missing_cols = [c for c in REQUIRED if c not in header]
-    if missing_cols:
-        raise InputError(f"queries file lacks required column(s) {', '.join(missing_cols)}", where=str(qpath),
-                         hint=f"required: {', '.join(REQUIRED)}; found: {', '.join(header) or '(none)'}")
-    n_rows = _prescan(qpath, chunk_size, gallery_keys, skip_missing_identities)
+    columns = _output_columns(qpath, names)
+    n_rows = _prescan(qpath, chunk_size, set(opened.labels.keys()), skip_missing_identities)
     n_chunks_est = math.ceil(n_rows / chunk_size)
-
-    computed = list(BASE_COLUMNS) + [f"{s}.{m}" for s in names for m in all_scorers()[s].metrics] + \
-        ["status", "reason"]
-    clashing = [c for c in header if c in computed]
-    if clashing:
-        progress.log(f"input column(s) {', '.join(clashing)} are replaced by this run's values")
-    columns = [c for c in header if c not in computed] + computed
 
     st = qpath.stat()
     work = {"v": STATE_VERSION, "queries": str(qpath.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns,
             "index": index, "card": [gi.card.gallery_fingerprint, gi.card.encoder, gi.card.weights_checksum],
             "rule": rule.text, "scorers": names, "options": options, "scope": scope, "chunk": chunk_size,
-            "skip_missing": skip_missing_identities, "out": [str(out.resolve()), out_fmt],
-            "rejected": [str(rej_path.resolve()), rej_fmt] if rej_path else None,
-            "copy_to": str(Path(copy_to).resolve()) if copy_to else None, "columns": columns}
+            "skip_missing": skip_missing_identities, "outputs": [str(p.resolve()) if p else None for p in
+                                                                 (out, rej_path, Path(copy_to) if copy_to else None)],
+            "columns": columns}  # what decides the parts: a change starts over
     _remove_temporary_outputs(out, rej_path)
-    parts = PartsFolder(out.parent / f".{out.name}.fpr-filter", work, restart=restart)
-    kept_suffix, rej_suffix = f".kept.{out_fmt}", (f".rejected.{rej_fmt}" if rej_path else None)
-    required = [kept_suffix, ".json"] + ([rej_suffix] if rej_suffix else [])
-    done: dict[int, dict] = {k: parts.read_json(k, ".json") for k in sorted(parts.done(required))}
-    if done:
-        progress.log(f"resuming: {len(done)} of {n_chunks_est} chunks already done ({parts.root})")
+    chunks = _ChunkParts(PartsFolder(out.parent / f".{out.name}.fpr-filter", work, restart=restart), columns,
+                         out_fmt, rej_fmt, Path(copy_to) if copy_to else None, n_chunks_est, after_chunk)
     progress.log(f"filtering {n_rows} queries against index '{index}' ({enc.id}) in chunks of {chunk_size}; "
                  f"keep: {rule.text}" + (f"; scorers: {', '.join(names)}" if names else ""))
 
     base = qpath.resolve().parent
-    copy_dir = Path(copy_to) if copy_to else None
     settings = pipeline.EvalSettings(scope, True, True, names, options, 0, device, batch_size, workers)
-    tally = {"resumed": 0, "processed": 0, "t_work": 0.0, "offset": 0}
-
-    def record(k: int, n: int, frame: pd.DataFrame, dt: float) -> None:
-        """Write a finished chunk's parts and record it in the state (durably, then ``after_chunk``)."""
-        kept_mask = frame["__keep"].to_numpy(dtype=bool)
-        kept, rej = frame[kept_mask], frame[~kept_mask]
-        _write_part(kept[columns], parts.path(k, kept_suffix), out_fmt)
-        if rej_suffix is not None:
-            _write_part(rej[columns], parts.path(k, rej_suffix), rej_fmt)
-        if copy_dir is not None and len(kept):
-            _copy_kept(kept, copy_dir)
-        stats = {"rows": n, "kept": int(kept_mask.sum()), "clauses": dict(Counter(c for c in frame["__clause"] if c))}
-        parts.write_json(k, ".json", stats)
-        parts.mark_done(k)  # last: a part is done only once all its files are whole
-        done[k] = stats
-        tally["t_work"] += dt
-        tally["processed"] += n
-        progress.log(f"chunk {k + 1}/{n_chunks_est}: {n} images, kept {int(kept_mask.sum())}, "
-                     f"{n / dt if dt > 0 else float('inf'):.1f} img/s; {len(done)}/{n_chunks_est} chunks done "
-                     f"({tally['processed'] / tally['t_work'] if tally['t_work'] > 0 else float('inf'):.1f} img/s "
-                     f"overall)")
-        if after_chunk is not None:
-            after_chunk(k)
+    tally = {"resumed": 0, "offset": 0}
 
     k = -1
     pending: list[tuple[int, dict]] = []
@@ -344,7 +391,7 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
         n = len(raw)
         offset = tally["offset"]
         tally["offset"] += n
-        if k in done:
+        if k in chunks.done:
             tally["resumed"] += 1
             continue
         if ray_opts is not None:  # queued for Ray: the paths are what the decode tasks read
@@ -354,38 +401,41 @@ def filter_queries(index: str, queries: str | Path, keep: str, out: str | Path, 
             continue
         t0 = time.perf_counter()
         frame = _process_chunk(raw, offset, base, opened, enc, rule, variables, settings, ws.root)
-        record(k, n, frame, time.perf_counter() - t0)
+        chunks.record(k, n, frame, time.perf_counter() - t0)
     n_chunks = k + 1
     engine_info: dict = {}
     if ray_opts is not None:
-        if chunk_size > 4 * ray_engine.default_shard_size(enc):
-            progress.log(f"ray: a chunk ({chunk_size} images) is the unit of work on Ray and its decoded pixels "
-                         f"cross the object store: --chunk-size {ray_engine.default_shard_size(enc)} keeps them "
-                         "under 256 MB")
         job = FilterJob(ray_engine.portable_index(opened), rule.text, list(variables), settings, base, ws.root)
-        engine_info = ray_engine.run_shards(
-            pending, job, enc, options=ray_opts, device=device, batch_size=batch_size,
-            cache_root=ray_engine.cache_root_for_workers(),
-            on_result=lambda k, res: record(k, res["n"], res["frame"], res["seconds"]), what="filter")
+        engine_info = _run_on_ray(pending, job, enc, chunks, ray_opts, device=device, batch_size=batch_size,
+                                  chunk_size=chunk_size)
         engine_info.update(chunks=n_chunks, chunks_resumed=tally["resumed"])
-    n_resumed, n_processed, t_work = tally["resumed"], tally["processed"], tally["t_work"]
+    chunks.assemble(n_chunks, out, rej_path, where=str(qpath))
+    return _result(chunks, out, rej_path, n_rows, n_chunks, tally["resumed"], time.perf_counter() - start, names,
+                   engine_info)
 
-    if sorted(done) != list(range(n_chunks)):
-        raise InputError(f"the queries file changed while filtering ({len(done)} of {n_chunks} chunks recorded)",
-                         where=str(qpath), hint="rerun the command")
-    _assemble([parts.path(k, kept_suffix) for k in range(n_chunks)], out, out_fmt, columns)
-    if rej_suffix is not None:
-        _assemble([parts.path(k, rej_suffix) for k in range(n_chunks)], rej_path, rej_fmt, columns)
-    parts.discard()
 
-    n_kept = sum(int(d["kept"]) for d in done.values())
+def _run_on_ray(pending: list, job: "FilterJob", enc, chunks: _ChunkParts, ray_opts, *, device: str, batch_size: int,
+                chunk_size: int) -> dict:
+    """The pending chunks on Ray's actors, each recorded as it finishes; returns the engine's report."""
+    if chunk_size > 4 * ray_engine.default_shard_size(enc):
+        progress.log(f"ray: a chunk ({chunk_size} images) is the unit of work on Ray and its decoded pixels "
+                     f"cross the object store: --chunk-size {ray_engine.default_shard_size(enc)} keeps them "
+                     "under 256 MB")
+    return ray_engine.run_shards(
+        pending, job, enc, options=ray_opts, device=device, batch_size=batch_size,
+        cache_root=ray_engine.cache_root_for_workers(),
+        on_result=lambda k, res: chunks.record(k, res["n"], res["frame"], res["seconds"]), what="filter")
+
+
+def _result(chunks: _ChunkParts, out: Path, rej_path: Path | None, n_rows: int, n_chunks: int, n_resumed: int,
+            seconds: float, names: list[str], engine_info: dict) -> FilterResult:
+    n_kept = sum(int(d["kept"]) for d in chunks.done.values())
     reasons: Counter = Counter()
-    for d in done.values():
+    for d in chunks.done.values():
         reasons.update(d.get("clauses", {}))
-    seconds = time.perf_counter() - start
-    ips = n_processed / t_work if t_work > 0 else float("nan")
+    ips = chunks.processed / chunks.seconds if chunks.seconds > 0 else float("nan")
     progress.log(f"kept {n_kept} of {n_rows} ({100.0 * n_kept / max(n_rows, 1):.1f}%) in {seconds:.1f}s"
-                 + (f"; {ips:.1f} img/s" if n_processed else "") + f"; wrote {out}"
+                 + (f"; {ips:.1f} img/s" if chunks.processed else "") + f"; wrote {out}"
                  + (f" and {rej_path}" if rej_path else ""))
     return FilterResult(str(out), str(rej_path) if rej_path else None, n_rows, n_kept, n_rows - n_kept, n_chunks,
                         n_resumed, seconds, ips, names, dict(reasons.most_common()), engine_info)
