@@ -278,11 +278,15 @@ def run_tables(ws: Workspace, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _with_paths(query_results: pd.DataFrame, convert) -> pd.DataFrame:
-    """``path`` and each of the ';'-joined ``reference_paths`` passed through ``convert``."""
-    return query_results.assign(
-        path=[convert(p) for p in query_results["path"]],
-        reference_paths=[";".join(convert(r) for r in str(v).split(";")) if isinstance(v, str) and v else v
-                         for v in query_results["reference_paths"]])
+    """``path`` and each of the ';'-joined ``reference_paths`` passed through ``convert`` (those present: a
+    run that stores no references, such as a VISTAR run, leaves the column to the table's default)."""
+    columns = {}
+    if "path" in query_results:
+        columns["path"] = [convert(p) for p in query_results["path"]]
+    if "reference_paths" in query_results:
+        columns["reference_paths"] = [";".join(convert(r) for r in str(v).split(";")) if isinstance(v, str) and v
+                                      else v for v in query_results["reference_paths"]]
+    return query_results.assign(**columns)
 
 
 def run_rankings(ws: Workspace, run_id: str) -> pd.DataFrame:

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray")
 import fpr.api as api  # noqa: E402
 from fpr.encoders.embed import EMBED_STATS  # noqa: E402
 from fpr.engines import ray as ray_engine  # noqa: E402
-from fpr.engines import ray_runtime
+from fpr.engines import ray_runtime as ray_rt
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 from fpr.store.workspace import Workspace  # noqa: E402
 from fpr.workflows.filter import filter_queries  # noqa: E402
@@ -36,7 +36,7 @@ OBJECT_STORE_MB = 80
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=OBJECT_STORE_MB * 2 ** 20,
-             runtime_env=ray_runtime.local_runtime_env(), log_to_driver=False)
+             runtime_env=ray_rt.local_runtime_env(), log_to_driver=False)
     yield ray
     ray.shutdown()
 
