@@ -85,8 +85,9 @@ def test_layers_only_point_down():
 
 def test_no_scorer_imports_another_scorer():
     scorers = PACKAGE / "scorers"
-    support = {"__init__", "base", "registry", "options", "encoding"}  # shared by scorers, not scorers
-    names = {p.stem for p in scorers.glob("*.py") if p.stem not in support}
+    from fpr.scorers import SCORER_MODULES
+
+    names = set(SCORER_MODULES)  # the rest of the package is shared by scorers (options, encoding, data rules)
     bad = []
     for f in scorers.glob("*.py"):
         for line, name in _imports(f):
@@ -107,3 +108,21 @@ def test_the_checker_catches_a_lazy_upward_import(tmp_path, monkeypatch):
 @pytest.mark.parametrize("module", ["fpr.store", "fpr.eval.pipeline", "fpr.api"])
 def test_modules_import(module):
     __import__(module)
+
+
+def test_every_cli_module_is_listed_and_every_listed_one_exists():
+    """A command module left out of COMMAND_MODULES would silently drop its commands; a listed one that is
+    missing fails the import (no silent skip)."""
+    from fpr.cli.main import COMMAND_MODULES
+
+    files = {p.stem for p in (PACKAGE / "cli").glob("*.py")} - {"__init__", "main"}
+    assert set(COMMAND_MODULES) == files
+
+
+def test_every_scorer_module_is_listed_and_every_listed_one_exists():
+    from fpr.scorers import SCORER_MODULES
+
+    # modules that define no scorer: the registry, options, shared loading, and pure rules scorers build on
+    support = {"__init__", "options", "encoding", "refvnli_data", "vistar_prompts", "vistar_roles"}
+    files = {p.stem for p in (PACKAGE / "scorers").glob("*.py")} - support
+    assert set(SCORER_MODULES) == files

@@ -191,12 +191,8 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 
-for _name in COMMAND_MODULES:
-    try:
-        importlib.import_module(f"fpr.cli.{_name}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"fpr.cli.{_name}":
-            raise
+for _name in COMMAND_MODULES:  # a listed module that is missing is a packaging bug: let the import fail loudly
+    importlib.import_module(f"fpr.cli.{_name}")
 
 
 def main() -> None:  # console-script entry point
