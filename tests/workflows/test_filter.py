@@ -206,7 +206,6 @@ def test_killed_during_final_cleanup_resumes(setup, monkeypatch):
     --restart, to the same outputs; a 0-byte temporary output left by a kill is removed by the next run."""
     import shutil as real_shutil
 
-    from fpr.workflows import filter as filt
 
     tmp, ws, qfile = setup
     kw = dict(rejected=tmp / "rej.csv", workspace=ws, chunk_size=7)
@@ -219,10 +218,10 @@ def test_killed_during_final_cleanup_resumes(setup, monkeypatch):
         parts[0].unlink()  # the kill lands after the first file is gone, state.json still there
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(filt.shutil, "rmtree", killed_rmtree)
+    monkeypatch.setattr(real_shutil, "rmtree", killed_rmtree)
     with pytest.raises(KeyboardInterrupt):
         filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept.csv", **kw)
-    monkeypatch.setattr(filt.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(real_shutil, "rmtree", real_rmtree)
     (tmp / ".tmp-kept.csv.k1ll3d00").write_bytes(b"")  # what a kill inside the output's atomic write leaves
     filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept.csv", **kw)
     filter_queries(INDEX, qfile, "top1 and ap >= 0.5", tmp / "kept2.csv", rejected=tmp / "rej2.csv",

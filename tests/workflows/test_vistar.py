@@ -2,7 +2,6 @@
 split, two models whose order flips between roles; fpr report --by role prints it again."""
 import json
 
-import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
