@@ -38,7 +38,7 @@ from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import ImageRef, JudgeClient, Tally, image_part, text_part
 from fpr.scorers.judges.config import DREAMBENCH_PLUS_DEFAULTS, client_options, judge_config
 from fpr.scorers.judges.prompts import Template, load_template, load_template_file
-from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
+from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages, zero_to_four
 from fpr.scorers.options import Option, resolve
 
 NAME = "dreambench-concept"
@@ -138,12 +138,7 @@ class DreamBenchConcept(Scorer):
                 return {"score": (math.nan, "no reference image for this query")}
             msgs = template_messages(pair_t, [ImageRef.from_path(refs[0], cfg.encoding),
                                               ImageRef.from_path(batch.paths[i], cfg.encoding)])
-            try:
-                value, note = parse.sampled_score(client.chat(msgs, template=pair_t, tally=tally), 0, 4,
-                                                  values["reply_format"])
-            except parse.JudgeFailure as exc:
-                return {"score": (math.nan, exc.reason)}
-            return {"score": (value / 4.0, note)}
+            return zero_to_four(client, msgs, pair_t, tally, values["reply_format"])
 
         gallery = GalleryIdentities(batch, scope) if mode != "pair" else None
 

@@ -12,7 +12,6 @@ DreamBench++'s released settings (:data:`~fpr.scorers.judges.client.DREAMBENCH_P
 """
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
@@ -21,7 +20,7 @@ from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import ImageRef, JudgeClient, Tally
 from fpr.scorers.judges.config import DREAMBENCH_PLUS_DEFAULTS, client_options, judge_config
 from fpr.scorers.judges.prompts import Template, load_template, load_template_file
-from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages
+from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge, template_messages, zero_to_four
 from fpr.scorers.options import Option, resolve
 
 NAME = "dreambench-prompt"
@@ -65,12 +64,7 @@ class DreamBenchPrompt(Scorer):
         def judge(i: int, tally: Tally) -> dict:
             image = ImageRef.from_path(batch.paths[i], cfg.encoding)
             msgs = template_messages(t, [image], request=str(batch.prompts[i]), prompt=batch.prompts[i])
-            try:
-                value, note = parse.sampled_score(client.chat(msgs, template=t, tally=tally), 0, 4,
-                                                  values["reply_format"])
-            except parse.JudgeFailure as exc:
-                return {"score": (math.nan, exc.reason)}
-            return {"score": (value / 4.0, note)}
+            return zero_to_four(client, msgs, t, tally, values["reply_format"])
 
         out = score_with_judge(batch, NAME, client, ("score",), judge, rows)
         self._fingerprints = sorted(client.fingerprints)

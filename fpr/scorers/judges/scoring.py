@@ -19,6 +19,7 @@ from typing import Callable
 import pandas as pd
 
 from fpr import progress
+from fpr.scorers.judges import parse
 from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, for_each, image_part, text_part
 from fpr.scorers.judges.prompts import Template
 
@@ -42,6 +43,16 @@ def template_messages(t: Template, images: list[ImageRef], *, request: str | Non
     return msgs + [{"role": "user", "content": t.render("user", **values)},
                    {"role": "assistant", "content": t.render("assistant", **values)},
                    {"role": "user", "content": ([text_part(text)] if text else []) + [image_part(im) for im in images]}]
+
+
+def zero_to_four(client: JudgeClient, msgs: list[dict], template: Template, tally: Tally, reply_format: str) -> dict:
+    """DreamBench++'s 0-4 score of one request (the mean of its samples), as a 0-1 ``score`` with its note;
+    NaN with the reason when the reply cannot be read."""
+    try:
+        value, note = parse.sampled_score(client.chat(msgs, template=template, tally=tally), 0, 4, reply_format)
+    except JudgeFailure as exc:
+        return {"score": (math.nan, exc.reason)}
+    return {"score": (value / 4.0, note)}
 
 
 def score_with_judge(batch, scorer: str, client: JudgeClient, score_metrics: tuple[str, ...],
