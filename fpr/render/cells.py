@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+import re
 from typing import Any, Sequence
 
 FORMATS = ("table", "json", "csv")
@@ -23,11 +24,16 @@ def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None =
     return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
 
 
+_DIGEST = re.compile(r"(sha256:)?[0-9a-f]{40,}")
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
         return format_cell(v)
+    if isinstance(v, str) and _DIGEST.fullmatch(v):  # a checksum: 12 hex digits identify it in a table
+        return v[:19] if v.startswith("sha256:") else v[:12]
     return str(v)
 
 

@@ -111,7 +111,7 @@ def _provenance(enc: Encoder, opened: "relevance.OpenIndex", seed: int, device: 
     card = opened.index.card
     return {"encoder": enc.id, "weights_checksum": enc.weights.checksum, "weights_path": str(enc.weights.path),
             "preprocessing": enc.preprocessing.key(), "device": str(enc.device), "device_requested": device,
-            **{f"embedding_{k}": v for k, v in _card_numerics(enc).items()},
+            **{(k if k.startswith("embedding_") else f"embedding_{k}"): v for k, v in _card_numerics(enc).items()},
             "seed": seed, "index_card": card.name, "index_version": opened.row.version,
             "gallery_fingerprint": card.gallery_fingerprint, "versions": faiss_index.library_versions(),
             "created_at": utc_now()}
@@ -174,7 +174,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         provenance["engine"] = engine_info
         for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
                                ("embedding_precision", "actor_precision"),
-                               ("embedding_embedding_key", "actor_embedding_key")):
+                               ("embedding_key", "actor_embedding_key")):
             if key in provenance and actor_key in engine_info:  # the vectors were computed by the actors
                 provenance[key] = engine_info[actor_key]
     if ev.aux.attrs.get("provenance"):  # model judges: model, endpoint, seed, prompt template versions
