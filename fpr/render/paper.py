@@ -185,8 +185,12 @@ def _tex(s: str) -> str:
 
 
 def _latex(p: Pivot, header: list[str]) -> str:
+    """A complete ``table`` float (paste it into a paper as is); needs ``booktabs`` and ``graphicx``."""
     n = len(header)
-    lines = ["\\begin{tabular}{l" + "r" * (n - 1) + "}", "\\toprule",
+    lines = ["% needs \\usepackage{booktabs} (the rules) and \\usepackage{graphicx} (\\resizebox)",
+             "\\begin{table}[t]", "\\centering", "\\caption{Sim and mAP per method and group, mean [95\\% interval]"
+             " (fpr report).}", "\\label{tab:fpr}", "\\resizebox{\\linewidth}{!}{%",
+             "\\begin{tabular}{l" + "r" * (n - 1) + "}", "\\toprule",
              " & ".join(_tex(h) for h in header) + " \\\\", "\\midrule"]
     first = True
     for g in p.groups:
@@ -198,7 +202,7 @@ def _latex(p: Pivot, header: list[str]) -> str:
         first = False
         lines.append(f"\\multicolumn{{{n}}}{{l}}{{\\textit{{{_tex(_group_title(g))}}}}} \\\\")
         lines += [" & ".join([_tex(r[0]), r[1], *r[2:]]) + " \\\\" for r in rows]
-    lines += ["\\bottomrule", "\\end{tabular}"]
+    lines += ["\\bottomrule", "\\end{tabular}}", "\\end{table}"]
     return "\n".join(lines)
 
 
