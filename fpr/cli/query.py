@@ -5,12 +5,10 @@ import click
 
 from fpr import api, progress
 from fpr.cli.main import cli, engine_options, format_option, parse_options, ray_settings, scorer_option
-from fpr.defaults import EMBED_BATCH_SIZE
+from fpr.defaults import DEFAULT_REPORT_METRICS, EMBED_BATCH_SIZE, SCOPES
 from fpr.errors import InputError
-from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_row_columns
 from fpr.render.cells import dumps, render_rows
 
-SUMMARY_COLUMNS = ["method", "group", "n_queries", *summary_row_columns()]
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
@@ -18,8 +16,10 @@ def print_run(res: api.RunResult, fmt: str) -> None:
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
+    from fpr.metrics.specs import summary_row_columns  # NumPy: imported when a run is printed, not at start-up
+
     aux = [c for c in (res.summary[0].keys() if res.summary else []) if "." in c]
-    cols = SUMMARY_COLUMNS + aux
+    cols = ["method", "group", "n_queries", *summary_row_columns(), *aux]
     if fmt == "csv":
         click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return
@@ -45,7 +45,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
 @click.option("--run", default=None, help="Run id (default: generated).")
 @click.option("--encoder", default=None, help="Assert the index's encoder (an error if it differs).")
 @click.option("--weights", default=None)
-@click.option("--scope", type=click.Choice(api.SCOPES), default="group", show_default=True)
+@click.option("--scope", type=click.Choice(SCOPES), default="group", show_default=True)
 @click.option("--scorers", default="", help="Comma-separated auxiliary scorers, e.g. clip-t,copy-paste.")
 @scorer_option()
 @click.option("--skip-missing-identities", is_flag=True, help="Skip (and report) queries with no relevant item.")
