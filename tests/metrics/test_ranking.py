@@ -155,6 +155,38 @@ def test_top_k_orders_and_pads():
     assert val[0, :3].tolist() == [0.9, 0.5, 0.1]
 
 
+@pytest.mark.parametrize("rows_per_call", [None, 1, 7])
+@pytest.mark.parametrize("k", [1, 3, 8, 20, 70])
+def test_top_k_equals_the_rule_written_out_on_ties_and_non_finite_rows(k, rows_per_call, monkeypatch):
+    """The partial-sort path of top_k == the whole-row rule (_top_k_rows) == a full stable sort, with
+    wide ties at the k-th place, -0.0, -inf scopes, +inf, NaN and rows with fewer than k finite scores;
+    whole or a few rows per argpartition call."""
+    from fpr.metrics import ranking
+    from fpr.metrics.ranking import _top_k_rows
+
+    if rows_per_call:
+        monkeypatch.setattr(ranking, "TOPK_ROWS_ELEMENTS", rows_per_call * 50)
+
+    rng = np.random.default_rng(7)
+    q, g = 60, 50
+    s = (rng.integers(-3, 4, size=(q, g)) / 2).astype(np.float32)
+    s[::5] = rng.normal(size=(len(s[::5]), g)).astype(np.float32)  # tie-free rows
+    s[1::7] = -0.0 * s[1::7]
+    s[:, ::9] = -np.inf
+    s[2, :45] = -np.inf  # fewer than k finite
+    s[3, 4] = np.inf
+    s[4, 6] = np.nan
+    s[6] = 0.5  # one tie over the whole row
+    idx, val = top_k(s, k)
+    ref_idx, ref_val = _top_k_rows(s, min(k, g))
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(val, ref_val)
+    for i in range(q):  # the rule itself on finite rows: stable sort by score descending
+        if np.isfinite(s[i]).all():
+            order = np.argsort(-s[i].astype(np.float64), kind="stable")[:k]
+            assert idx[i].tolist() == order.tolist()
+
+
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError):
         retrieval_metrics(np.zeros((2, 3)), np.zeros((2, 4), bool))
