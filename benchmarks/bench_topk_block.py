@@ -25,26 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 RUN = """
 import hashlib, resource, sys, time
-import numpy as np, pandas as pd
-sys.path.insert(0, sys.argv[1])
-from fpr.eval import relevance, scoring
+import numpy as np
+sys.path[:0] = [sys.argv[1], sys.argv[7]]
+from _synthetic import clustered
+from fpr.eval import scoring
 from fpr.index import exact
-from fpr.index import faiss_index as F
 q, g, d, ids, floor = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
-rng = np.random.default_rng(0)
-centers = rng.standard_normal((ids, d)).astype(np.float32)
-gl = np.arange(g) % ids
-v = centers[gl] + 1.2 * rng.standard_normal((g, d)).astype(np.float32)
-v /= np.linalg.norm(v, axis=1, keepdims=True)
-ql = rng.integers(0, ids, q)
-qv = centers[ql] + 1.2 * rng.standard_normal((q, d)).astype(np.float32)
-qv /= np.linalg.norm(qv, axis=1, keepdims=True)
-card = F.IndexCard(name="big", gallery="g", gallery_fingerprint="f", encoder="synthetic", weights_checksum="-",
-                   preprocessing="{}", dim=d, n_items=0, n_references=0)
-gi = F.build(v, np.arange(g), np.zeros((0, d), np.float32), np.zeros(0, np.int64), card)
-labels = relevance.GalleryLabels(np.arange(g), np.array(["grp"] * g, object), np.array([f"i{x}" for x in gl], object),
-                                 np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [], [""] * g)
-qdf = pd.DataFrame({"group": ["grp"] * q, "identity": [f"i{x}" for x in ql]})
+qv, v, gi, labels, qdf = clustered(q, g, d, ids)
 codes = labels.codes(qdf)
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()
@@ -70,7 +57,7 @@ print(f"{secs:.3f} {rss0:.0f} {peak:.0f} {h.hexdigest()[:16]} {np.nanmean(out.va
 def run(code: Path, args, floor: bool) -> tuple[float, float, float, str, str, float]:
     env = {**os.environ, "FPR_QUIET": "1"}
     res = subprocess.run([sys.executable, "-c", RUN, str(code), str(args.q), str(args.g), str(args.dim),
-                          str(args.g // 20), "1" if floor else "0"], capture_output=True, text=True, env=env, cwd=code)
+                          str(args.g // 20), "1" if floor else "0", str(ROOT / "benchmarks")], capture_output=True, text=True, env=env, cwd=code)
     if res.returncode:
         sys.exit(f"bench_topk_block: the run with {code} failed: {res.stderr.strip().splitlines()[-1]}")
     secs, rss0, peak, digest, m, floor_s = res.stdout.split()
