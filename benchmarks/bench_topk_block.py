@@ -11,6 +11,10 @@ measured in this tree's subprocess. The load average is printed before and after
 
     git archive HEAD~1 | tar -x -C /tmp/fpr-anchor
     python benchmarks/bench_topk_block.py --anchor /tmp/fpr-anchor [--q 20000 --g 200000 --dim 128 --rounds 1]
+
+``--step-rounds N`` first times the top-k step alone, in this tree, on four blocks of the size
+``score_blocks`` picks for G: from the block's scores vs the FAISS search + re-score (the previous
+path, kept for GPUs), interleaved, checked equal; ``--rounds 0`` skips the end-to-end runs.
 """
 from __future__ import annotations
 
@@ -54,6 +58,57 @@ print(f"{secs:.3f} {rss0:.0f} {peak:.0f} {h.hexdigest()[:16]} {np.nanmean(out.va
 """
 
 
+STEP = """
+import os, statistics, sys, time
+import numpy as np
+sys.path[:0] = [sys.argv[1], sys.argv[5]]
+from _synthetic import clustered
+from fpr.eval import scoring
+g, d, rounds = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+step = scoring.auto_block(g)
+qv, v, gi, labels, qdf = clustered(4 * step, g, d, g // 20)
+blocks = [np.ascontiguousarray(qv[s:s + step]) for s in range(0, 4 * step, step)]
+src = scoring._ScoreSource(gi, g)
+scoring.faiss_search_for_flat = lambda: False
+from_block = src.part(None)
+scoring.faiss_search_for_flat = lambda: True
+faiss_pass = src.part(None)  # the previous path: FAISS search of k + margin, re-scored, checked
+scores = [from_block.scores(b) for b in blocks]
+t = {"block": [], "faiss": []}
+for r in range(rounds):
+    for name in (("block", "faiss") if r % 2 == 0 else ("faiss", "block")):
+        part = from_block if name == "block" else faiss_pass
+        t0 = time.perf_counter()
+        got = [part.top_k(b, s, 10) for b, s in zip(blocks, scores)]
+        t[name].append((time.perf_counter() - t0) / len(blocks))
+        if name == "block":
+            ref = got
+        else:
+            assert all((a[0] == b[0]).all() and (a[1] == b[1]).all() for a, b in zip(ref, got)), "top-k differ"
+t0 = time.perf_counter()
+for b in blocks:
+    from_block.scores(b)
+t_scores = (time.perf_counter() - t0) / len(blocks)
+med = {k: statistics.median(x) for k, x in t.items()}
+ratio = [a / b for a, b in zip(t["block"], t["faiss"])]
+print(f"top-k step alone, {step}-query blocks x {g} gallery x dim {d}, k=10, {rounds} interleaved rounds of "
+      f"{len(blocks)} blocks, seconds per block median [min - max]:")
+for k, label in (("block", "from the block's scores"), ("faiss", "FAISS search + re-score")):
+    print(f"  {label:26s} {med[k]:.4f} [{min(t[k]):.4f} - {max(t[k]):.4f}]")
+print(f"  from-block / FAISS per round: {statistics.median(ratio):.3f} [{min(ratio):.3f} - {max(ratio):.3f}]; "
+      f"same top-k: True; the block's exact scores themselves: {t_scores:.4f} s per block")
+"""
+
+
+def run_step(args) -> None:
+    env = {**os.environ, "FPR_QUIET": "1"}
+    res = subprocess.run([sys.executable, "-c", STEP, str(ROOT), str(args.g), str(args.dim), str(args.step_rounds),
+                          str(ROOT / "benchmarks")], capture_output=True, text=True, env=env, cwd=ROOT)
+    if res.returncode:
+        sys.exit(f"bench_topk_block: the top-k step run failed: {res.stderr.strip().splitlines()[-1]}")
+    print(res.stdout, end="", flush=True)
+
+
 def run(code: Path, args, floor: bool) -> tuple[float, float, float, str, str, float]:
     env = {**os.environ, "FPR_QUIET": "1"}
     res = subprocess.run([sys.executable, "-c", RUN, str(code), str(args.q), str(args.g), str(args.dim),
@@ -70,13 +125,22 @@ def spread(xs: list[float], fmt: str = "{:.1f}") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--anchor", required=True, help="a tree of the code to compare with (e.g. the previous commit)")
+    ap.add_argument("--anchor", default=None, help="a tree of the code to compare with (e.g. the previous commit)")
     ap.add_argument("--q", type=int, default=20000)
     ap.add_argument("--g", type=int, default=200000)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--step-rounds", type=int, default=0,
+                    help="also (or, with --rounds 0, only) time the top-k step alone on G-item blocks, this tree")
     args = ap.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
+    if args.step_rounds:
+        run_step(args)
+    if not args.rounds:
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
+    if not args.anchor:
+        sys.exit("bench_topk_block: --anchor TREE is needed for the end-to-end runs (or pass --rounds 0)")
     trees = [("this tree", ROOT), ("anchor", Path(args.anchor).resolve())]
     res: dict[str, list] = {label: [] for label, _ in trees}
     for r in range(args.rounds):

@@ -155,17 +155,20 @@ def test_top_k_orders_and_pads():
     assert val[0, :3].tolist() == [0.9, 0.5, 0.1]
 
 
+@pytest.mark.parametrize("sample_per_k", [None, 1, 2])
 @pytest.mark.parametrize("rows_per_call", [None, 1, 7])
 @pytest.mark.parametrize("k", [1, 3, 8, 20, 70])
-def test_top_k_equals_the_rule_written_out_on_ties_and_non_finite_rows(k, rows_per_call, monkeypatch):
-    """The partial-sort path of top_k == the whole-row rule (_top_k_rows) == a full stable sort, with
-    wide ties at the k-th place, -0.0, -inf scopes, +inf, NaN and rows with fewer than k finite scores;
-    whole or a few rows per argpartition call."""
+def test_top_k_equals_the_rule_written_out_on_ties_and_non_finite_rows(k, rows_per_call, sample_per_k, monkeypatch):
+    """The sampled-bound path of top_k == the whole-row rule (_top_k_rows) == a full stable sort, with
+    wide ties at the k-th place, -0.0, -inf scopes, +inf, NaN, rows with fewer than k finite scores and
+    ascending rows (the sample's worst order); whole or a few rows per step, whole-row or sparse samples."""
     from fpr.metrics import ranking
     from fpr.metrics.ranking import _top_k_rows
 
     if rows_per_call:
         monkeypatch.setattr(ranking, "TOPK_ROWS_ELEMENTS", rows_per_call * 50)
+    if sample_per_k:
+        monkeypatch.setattr(ranking, "TOPK_SAMPLE_PER_K", sample_per_k)
 
     rng = np.random.default_rng(7)
     q, g = 60, 50
@@ -177,6 +180,9 @@ def test_top_k_equals_the_rule_written_out_on_ties_and_non_finite_rows(k, rows_p
     s[3, 4] = np.inf
     s[4, 6] = np.nan
     s[6] = 0.5  # one tie over the whole row
+    s[8] = np.sort(s[8])  # ascending: the strided sample's bound is low, many candidates
+    s[9, 20:] = np.nan
+    s[11, ::2] = np.inf
     idx, val = top_k(s, k)
     ref_idx, ref_val = _top_k_rows(s, min(k, g))
     np.testing.assert_array_equal(idx, ref_idx)
