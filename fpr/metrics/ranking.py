@@ -185,7 +185,14 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     low = np.full(q, np.inf, dtype=scores.dtype if scores.dtype.kind == "f" else np.float64)
     low[has] = np.minimum.reduceat(rel_vals, np.searchsorted(rel_rows, np.flatnonzero(has)))
 
-    cand = np.flatnonzero(scores >= low[:, None])  # row-major, so grouped by row
+    cand_mask = scores >= low[:, None]
+    if np.count_nonzero(cand_mask) > DENSE_FRACTION * scores.size and not np.isnan(scores).any():
+        # most items are candidates (i.i.d.-like scores): count items above each relevant score in
+        # sorted rows instead of ordering every candidate (NaN rows keep the path below: a sort puts
+        # NaN last, the candidate comparison drops it)
+        return _dense_counts(scores, rel_flat, n_rel, has)
+    cand = np.flatnonzero(cand_mask)  # row-major, so grouped by row
+    del cand_mask
     if len(cand) > DENSE_FRACTION * scores.size:
         if q > DENSE_BLOCK:  # sort in smaller blocks
             parts = []
@@ -220,6 +227,39 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     first = np.where(has, rank_end[first_of_row], 0)
     # The lowest relevant item's tie block ends the row's candidates.
     last = np.where(has, np.bincount(rows, minlength=q), 0)
+    return ap, first.astype(np.int64), last.astype(np.int64), n_rel
+
+
+def _dense_counts(scores: np.ndarray, rel_flat: np.ndarray, n_rel: np.ndarray, has: np.ndarray):
+    """:func:`_chunk_metrics` of a NaN-free block from counts: for each relevant item, the items and the
+    relevant items scoring at or above it (the end of its tie block, as the candidate path counts).
+
+    The same integers as the candidate path, divided and summed per row in the same order (score
+    descending; within a tie block every relevant item has the same precision), so the same bits.
+    Rows are sorted by value only (no index sort), then searched once per row.
+    """
+    q, g = scores.shape
+    srt = np.sort(scores, axis=1)  # ascending
+    rel_rows = rel_flat // g
+    rel_vals = scores.reshape(-1)[rel_flat]
+    order = np.lexsort((-rel_vals.astype(np.float64), rel_rows))
+    rows, vals = rel_rows[order], rel_vals[order]
+    bounds = np.searchsorted(rows, np.arange(q + 1))
+    at_or_above = np.empty(len(vals), dtype=np.int64)  # items scoring >= the relevant item's score
+    for r in np.flatnonzero(has):
+        a, b = bounds[r], bounds[r + 1]
+        at_or_above[a:b] = g - np.searchsorted(srt[r], vals[a:b], side="left")
+    n = len(vals)
+    idx = np.arange(n, dtype=np.int64)
+    is_end = np.ones(n, dtype=bool)
+    is_end[:-1] = (vals[:-1] != vals[1:]) | (rows[:-1] != rows[1:])
+    block_end = np.minimum.accumulate(np.where(is_end, idx, n)[::-1])[::-1]
+    rel_at_or_above = block_end - bounds[rows] + 1
+    precision = rel_at_or_above / at_or_above
+    ap_sum = np.bincount(rows, weights=precision, minlength=q)
+    ap = np.where(has, ap_sum / np.maximum(n_rel, 1), np.nan)
+    first = np.where(has, at_or_above[np.minimum(bounds[:-1], max(n - 1, 0))], 0)
+    last = np.where(has, at_or_above[np.maximum(bounds[1:] - 1, 0)], 0)
     return ap, first.astype(np.int64), last.astype(np.int64), n_rel
 
 

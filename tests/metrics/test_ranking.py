@@ -249,3 +249,40 @@ def test_nan_relevant_scores_are_an_error_in_both_engines():
         retrieval_metrics(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
     m = retrieval_metrics(np.array([[np.nan, 1.0, 0.5]]), np.array([[False, False, True]]))
     assert m.ap[0] == 0.5 and m.first_hit_rank[0] == 2
+
+
+def test_dense_blocks_are_counted_in_sorted_rows_with_the_same_bits(engine, monkeypatch):
+    """i.i.d. scores make most items candidates: the NumPy engine then counts in sorted rows
+    (_dense_counts), with the bits of its candidate path (forced here by DENSE_FRACTION > 1), the
+    kernel's ranks and its AP to the last bits, and the tie-aware loop's values; a NaN block keeps the
+    candidate path."""
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((120, 400)).astype(np.float32)
+    s[:20] = (rng.integers(-3, 4, size=(20, 400)) / 2).astype(np.float32)  # ties
+    s[20:30, ::5] = -np.inf
+    rel = (rng.random((120, 400)) < 0.03) & np.isfinite(s)
+    rel[30] = False
+    calls = []
+    real = M._dense_counts
+    monkeypatch.setattr(M, "_dense_counts", lambda *a: calls.append(1) or real(*a))
+    m = retrieval_metrics(s, rel)
+    assert (len(calls) > 0) == (engine == "numpy")
+    monkeypatch.setattr(M, "DENSE_FRACTION", 1.1)  # the candidate path only
+    c = retrieval_metrics(s, rel)
+    monkeypatch.setattr(M, "ENGINE", "numba")
+    k = retrieval_metrics(s, rel)
+    monkeypatch.setattr(M, "ENGINE", engine)
+    for f in ("ap", "first_hit_rank", "last_hit_rank", "n_relevant"):
+        np.testing.assert_array_equal(getattr(m, f), getattr(c, f))
+    for f in ("first_hit_rank", "last_hit_rank", "n_relevant"):
+        np.testing.assert_array_equal(getattr(m, f), getattr(k, f))
+    np.testing.assert_allclose(m.ap, k.ap, rtol=1e-14, atol=0)  # the kernel sums in its own order
+    for i in range(0, 120, 7):
+        if rel[i].any():
+            assert m.ap[i] == pytest.approx(loop_ap_with_ties(s[i], rel[i]), abs=1e-12)
+    monkeypatch.setattr(M, "DENSE_FRACTION", 0.2)
+    s[40, 3] = np.nan  # a non-relevant NaN: excluded from the ranking either way
+    rel[40, 3] = False
+    n = retrieval_metrics(s, rel)  # the NaN's sub-block takes the candidate path, the others count
+    np.testing.assert_array_equal(np.delete(n.ap, 40), np.delete(m.ap, 40))
+    assert n.ap[40] == pytest.approx(loop_ap_with_ties(np.delete(s[40], 3), np.delete(rel[40], 3)), abs=1e-12)
