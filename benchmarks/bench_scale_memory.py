@@ -94,27 +94,12 @@ def query_memory(args) -> None:
 
 BIG = """
 import sys, time, resource
-import numpy as np, pandas as pd
-sys.path.insert(0, sys.argv[1])
-from fpr.eval import pipeline as P
-from fpr.eval import relevance
+import numpy as np
+sys.path[:0] = [sys.argv[1], sys.argv[6]]
+from _synthetic import clustered
 from fpr.eval import scoring
-from fpr.index import faiss_index as F
 q, g, d, ids = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-rng = np.random.default_rng(0)
-centers = rng.standard_normal((ids, d)).astype(np.float32)
-gl = np.arange(g) % ids
-v = centers[gl] + 1.2 * rng.standard_normal((g, d)).astype(np.float32)
-v /= np.linalg.norm(v, axis=1, keepdims=True)
-ql = rng.integers(0, ids, q)
-qv = centers[ql] + 1.2 * rng.standard_normal((q, d)).astype(np.float32)
-qv /= np.linalg.norm(qv, axis=1, keepdims=True)
-card = F.IndexCard(name="big", gallery="g", gallery_fingerprint="f", encoder="synthetic", weights_checksum="-",
-                   preprocessing="{}", dim=d, n_items=0, n_references=0)
-gi = F.build(v, np.arange(g), np.zeros((0, d), np.float32), np.zeros(0, np.int64), card)
-labels = relevance.GalleryLabels(np.arange(g), np.array(["grp"] * g, object), np.array([f"i{x}" for x in gl], object),
-                         np.zeros((0, d), np.float32), np.array([], object), np.array([], object), [], [""] * g)
-qdf = pd.DataFrame({"group": ["grp"] * q, "identity": [f"i{x}" for x in ql]})
+qv, v, gi, labels, qdf = clustered(q, g, d, ids)
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t = time.perf_counter()
 out = scoring.score_blocks(qv, np.arange(q), labels.codes(qdf), "all", gi, 10)
@@ -126,7 +111,8 @@ print(f"{secs:.1f} {rss0:.0f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 
 def big_run(args) -> None:
     q, g, d = args.big_q, args.big_g, args.big_dim
-    res = subprocess.run([sys.executable, "-c", BIG, str(ROOT), str(q), str(g), str(d), str(g // 20)],
+    res = subprocess.run([sys.executable, "-c", BIG, str(ROOT), str(q), str(g), str(d), str(g // 20),
+                          str(ROOT / "benchmarks")],
                          capture_output=True, text=True, env={**os.environ, "FPR_QUIET": "1"})
     if res.returncode:
         print(res.stderr[-3000:])

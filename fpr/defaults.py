@@ -1,9 +1,24 @@
-"""Defaults that several layers share, declared once (the CLI, the Python API and the service read them here).
+"""Defaults and choice lists that several layers share, declared once (the CLI, the Python API and the
+service read them here).
 
+This module imports nothing: ``fpr --help`` and ``fpr --version`` build every command's options from it
+without loading NumPy, pandas or DuckDB (tests/cli/test_startup.py checks that). The owning modules
+re-export these names (``fpr.eval.relevance.SCOPES``, ``fpr.galleries.curate.SAMPLINGS``, ...).
 A default that only one function uses stays in that function's signature.
 """
 from __future__ import annotations
 
 EMBED_BATCH_SIZE = 64  # images per embedding batch (decode + forward); CPU embeddings do not depend on it
 
-__all__ = ["EMBED_BATCH_SIZE"]
+SCOPES = ("group", "all")  # which gallery rows a query is ranked against (fpr.eval.relevance)
+SAMPLINGS = ("random", "kmeans")  # how curation picks gallery images (fpr.galleries.curate)
+# The named presets of fpr.galleries.datasets.presets.PRESETS (a test checks the two agree).
+PRESET_NAMES = ("cars-official", "cars-paper", "cub-official", "cub-paper", "wildlife-official",
+                "wildlife-official-ablation", "wildlife-paper")
+# What `fpr report` and the paper's tables show unless asked otherwise (Sim before mAP, as the paper).
+DEFAULT_REPORT_METRICS = ("sim", "map", "cmc@1", "cmc@10")
+# A summary row of fewer queries has no 95% interval: its bootstrap would cover the mean too rarely
+# (measured in benchmarks/results/interval_coverage.md).
+MIN_QUERIES_FOR_INTERVAL = 10
+
+__all__ = ["DEFAULT_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES"]

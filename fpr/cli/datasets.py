@@ -6,12 +6,11 @@ import click
 from fpr import api
 from fpr.cli.gallery import _print_info, gallery
 from fpr.cli.main import format_option
-from fpr.galleries.curate import SAMPLINGS
-from fpr.galleries.datasets.presets import PRESETS
+from fpr.defaults import PRESET_NAMES, SAMPLINGS
 
 
 @gallery.command("build")
-@click.option("--preset", required=True, type=click.Choice(sorted(PRESETS)),
+@click.option("--preset", required=True, type=click.Choice(PRESET_NAMES),
               help="cub-paper (CUB-200-2011), cars-paper (Stanford Cars), wildlife-paper (WildlifeReID-10k); "
                    "*-official: the selections of the paper's released code (docs/real-data.md).")
 @click.option("--root", required=True, type=click.Path(), help="The dataset folder (its official layout).")

@@ -23,7 +23,7 @@ from fpr.render.cells import dumps, format_cell, render_rows
 def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
-    from fpr.metrics.summary import interval_footnote
+    from fpr.render.cells import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
                    siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste)

@@ -5,7 +5,7 @@ import click
 
 from fpr import api
 from fpr.cli.main import cli, format_option
-from fpr.galleries.curate import SAMPLINGS, GallerySpec
+from fpr.defaults import SAMPLINGS
 from fpr.render.cells import dumps, render_rows
 
 
@@ -28,8 +28,8 @@ def curation_options(f):
     return f
 
 
-def _spec(kw: dict) -> GallerySpec:
-    return GallerySpec(references_per_identity=kw["references_per_identity"],
+def _spec(kw: dict) -> api.GallerySpec:
+    return api.GallerySpec(references_per_identity=kw["references_per_identity"],
                        gallery_per_identity=kw["gallery_per_identity"],
                        identities_per_group=kw["identities_per_group"], sampling=kw["sampling"], seed=kw["seed"])
 

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from fpr import progress
+from fpr import __version__, progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
 
@@ -106,7 +106,9 @@ class FprGroup(click.Group):
               type=click.Path(file_okay=False), help="Workspace folder (fpr.duckdb + indices/).")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or log lines on stderr.")
-@click.version_option(package_name="fpr", prog_name="fpr")
+# version= rather than package_name=: reading the installed metadata costs a scan of site-packages at start-up
+# (tests/cli/test_startup.py checks that the two agree).
+@click.version_option(version=__version__, prog_name="fpr")
 @click.pass_context
 def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
     """fpr: Finer-Personalization Rank — does a generated image keep its subject's identity?"""

@@ -4,14 +4,23 @@ from __future__ import annotations
 import click
 
 from fpr import api, progress
-from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
-                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
+from fpr.cli.main import (
+    batch_size_option,
+    cli,
+    device_option,
+    engine_options,
+    format_option,
+    parse_options,
+    ray_settings,
+    scope_option,
+    scorer_option,
+    weights_option,
+    workers_option,
+)
+from fpr.defaults import DEFAULT_REPORT_METRICS
 from fpr.errors import InputError
-from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_row_columns
-from fpr.metrics.summary import interval_footnote
-from fpr.render.cells import dumps, render_rows
+from fpr.render.cells import dumps, interval_footnote, render_rows
 
-SUMMARY_COLUMNS = ["method", "group", "n_queries", *summary_row_columns()]
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
@@ -19,8 +28,10 @@ def print_run(res: api.RunResult, fmt: str) -> None:
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
+    from fpr.metrics.specs import summary_row_columns  # NumPy: imported when a run is printed, not at start-up
+
     aux = [c for c in (res.summary[0].keys() if res.summary else []) if "." in c]
-    cols = SUMMARY_COLUMNS + aux
+    cols = ["method", "group", "n_queries", *summary_row_columns(), *aux]
     if fmt == "csv":
         click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return

@@ -5,7 +5,6 @@ import click
 
 from fpr import api
 from fpr.cli.main import cli, device_option, parse_options, scorer_option
-from fpr.render.roles import role_report_text
 
 REPORT_FORMATS = ("table", "json", "csv")
 
@@ -35,4 +34,6 @@ def vistar_run_cmd(ctx, generations, prompts_file, run_id, relevance, scorer_opt
     scores ('fpr report --run RUN --by role' prints them again)."""
     rep = api.vistar_run(generations, prompts_file, run_id, workspace=ctx.obj["workspace"], relevance=relevance,
                          options=parse_options(scorer_options), device=device, overwrite=overwrite)
+    from fpr.render.roles import role_report_text  # pandas: imported when a report is printed, not at start-up
+
     click.echo(role_report_text(rep.aspects, rep.splits, rep.roles, fmt))

@@ -9,13 +9,13 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fpr.defaults import SCOPES  # re-exported (fpr.api.SCOPES)
 from fpr.errors import InputError
 from fpr.galleries.records import GalleryItem
 from fpr.index import faiss_index
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 
-SCOPES = ("group", "all")
 
 
 SKIP_NO_RELEVANT = "skipped:no-relevant"

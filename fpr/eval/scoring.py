@@ -77,15 +77,18 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     ``exact_scores`` does; a plain ``q @ v.T`` does not).
 
     Top-k rankings follow one tie rule: score descending, then gallery (FAISS) row
-    ascending. With an index they come from its FAISS ``search`` (GPU when FAISS sees
-    one): scope all searches the index, scope group a flat sub-index of the group's rows.
-    The search returns k + margin candidates; they are re-scored with the block's exact
-    scores (the numbers AP used) and ordered by the tie rule, and a query whose candidates
-    miss an item scoring at or above its k-th score (a tie wider than the margin, or a
-    rounding difference between FAISS and the block product) is ranked from the block's
-    scores instead, so a flat index's stored top-k is exact. An approximate index (IVF,
-    HNSW) is used as is for scope all: its top-k are re-scored and ordered the same way
-    but may miss items (its measured recall is on its card).
+    ascending. For a flat (exact) index on the CPU, and for gallery vectors or a callable,
+    they are taken from the block's exact scores already in memory (one partial sort per
+    query, :func:`fpr.metrics.ranking.top_k`): no second pass over the gallery. FAISS
+    ``search`` is used where it adds something: an approximate index (IVF, HNSW) for scope
+    all, and a flat index when FAISS runs on a GPU (scope all searches the index, scope
+    group a flat sub-index of the group's rows). The search returns k + margin candidates;
+    they are re-scored with the block's exact scores (the numbers AP used) and ordered by
+    the tie rule, and for a flat index a query whose candidates miss an item scoring at or
+    above its k-th score (a tie wider than the margin, or a rounding difference between
+    FAISS and the block product) is ranked from the block's scores instead, so a flat
+    index's stored top-k is exact either way. An approximate index's top-k may miss items
+    (its measured recall is on its card).
     """
     check_scope(scope)
     ok = np.asarray(ok, dtype=np.int64)
@@ -163,13 +166,22 @@ class _ScoreSource:
         if self.is_array:
             v = np.ascontiguousarray(self.src if cols is None else self.src[cols], dtype=np.float32)
             return _Part(len(v), _exact_part_scores(v, exact.norms(v)), None, True)
+        flat_search = faiss_search_for_flat()
         if cols is None:
             v = self.src.vectors()
-            return _Part(len(v), _exact_part_scores(v, self.src.norms()), self.src.search_rows,
-                         self.src.exact_search)
+            exact_index = self.src.exact_search
+            return _Part(len(v), _exact_part_scores(v, self.src.norms()),
+                         self.src.search_rows if flat_search or not exact_index else None, exact_index)
         v = np.ascontiguousarray(self.src.vectors()[cols])
-        return _Part(len(v), _exact_part_scores(v, self.src.norms()[cols]), faiss_index.flat_searcher(v).search,
-                     True)
+        return _Part(len(v), _exact_part_scores(v, self.src.norms()[cols]),
+                     faiss_index.flat_searcher(v).search if flat_search else None, True)
+
+
+def faiss_search_for_flat() -> bool:
+    """Whether a flat index's top-k comes from a FAISS search: only where FAISS runs on a GPU. On the
+    CPU the search would be a second pass over the gallery for numbers the block already holds (it
+    took about two thirds of a 20k x 200k evaluation; benchmarks/results/topk_from_block.md)."""
+    return faiss_index.gpu_available()
 
 
 def _exact_part_scores(v: np.ndarray, norms: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

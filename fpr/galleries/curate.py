@@ -17,11 +17,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from fpr.defaults import SAMPLINGS  # re-exported
 from fpr.errors import InputError
 from fpr.galleries.records import GalleryItem, ImageRecord
 from fpr.keys import keyed_rng
 
-SAMPLINGS = ("random", "kmeans")
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
 

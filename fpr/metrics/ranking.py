@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_CHUNK = 256
+TOPK_ROWS_ELEMENTS = 1 << 22  # scores per step of top_k (bounds its temporaries next to a block's scores)
+TOPK_SAMPLE_PER_K = 512  # top_k samples about this many columns per k of a row for its candidate bound
 DENSE_BLOCK = 64  # rows per sort in the dense path (keeps its int64 temporaries in cache)
 THREADS = min(4, os.cpu_count() or 1)
 DENSE_FRACTION = 0.2  # above this share of candidates, sorting whole rows is cheaper
@@ -183,7 +185,14 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     low = np.full(q, np.inf, dtype=scores.dtype if scores.dtype.kind == "f" else np.float64)
     low[has] = np.minimum.reduceat(rel_vals, np.searchsorted(rel_rows, np.flatnonzero(has)))
 
-    cand = np.flatnonzero(scores >= low[:, None])  # row-major, so grouped by row
+    cand_mask = scores >= low[:, None]
+    if np.count_nonzero(cand_mask) > DENSE_FRACTION * scores.size and not np.isnan(scores).any():
+        # most items are candidates (i.i.d.-like scores): count items above each relevant score in
+        # sorted rows instead of ordering every candidate (NaN rows keep the path below: a sort puts
+        # NaN last, the candidate comparison drops it)
+        return _dense_counts(scores, rel_flat, n_rel, has)
+    cand = np.flatnonzero(cand_mask)  # row-major, so grouped by row
+    del cand_mask
     if len(cand) > DENSE_FRACTION * scores.size:
         if q > DENSE_BLOCK:  # sort in smaller blocks
             parts = []
@@ -218,6 +227,39 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     first = np.where(has, rank_end[first_of_row], 0)
     # The lowest relevant item's tie block ends the row's candidates.
     last = np.where(has, np.bincount(rows, minlength=q), 0)
+    return ap, first.astype(np.int64), last.astype(np.int64), n_rel
+
+
+def _dense_counts(scores: np.ndarray, rel_flat: np.ndarray, n_rel: np.ndarray, has: np.ndarray):
+    """:func:`_chunk_metrics` of a NaN-free block from counts: for each relevant item, the items and the
+    relevant items scoring at or above it (the end of its tie block, as the candidate path counts).
+
+    The same integers as the candidate path, divided and summed per row in the same order (score
+    descending; within a tie block every relevant item has the same precision), so the same bits.
+    Rows are sorted by value only (no index sort), then searched once per row.
+    """
+    q, g = scores.shape
+    srt = np.sort(scores, axis=1)  # ascending
+    rel_rows = rel_flat // g
+    rel_vals = scores.reshape(-1)[rel_flat]
+    order = np.lexsort((-rel_vals.astype(np.float64), rel_rows))
+    rows, vals = rel_rows[order], rel_vals[order]
+    bounds = np.searchsorted(rows, np.arange(q + 1))
+    at_or_above = np.empty(len(vals), dtype=np.int64)  # items scoring >= the relevant item's score
+    for r in np.flatnonzero(has):
+        a, b = bounds[r], bounds[r + 1]
+        at_or_above[a:b] = g - np.searchsorted(srt[r], vals[a:b], side="left")
+    n = len(vals)
+    idx = np.arange(n, dtype=np.int64)
+    is_end = np.ones(n, dtype=bool)
+    is_end[:-1] = (vals[:-1] != vals[1:]) | (rows[:-1] != rows[1:])
+    block_end = np.minimum.accumulate(np.where(is_end, idx, n)[::-1])[::-1]
+    rel_at_or_above = block_end - bounds[rows] + 1
+    precision = rel_at_or_above / at_or_above
+    ap_sum = np.bincount(rows, weights=precision, minlength=q)
+    ap = np.where(has, ap_sum / np.maximum(n_rel, 1), np.nan)
+    first = np.where(has, at_or_above[np.minimum(bounds[:-1], max(n - 1, 0))], 0)
+    last = np.where(has, at_or_above[np.maximum(bounds[1:] - 1, 0)], 0)
     return ap, first.astype(np.int64), last.astype(np.int64), n_rel
 
 
@@ -261,12 +303,66 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
     Tie rule: score descending, then column ascending, so the result never depends on how
     a partial sort breaks ties (the streamed evaluation's FAISS top-k follows the same rule).
+
+    Rows are taken :data:`TOPK_ROWS_ELEMENTS` scores at a time (:func:`_top_k_sampled`); a row whose
+    candidates are not all finite goes to :func:`_top_k_rows`, the rule written out over the whole row
+    (tests check the two agree on tie-heavy and non-finite rows).
     """
     scores = np.asarray(scores)
     q, g = scores.shape
     k = min(k, g)
     if k == 0 or q == 0:
         return np.zeros((q, k), np.int64), np.zeros((q, k), dtype=scores.dtype)
+    idx = np.empty((q, k), dtype=np.int64)
+    val = np.empty((q, k), dtype=scores.dtype)
+    step = max(1, TOPK_ROWS_ELEMENTS // g)
+    for r in range(0, q, step):
+        idx[r:r + step], val[r:r + step] = _top_k_sampled(scores[r:r + step], k)
+    return idx, val
+
+
+def _top_k_sampled(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_k` of a few rows in about three passes over them instead of a partial sort.
+
+    The k-th largest score of any subset of a row is a lower bound of the row's k-th largest, so
+    every item at or above a strided sample's k-th largest is a candidate and the candidates hold the
+    row's top k with every item tied at the k-th place; the rule is then applied to the candidates
+    only (about G / TOPK_SAMPLE_PER_K of them per row on unordered scores). Correct for any order
+    of the row; an adversarial one only makes more candidates.
+    """
+    q, g = scores.shape
+    stride = max(1, g // (TOPK_SAMPLE_PER_K * k))
+    sample = scores[:, ::stride]
+    m = sample.shape[1]
+    if m < k:  # fewer sampled columns than k (tiny rows): the whole row is the sample
+        sample, m = scores, g
+    bound = np.partition(sample, m - k, axis=1)[:, m - k]
+    # partition counts a NaN as the largest, which would lift the bound: such rows take the whole-row path
+    good = np.isfinite(bound) & ~np.isnan(sample).any(axis=1)
+    rows, cols = np.nonzero((scores >= bound[:, None]) & good[:, None])
+    vals = scores[rows, cols]
+    bad_inf = np.isposinf(vals)  # the rule keeps finite scores only: such a row takes the whole-row path
+    if bad_inf.any():
+        good[rows[bad_inf]] = False
+        keep = good[rows]
+        rows, cols, vals = rows[keep], cols[keep], vals[keep]
+    order = np.lexsort((cols, -vals.astype(np.float64), rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    pos = np.arange(len(rows)) - np.searchsorted(rows, np.arange(q))[rows]
+    first = pos < k
+    idx = np.full((q, k), -1, dtype=np.int64)
+    val = np.full((q, k), -np.inf, dtype=scores.dtype)
+    idx[rows[first], pos[first]] = cols[first]
+    val[rows[first], pos[first]] = vals[first]
+    if not good.all():
+        slow = np.flatnonzero(~good)
+        idx[slow], val[slow] = _top_k_rows(scores[slow], k)
+    return idx, val
+
+
+def _top_k_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_k` by the rule over the whole row (the reference, and the path for wide ties)."""
+    q = scores.shape[0]
     part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     kth = np.take_along_axis(scores, part, axis=1).min(axis=1)  # the k-th best score
     fin = np.isfinite(kth)

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
 from fpr.keys import keyed_rng, query_set_key
 from fpr.metrics.specs import interval_summaries, summary_columns
 
 N_BOOT = 1000
 # Below this many queries a percentile-bootstrap "95%" interval covers the true mean far less
 # often than 95% (benchmarks/bench_interval_coverage.py, benchmarks/results/interval_coverage.md).
-MIN_QUERIES_FOR_INTERVAL = 10
 
 
 def metric_columns() -> dict[str, str]:
@@ -132,15 +132,6 @@ def _row(method: str, group: str, df: pd.DataFrame, seed: int, aux_cols: list[st
     for col in aux_cols:
         row[col] = _mean(df[col])
     return row
-
-
-def interval_footnote(summary: list[dict]) -> str | None:
-    """One line under a table whose rows include some without an interval (None when every row has one)."""
-    n = sum(1 for r in summary if r.get("no_interval"))
-    if not n:
-        return None
-    return (f"({n} row{'s' if n > 1 else ''} without a 95% interval: fewer than {MIN_QUERIES_FOR_INTERVAL} "
-            f"queries, too few for a bootstrap interval to cover the mean 95% of the time)")
 
 
 def summarize(per_query: pd.DataFrame, *, seed: int = 0, aux_cols: list[str] | None = None) -> list[dict]:

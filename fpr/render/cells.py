@@ -8,6 +8,8 @@ import math
 import re
 from typing import Any, Sequence
 
+from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
+
 FORMATS = ("table", "json", "csv")
 
 
@@ -22,6 +24,15 @@ def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None =
     if latex:
         return f"{v:.3f} {{\\scriptsize[{lo:.2f}, {hi:.2f}]}}"
     return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
+
+
+def interval_footnote(summary: list[dict]) -> str | None:
+    """One line under a table whose rows include some without an interval (None when every row has one)."""
+    n = sum(1 for r in summary if r.get("no_interval"))
+    if not n:
+        return None
+    return (f"({n} row{'s' if n > 1 else ''} without a 95% interval: fewer than {MIN_QUERIES_FOR_INTERVAL} "
+            f"queries, too few for a bootstrap interval to cover the mean 95% of the time)")
 
 
 _DIGEST = re.compile(r"(sha256:)?[0-9a-f]{40,}")

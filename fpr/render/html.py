@@ -27,8 +27,7 @@ import pandas as pd
 
 from fpr.errors import FprError
 from fpr.images import load_rgb
-from fpr.metrics.summary import interval_footnote
-from fpr.render.cells import format_cell
+from fpr.render.cells import format_cell, interval_footnote
 from fpr.render.paper import OVERALL, Pivot, confusion_matrices
 
 EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as cards come into view

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import duckdb
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built, so `fpr runs` starts without it
+    import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError, InputError, NotFoundError
@@ -20,6 +22,18 @@ from fpr.store.workspace import Workspace, insert_df
 
 TABLE_LIST = ", ".join(t for t in TABLES if t != "meta")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    import pandas as pd  # only writers build frames; listing reads rows without pandas
+
+    return pd.DataFrame(rows)
+
+
+def _records(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+    """The rows of an executed statement as dicts (column name -> Python value), without pandas."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
 def check_name(name: str | None, what: str) -> str:
@@ -91,7 +105,7 @@ def store_gallery(ws: Workspace, row: dict, items: pd.DataFrame, *, overwrite: b
                                 hint="choose another --name or pass --overwrite")
         con.execute("DELETE FROM galleries WHERE name = ?", [row["name"]])
         con.execute("DELETE FROM gallery_items WHERE gallery = ?", [row["name"]])
-        insert_df(con, "galleries", pd.DataFrame([row]))
+        insert_df(con, "galleries", _frame([row]))
         insert_df(con, "gallery_items", items.assign(path=[ws.portable(p) for p in items["path"]]))
 
 
@@ -308,7 +322,7 @@ def store_run(ws: Workspace, run: dict, query_results: pd.DataFrame, aux: pd.Dat
                                     hint="choose another --run or pass --overwrite")
             for table in RUN_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run["run_id"]])
-        insert_df(con, "runs", pd.DataFrame([run]))
+        insert_df(con, "runs", _frame([run]))
         insert_df(con, "query_results", _with_paths(query_results, ws.portable))
         insert_df(con, "aux_scores", aux)
         insert_df(con, "rankings", rankings)
@@ -349,9 +363,9 @@ def list_runs(ws: Workspace) -> list[dict]:
     if not ws.exists:
         return []
     with ws.read() as con:
-        return con.execute("SELECT run_id, index_name AS index, encoder, scope, n_queries, n_evaluated, n_skipped, "
-                           "CAST(created_at AS VARCHAR) AS created_at FROM runs ORDER BY created_at").df() \
-            .to_dict("records")
+        cur = con.execute("SELECT run_id, index_name AS index, encoder, scope, n_queries, n_evaluated, n_skipped, "
+                          "CAST(created_at AS VARCHAR) AS created_at FROM runs ORDER BY created_at")
+        return _records(cur)
 
 
 def delete_run(ws: Workspace, run_id: str) -> None:

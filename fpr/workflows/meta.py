@@ -83,7 +83,7 @@ def meta(run_id: str, human: str | Path | Sequence[str | Path] | None = None, tr
     if (human is None or human == [] or human == ()) == (truth is None):
         raise InputError("give exactly one of --human FILE or --truth COLUMN",
                          hint="e.g. --human judgments.csv, or --truth drift on a demo world run")
-    res = load_run(run_id, workspace=workspace)
+    res = load_run(run_id, workspace=workspace, summary=False)  # the summary rows (bootstrap) are not used
     df = with_aux(res.per_query, res.aux)
     df = df[df["status"] == "ok"].reset_index(drop=True)
     if methods:

@@ -65,7 +65,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
                              hint=f"print it with 'fpr report --run {rid} --by role'")
         if not allow_stale:
             _require_current_index(ws, row)
-        res = load_run(rid, workspace=ws.root)
+        res = load_run(rid, workspace=ws.root, summary=False)  # summarised below, over the merged runs
         seed = int(row.params.get("seed", 0)) if seed is None else seed
         pq = res.per_query.copy()
         pq["run_id"], pq["encoder"] = rid, row.encoder

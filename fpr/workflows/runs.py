@@ -217,16 +217,19 @@ def _require_some_evaluated(ev: "pipeline.Evaluation", n: int, where: str) -> No
                           "list) and the files")
 
 
-def load_run(run_id: str, *, workspace: str | Path | None = None) -> RunResult:
-    """A stored run, with per-query rows and auxiliary scores, summarised exactly as when it ran."""
+def load_run(run_id: str, *, workspace: str | Path | None = None, summary: bool = True) -> RunResult:
+    """A stored run, with per-query rows and auxiliary scores, summarised exactly as when it ran.
+
+    ``summary=False``: ``summary`` is empty; for callers that summarise the rows themselves (the report
+    merges runs and computes its own bootstrap intervals, the slow part, once)."""
     ws = Workspace.open(workspace)
     row = db.get_run(ws, run_id)
     stored, aux = db.run_tables(ws, run_id)
     per_query = frames.expand_extras(stored)
-    summary = [{"encoder": row.encoder, **r} for r in summarize(
-        with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))]
+    rows = [{"encoder": row.encoder, **r} for r in summarize(
+        with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))] if summary else []
     n_skipped = int((per_query["status"] != "ok").sum())
-    return RunResult(run_id, row.index_name, row.encoder, summary, per_query, aux, row.provenance, n_skipped,
+    return RunResult(run_id, row.index_name, row.encoder, rows, per_query, aux, row.provenance, n_skipped,
                      row.params.get("skipped", {}))
 
 
@@ -246,10 +249,6 @@ def _require_current_index(ws: Workspace, run: db.RunRow) -> db.IndexRow:
                             hint="rerun the queries against the current index (fpr query ... --overwrite), or "
                                  "pass --allow-stale to read the stored results as they are")
     return db.get_index(ws, run.index_name)
-
-
-def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
-    return db.list_runs(Workspace.open(workspace))
 
 
 def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:

@@ -34,7 +34,7 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
                                     overwrite=overwrite).assign(run_id=rid) for rid in ids], ignore_index=True)
     run = db.get_run(ws, run_id)
     _require_current_index(ws, run)
-    res = load_run(run_id, workspace=ws.root)
+    res = load_run(run_id, workspace=ws.root, summary=False)  # the summary rows (bootstrap) are not used
     opened = relevance.open_index(ws, run.index_name)
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
     qdf = inputs.normalize_queries(ok.drop(columns=[c for c in ("sim_source",) if c in ok.columns]),

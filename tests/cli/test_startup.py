@@ -1,6 +1,10 @@
-"""Start-up: the CLI and the read-only commands never import torch, timm or open_clip."""
+"""Start-up: the CLI and the read-only commands never import torch, timm or open_clip; ``--version`` and
+``--help`` import neither NumPy nor pandas, pyarrow or DuckDB; ``fpr runs`` reads the store without
+pandas, pyarrow or the evaluation pipeline (issue #22 item 5; timings: benchmarks/bench_startup.py)."""
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -9,24 +13,32 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
+import fpr
 from fpr.cli.main import cli
-from tests.conftest import write_image
+from tests.conftest import run_cli, write_image
 
 HEAVY = ("torch", "timm", "open_clip", "torchvision")
+DATA = ("numpy", "pandas", "pyarrow", "duckdb")
+PIPELINE = ("fpr.eval.pipeline", "fpr.engines.ray", "fpr.workflows.runs", "faiss")
 ROOT = Path(__file__).resolve().parents[2]
-# Runs the CLI as `python -m fpr ...` does, then reports which heavy modules were imported.
+# Runs the CLI as `python -m fpr ...` does, then reports which of the watched modules were imported.
 PROBE = ("import atexit, sys, runpy\n"
          "atexit.register(lambda: sys.stderr.write('HEAVY=' + ','.join(m for m in %r if m in sys.modules) + '\\n'))\n"
          "sys.argv = ['fpr'] + sys.argv[1:]\n"
-         "runpy.run_module('fpr', run_name='__main__')\n") % (HEAVY,)
+         "runpy.run_module('fpr', run_name='__main__')\n")
 
 
-def _heavy(*args) -> tuple[str, subprocess.CompletedProcess]:
+def _imported(watch: tuple[str, ...], *args) -> tuple[str, subprocess.CompletedProcess]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    res = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    res = subprocess.run([sys.executable, "-c", PROBE % (watch,), *args], capture_output=True, text=True, env=env,
+                         cwd=ROOT)
     line = [x for x in res.stderr.splitlines() if x.startswith("HEAVY=")]
     assert line, res.stderr
     return line[-1][len("HEAVY="):], res
+
+
+def _heavy(*args) -> tuple[str, subprocess.CompletedProcess]:
+    return _imported(HEAVY, *args)
 
 
 def test_importing_the_cli_imports_no_model_library():
@@ -56,3 +68,70 @@ def test_read_only_commands_import_no_model_library(tmp_path, tiny_tree):
         assert proc.returncode == 0, (args, proc.stderr)
         assert heavy == "", (args, heavy)
     assert (tmp_path / "r1.csv").exists()
+
+
+def test_version_and_help_import_no_data_library():
+    """``--version`` and ``--help`` need click only: no NumPy, pandas, pyarrow or DuckDB (each of them
+    costs more than the whole command should)."""
+    for args in (["--version"], ["--help"], ["-h"]):
+        mods, proc = _imported(HEAVY + DATA, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert mods == "", (args, mods)
+    out, _ = _imported((), "--version")
+    assert _.stdout.strip() == "fpr, version " + fpr.__version__
+
+
+def test_the_printed_version_is_the_installed_one():
+    # --version prints fpr.__version__ (no metadata scan at start-up); the installed metadata must agree
+    assert fpr.__version__ == importlib.metadata.version("fpr")
+
+
+def _one_run(tmp_path: Path, tree: Path, queries: list[dict]) -> Path:
+    """A workspace with gallery g, index g-pixels-16 and run r1 of ``queries`` (path = a seed)."""
+    ws = tmp_path / "ws"
+    run_cli(ws, "gallery", "import", "--name", "g", "--folder", str(tree), "--references", "1")
+    run_cli(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
+    rows = [{**q, "path": str(write_image(tmp_path / f"q{q['path']}.png", seed=q["path"]))} for q in queries]
+    pd.DataFrame(rows).to_csv(tmp_path / "q.csv", index=False)
+    run_cli(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "q.csv"), "--run", "r1")
+    return ws
+
+
+def test_runs_reads_the_store_without_pandas_or_the_pipeline(tmp_path, tiny_tree):
+    ws = _one_run(tmp_path, tiny_tree, [{"path": 3, "identity": "cats-0", "group": "cats", "method": "m"}])
+    for fmt in ("table", "json"):
+        mods, proc = _imported(HEAVY + DATA + PIPELINE, "--workspace", str(ws), "runs", "--format", fmt)
+        assert proc.returncode == 0, proc.stderr
+        assert mods == "duckdb", mods  # the store itself, nothing else of the list
+    rows = json.loads(proc.stdout)
+    assert [(r["run_id"], r["index"], r["encoder"], r["scope"], r["n_queries"], r["n_evaluated"], r["n_skipped"])
+            for r in rows] == [("r1", "g-pixels-16", "pixels-16", "group", 1, 1, 0)]
+    assert isinstance(rows[0]["created_at"], str) and rows[0]["created_at"][:2] == "20"
+
+
+def test_report_computes_each_interval_once(tmp_path, tiny_tree, monkeypatch):
+    """`fpr report` bootstraps each (metric, method, group) interval once (it used to summarise every run
+    when loading it, then again over the merged runs), and prints the intervals `fpr query` stored."""
+    from fpr.metrics import summary
+
+    queries = [{"path": s, "identity": f"{g}-{s % 3}", "group": g, "method": m}
+               for s, (g, m) in enumerate([(g, m) for g in ("cats", "dogs") for m in ("a", "b")] * 3)]
+    ws = _one_run(tmp_path, tiny_tree, queries)
+    keys: list[tuple] = []
+    real = summary.bootstrap_ci
+
+    def counting(values, *, key=(), **kw):
+        keys.append(key)
+        return real(values, key=key, **kw)
+
+    monkeypatch.setattr(summary, "bootstrap_ci", counting)
+    res = run_cli(ws, "report", "--run", "r1", "--format", "json")
+    # 2 methods x (2 groups + overall) rows, each with mAP and Sim intervals
+    assert sorted(keys) == sorted((n, m, g) for n in summary.interval_metrics() for m in ("a", "b")
+                                  for g in ("cats", "dogs", "*"))
+    rows = {(r["method"], r["group"]): r for r in json.loads(res.output)["summary"]}
+    monkeypatch.setattr(summary, "bootstrap_ci", real)
+    for r in fpr.load_run("r1", workspace=str(ws)).summary:
+        mine = rows[(r["method"], r["group"])]
+        assert {k: mine[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")} == \
+            {k: r[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")}

@@ -43,13 +43,16 @@ def _reference(labels, qdf, qv, v, scope, k):
 
 @pytest.mark.parametrize("scope", ["group", "all"])
 @pytest.mark.parametrize("block", [1, 3, 7, None])
-@pytest.mark.parametrize("source", ["index", "callable"])
-def test_streamed_equals_in_memory(scope, block, source):
+@pytest.mark.parametrize("source", ["index", "index-faiss-topk", "callable"])
+def test_streamed_equals_in_memory(scope, block, source, monkeypatch):
+    """``index``: the top-k from the block's scores (a flat index on the CPU); ``index-faiss-topk``: from
+    FAISS candidates re-scored and checked (what a flat index on a GPU does), forced here on the CPU."""
     labels, qdf, qv, v, gi = _setup()
     k = 12
     ok, m, idx, val, rel, n_scope = _reference(labels, qdf, qv, v, scope, k)
     assert 0 < len(ok) < len(qdf)
-    src = gi if source == "index" else (lambda q: q @ v.T)
+    monkeypatch.setattr(scoring, "faiss_search_for_flat", lambda: source == "index-faiss-topk")
+    src = gi if source.startswith("index") else (lambda q: q @ v.T)
     out = scoring.score_blocks(qv, ok, labels.codes(qdf), scope, src, k, block=block)
     np.testing.assert_array_equal(out.values["ap"], m.ap)
     np.testing.assert_array_equal(out.values["first_hit_rank"], m.first_hit_rank)
@@ -71,6 +74,7 @@ def test_tie_rule_is_score_then_row_and_faiss_path_is_checked(monkeypatch):
     card = F.IndexCard(name="ix", gallery="g", gallery_fingerprint="f", encoder="e", weights_checksum="w",
                        preprocessing="{}", dim=1, n_items=0, n_references=0)
     gi = F.build(v, np.arange(7), np.zeros((0, 1), np.float32), np.zeros(0, np.int64), card)
+    monkeypatch.setattr(scoring, "faiss_search_for_flat", lambda: True)  # the GPU path, on the CPU
     part = scoring._ScoreSource(gi, 7).part(None)
     q = np.ones((1, 1), np.float32)
     # margin 0: FAISS's own choice among the ties is re-ordered, and checked against the block scores
@@ -84,6 +88,27 @@ def test_tie_rule_is_score_then_row_and_faiss_path_is_checked(monkeypatch):
     calls.clear()
     got, _ = part.top_k(q, q @ v.T, 1)
     assert got.tolist() == [[1]] and calls == []  # no tie at the k-th place: FAISS's answer stands
+
+
+@pytest.mark.parametrize("scope", ["group", "all"])
+def test_a_flat_index_on_the_cpu_takes_its_top_k_from_the_block_not_faiss(scope, monkeypatch):
+    """No second pass over the gallery: a FAISS search of a flat index (or of a group's flat
+    sub-index) fails this test; the stored top-k is still the in-memory engine's, ties included."""
+    labels, qdf, qv, v, gi = _setup(seed=5)
+    k = 12
+    ok, m, idx, val, rel, _ = _reference(labels, qdf, qv, v, scope, k)
+
+    def no_search(*a, **kw):
+        raise AssertionError("FAISS search called for a flat index")
+
+    monkeypatch.setattr(scoring, "faiss_search_for_flat", lambda: False)
+    monkeypatch.setattr(F.GalleryIndex, "search_rows", no_search)
+    monkeypatch.setattr(F.GalleryIndex, "search", no_search)
+    monkeypatch.setattr(scoring.faiss_index, "flat_searcher", no_search)
+    out = scoring.score_blocks(qv, ok, labels.codes(qdf), scope, gi, k, block=4)
+    np.testing.assert_array_equal(out.top_rows, idx)
+    np.testing.assert_array_equal(out.top_scores, val)
+    np.testing.assert_array_equal(out.values["ap"], m.ap)
 
 
 def test_evaluate_streams_with_the_index(tmp_path):

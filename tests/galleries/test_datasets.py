@@ -331,3 +331,11 @@ def test_wildlife_identities_shared_across_datasets_are_kept_apart(tmp_path):
             rows.append({"identity": "1", "path": rel, "species": "tiger", "dataset": ds})
     pd.DataFrame(rows).to_csv(root / "metadata.csv", index=False)
     assert sorted({r.identity for r in read_wildlife_reid10k(root)}) == ["A_1", "B_1"]
+
+
+def test_the_cli_preset_names_are_the_registry():
+    # `fpr gallery build --preset` offers fpr.defaults.PRESET_NAMES so that start-up skips pandas; same list
+    from fpr.defaults import PRESET_NAMES
+    from fpr.galleries.datasets import PRESETS
+
+    assert PRESET_NAMES == tuple(sorted(PRESETS))

@@ -155,6 +155,44 @@ def test_top_k_orders_and_pads():
     assert val[0, :3].tolist() == [0.9, 0.5, 0.1]
 
 
+@pytest.mark.parametrize("sample_per_k", [None, 1, 2])
+@pytest.mark.parametrize("rows_per_call", [None, 1, 7])
+@pytest.mark.parametrize("k", [1, 3, 8, 20, 70])
+def test_top_k_equals_the_rule_written_out_on_ties_and_non_finite_rows(k, rows_per_call, sample_per_k, monkeypatch):
+    """The sampled-bound path of top_k == the whole-row rule (_top_k_rows) == a full stable sort, with
+    wide ties at the k-th place, -0.0, -inf scopes, +inf, NaN, rows with fewer than k finite scores and
+    ascending rows (the sample's worst order); whole or a few rows per step, whole-row or sparse samples."""
+    from fpr.metrics import ranking
+    from fpr.metrics.ranking import _top_k_rows
+
+    if rows_per_call:
+        monkeypatch.setattr(ranking, "TOPK_ROWS_ELEMENTS", rows_per_call * 50)
+    if sample_per_k:
+        monkeypatch.setattr(ranking, "TOPK_SAMPLE_PER_K", sample_per_k)
+
+    rng = np.random.default_rng(7)
+    q, g = 60, 50
+    s = (rng.integers(-3, 4, size=(q, g)) / 2).astype(np.float32)
+    s[::5] = rng.normal(size=(len(s[::5]), g)).astype(np.float32)  # tie-free rows
+    s[1::7] = -0.0 * s[1::7]
+    s[:, ::9] = -np.inf
+    s[2, :45] = -np.inf  # fewer than k finite
+    s[3, 4] = np.inf
+    s[4, 6] = np.nan
+    s[6] = 0.5  # one tie over the whole row
+    s[8] = np.sort(s[8])  # ascending: the strided sample's bound is low, many candidates
+    s[9, 20:] = np.nan
+    s[11, ::2] = np.inf
+    idx, val = top_k(s, k)
+    ref_idx, ref_val = _top_k_rows(s, min(k, g))
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(val, ref_val)
+    for i in range(q):  # the rule itself on finite rows: stable sort by score descending
+        if np.isfinite(s[i]).all():
+            order = np.argsort(-s[i].astype(np.float64), kind="stable")[:k]
+            assert idx[i].tolist() == order.tolist()
+
+
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError):
         retrieval_metrics(np.zeros((2, 3)), np.zeros((2, 4), bool))
@@ -211,3 +249,40 @@ def test_nan_relevant_scores_are_an_error_in_both_engines():
         retrieval_metrics(np.array([[np.nan, 1.0]]), np.array([[True, False]]))
     m = retrieval_metrics(np.array([[np.nan, 1.0, 0.5]]), np.array([[False, False, True]]))
     assert m.ap[0] == 0.5 and m.first_hit_rank[0] == 2
+
+
+def test_dense_blocks_are_counted_in_sorted_rows_with_the_same_bits(engine, monkeypatch):
+    """i.i.d. scores make most items candidates: the NumPy engine then counts in sorted rows
+    (_dense_counts), with the bits of its candidate path (forced here by DENSE_FRACTION > 1), the
+    kernel's ranks and its AP to the last bits, and the tie-aware loop's values; a NaN block keeps the
+    candidate path."""
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((120, 400)).astype(np.float32)
+    s[:20] = (rng.integers(-3, 4, size=(20, 400)) / 2).astype(np.float32)  # ties
+    s[20:30, ::5] = -np.inf
+    rel = (rng.random((120, 400)) < 0.03) & np.isfinite(s)
+    rel[30] = False
+    calls = []
+    real = M._dense_counts
+    monkeypatch.setattr(M, "_dense_counts", lambda *a: calls.append(1) or real(*a))
+    m = retrieval_metrics(s, rel)
+    assert (len(calls) > 0) == (engine == "numpy")
+    monkeypatch.setattr(M, "DENSE_FRACTION", 1.1)  # the candidate path only
+    c = retrieval_metrics(s, rel)
+    monkeypatch.setattr(M, "ENGINE", "numba")
+    k = retrieval_metrics(s, rel)
+    monkeypatch.setattr(M, "ENGINE", engine)
+    for f in ("ap", "first_hit_rank", "last_hit_rank", "n_relevant"):
+        np.testing.assert_array_equal(getattr(m, f), getattr(c, f))
+    for f in ("first_hit_rank", "last_hit_rank", "n_relevant"):
+        np.testing.assert_array_equal(getattr(m, f), getattr(k, f))
+    np.testing.assert_allclose(m.ap, k.ap, rtol=1e-14, atol=0)  # the kernel sums in its own order
+    for i in range(0, 120, 7):
+        if rel[i].any():
+            assert m.ap[i] == pytest.approx(loop_ap_with_ties(s[i], rel[i]), abs=1e-12)
+    monkeypatch.setattr(M, "DENSE_FRACTION", 0.2)
+    s[40, 3] = np.nan  # a non-relevant NaN: excluded from the ranking either way
+    rel[40, 3] = False
+    n = retrieval_metrics(s, rel)  # the NaN's sub-block takes the candidate path, the others count
+    np.testing.assert_array_equal(np.delete(n.ap, 40), np.delete(m.ap, 40))
+    assert n.ap[40] == pytest.approx(loop_ap_with_ties(np.delete(s[40], 3), np.delete(rel[40], 3)), abs=1e-12)

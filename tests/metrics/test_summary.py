@@ -95,7 +95,8 @@ def test_the_same_queries_get_the_same_interval_wherever_they_appear():
 
 
 def test_a_group_below_the_minimum_prints_no_interval_and_says_why():
-    from fpr.metrics.summary import MIN_QUERIES_FOR_INTERVAL, interval_footnote
+    from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
+    from fpr.render.cells import interval_footnote
 
     assert MIN_QUERIES_FOR_INTERVAL == 10  # chosen in benchmarks/results/interval_coverage.md
     df = pd.concat([_queries(1, group="solo"), _queries(9, group="nine", seed=2),

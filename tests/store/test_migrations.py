@@ -63,7 +63,7 @@ def test_old_runs_list_report_and_export_unchanged(old_workspace, tmp_path, monk
     # summary rows now also name their encoder; every 0.1.0 mean and count is unchanged. Intervals are not:
     # since #27 a row's bootstrap stream is keyed by its set of queries (the same queries, the same interval
     # wherever they appear) and a row of fewer than MIN_QUERIES_FOR_INTERVAL queries has none, with the reason.
-    from fpr.metrics.summary import MIN_QUERIES_FOR_INTERVAL
+    from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
 
     assert len(new_report["summary"]) == len(old_report["summary"])
     for new_row, old_row in zip(new_report["summary"], old_report["summary"]):
