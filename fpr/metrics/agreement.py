@@ -239,6 +239,32 @@ def _signs(m: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
     return np.sign(m[ia] - m[ib])
 
 
+def _rating_agreement(m: np.ndarray, mean_rating: np.ndarray, rater_mat: np.ndarray, rating_range: tuple,
+                      counts: np.ndarray, seed: int, n_boot: int) -> dict:
+    """Spearman and Kendall of a metric with the mean rating, and Krippendorff's alpha with the metric as one more
+    rater (rescaled onto the ratings' range), each with its bootstrap interval."""
+    rated = np.isfinite(mean_rating)
+    both = rated & np.isfinite(m)
+    out: dict = {"n_rated": int(both.sum())}
+    xr, yr = m[both], mean_rating[both]
+    out["spearman"] = spearman(xr, yr) if both.sum() >= 3 else float("nan")
+    out["kendall"] = kendall(xr, yr) if both.sum() >= 3 else float("nan")
+    sp_boot = np.full(n_boot, np.nan)
+    kt_boot = np.full(n_boot, np.nan)
+    if both.sum() >= 3:
+        bidx = resample_indices(int(both.sum()), seed=seed, key=("meta-rated",), n_boot=n_boot)
+        sp_boot = _pearson_rows(_rank_rows(xr[bidx]), _rank_rows(yr[bidx]))
+        kt_boot = np.array([kendall(xr[b], yr[b]) for b in bidx])
+    out["spearman_lo"], out["spearman_hi"] = percentile_interval(sp_boot)
+    out["kendall_lo"], out["kendall_hi"] = percentile_interval(kt_boot)
+    metric_as_rater = np.where(np.isfinite(m), _rescale(m, *rating_range), np.nan)
+    sums = _alpha_unit_sums(np.vstack([rater_mat, metric_as_rater[None, :]]))
+    out["alpha"] = _alpha_from_sums(*(s.sum() for s in sums)) if rated.any() else float("nan")
+    alpha_boot = _alpha_from_sums(*(counts @ s for s in sums)) if rated.any() else np.full(n_boot, np.nan)
+    out["alpha_lo"], out["alpha_hi"] = percentile_interval(alpha_boot)
+    return out
+
+
 def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgments, *,
               lower_better: Sequence[str] = (), compare: tuple[str, str] | None = None, seed: int = 0,
               n_boot: int = N_BOOT, where: str = "judgments") -> MetaResult:
@@ -286,25 +312,7 @@ def agreement(per_query: pd.DataFrame, metrics: Sequence[str], judgments: Judgme
         row["n_pairs_all"] = int(st.n_pairs)
         row["kendall_within"] = st.kendall_tau_b()
         row["kendall_within_lo"], row["kendall_within_hi"] = percentile_interval(boot.kendall_tau_b())
-        both = rated & np.isfinite(m)
-        row["n_rated"] = int(both.sum())
-        xr, yr = m[both], mean_rating[both]
-        row["spearman"] = spearman(xr, yr) if both.sum() >= 3 else float("nan")
-        row["kendall"] = kendall(xr, yr) if both.sum() >= 3 else float("nan")
-        sp_boot = np.full(n_boot, np.nan)
-        kt_boot = np.full(n_boot, np.nan)
-        if both.sum() >= 3:
-            sub = np.flatnonzero(both)
-            bidx = resample_indices(len(sub), seed=seed, key=("meta-rated",), n_boot=n_boot)
-            sp_boot = _pearson_rows(_rank_rows(xr[bidx]), _rank_rows(yr[bidx]))
-            kt_boot = np.array([kendall(xr[b], yr[b]) for b in bidx])
-        row["spearman_lo"], row["spearman_hi"] = percentile_interval(sp_boot)
-        row["kendall_lo"], row["kendall_hi"] = percentile_interval(kt_boot)
-        metric_as_rater = np.where(np.isfinite(m), _rescale(m, r_lo, r_hi), np.nan)
-        sums = _alpha_unit_sums(np.vstack([rater_mat, metric_as_rater[None, :]]))
-        row["alpha"] = _alpha_from_sums(*(s.sum() for s in sums)) if rated.any() else float("nan")
-        alpha_boot = _alpha_from_sums(*(counts @ s for s in sums)) if rated.any() else np.full(n_boot, np.nan)
-        row["alpha_lo"], row["alpha_hi"] = percentile_interval(alpha_boot)
+        row.update(_rating_agreement(m, mean_rating, rater_mat, (r_lo, r_hi), counts, seed, n_boot))
         rows.append(row)
         pref = ps != 0
         cache[name] = {"pairs": (pa[pref], pb[pref], (x * ps)[pref] > 0), "ppa": row["ppa"],
