@@ -54,7 +54,7 @@ register(EncoderSpec(id="demo-mean-rgb", family="plugin", dim=3,
 
 def _install(site: Path, body: str, module: str = "fpr_demo_plugin") -> None:
     (site / f"{module}.py").write_text(body)
-    info = site / f"{module.replace('_', '-')}-0.1.dist-info"
+    info = site / f"{module}-0.1.dist-info"  # as a wheel names it: the project name with underscores
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(f"[fpr.scorers]\ndemo-brightness = {module}\n\n"

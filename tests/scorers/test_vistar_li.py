@@ -42,7 +42,7 @@ def test_sixteen_named_directions_are_unit_vectors_at_their_angles():
         assert d.vector == pytest.approx(want, abs=1e-6)
         assert np.linalg.norm(d.vector) == pytest.approx(1.0, abs=1e-6)
     assert _direction("left")[0] < 0 and _direction("front")[2] > 0 and _direction("upper-back")[2] < 0
-    assert "scorers/data/*.json" in (ROOT / "pyproject.toml").read_text()  # shipped in the wheel
+    assert '"scorers/data/*"' in (ROOT / "pyproject.toml").read_text()  # shipped in the wheel
 
 
 def test_expected_direction_from_column_name_phrase_vector_or_prompt():
