@@ -136,7 +136,8 @@ def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLab
                       gallery_paths=list(gallery.paths) if gallery is not None else None,
                       gallery_identities=[str(x) for x in gallery.identities] if gallery is not None else None,
                       gallery_groups=[str(x) for x in gallery.groups] if gallery is not None else None,
-                      gallery_scores=gallery_scores if qvecs is not None else None)
+                      gallery_scores=gallery_scores if qvecs is not None else None,
+                      explicit_references=[bool(r) for r in qdf["reference_list"]])
 
 
 def leave_one_out_map(vectors: np.ndarray, identities: Sequence[str], groups: Sequence[str]) -> dict[str, float]:

@@ -51,6 +51,9 @@ class QueryBatch:
     gallery_identities: list[str] | None = None
     gallery_groups: list[str] | None = None
     gallery_scores: Callable[[np.ndarray], np.ndarray] | None = None
+    # per query: True when ``reference_paths`` came from the queries table, False when they are the identity's
+    # reference set (None: unknown). Scorers that compare against references say what they could not check.
+    explicit_references: list[bool] | None = None
 
     def __len__(self) -> int:
         return len(self.query_ids)

@@ -441,10 +441,21 @@ class CopyPaste(Scorer):
                "flag at this appearance when no reference has texture to match"),
     )
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        coverage = reference_coverage(batch)
+        return {"references": coverage} if coverage else {}
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         opts = self.option_values(batch.options)
         max_refs, threshold, app_t = opts["max_refs"], opts["threshold"], opts["appearance_threshold"]
         rows = [i for i, refs in enumerate(batch.reference_paths) if refs]
+        coverage = reference_coverage(batch)
+        if coverage.get("identity_references"):
+            progress.warn(f"copy-paste compared {coverage['identity_references']} of {len(batch)} queries only with "
+                          "their identity's reference images (the queries file has no reference_paths for them): "
+                          f"{coverage['unchecked_share']:.0%} of those identities' images (their gallery images) "
+                          "were not checked, so a copy of one of them is not flagged; give each query the images it "
+                          "was conditioned on as reference_paths")
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
         enc = cached_encoder(opts["encoder"], batch.device)
@@ -463,6 +474,26 @@ class CopyPaste(Scorer):
         settings = _Settings(max(EARLY_STOP, threshold), threshold, app_t)
         out = [r for rows_of_query in _run_jobs(jobs, settings) for r in rows_of_query]
         return pd.DataFrame(out, columns=["query_id", "metric", "value", "note"])
+
+
+def reference_coverage(batch: QueryBatch) -> dict:
+    """What copy-paste compares against: queries with the queries file's own ``reference_paths``, queries that fall
+    back on their identity's reference set, and the share of those identities' images (references + gallery
+    images) left unchecked. Empty when the batch does not say where its references came from."""
+    if batch.explicit_references is None:
+        return {}
+    implicit = [i for i, e in enumerate(batch.explicit_references) if not e and batch.reference_paths[i]]
+    out = {"reference_paths": sum(bool(e) for e in batch.explicit_references), "identity_references": len(implicit)}
+    if implicit and batch.gallery_identities is not None:
+        per_key: dict[tuple[str, str], int] = {}
+        for g, ident in zip(batch.gallery_groups or [], batch.gallery_identities):
+            per_key[(g, ident)] = per_key.get((g, ident), 0) + 1
+        gallery = sum(per_key.get((batch.groups[i], batch.identities[i]), 0) for i in implicit)
+        refs = sum(len(batch.reference_paths[i]) for i in implicit)
+        out["unchecked_share"] = gallery / (gallery + refs) if gallery + refs else 0.0
+    else:
+        out["unchecked_share"] = 0.0
+    return out
 
 
 @dataclass(frozen=True)

@@ -139,3 +139,37 @@ def test_worker_processes_only_for_large_batches_from_the_main_thread(monkeypatc
     assert seen == [1]  # e.g. the HTTP service's worker threads
     monkeypatch.setitem(copy_paste.sys.modules, "ray", object())
     assert copy_paste._match_processes(100 * copy_paste.CHUNK) == 1
+
+
+def _noise(path, seed: int):
+    import numpy as np
+
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (48, 48, 3), dtype=np.uint8), "RGB").save(path)
+    return str(path)
+
+
+def test_queries_without_reference_paths_are_said_to_be_checked_only_against_references(tmp_path, capsys):
+    """#27: copy-paste compares a query with its references; when the queries file gives none, the identity's
+    reference set stands in, and its gallery images go unchecked: one warning line with the share, and the
+    run's provenance records it. Queries with their own reference_paths give no warning."""
+    from fpr.scorers.copy_paste import reference_coverage
+
+    refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
+    gallery = [_noise(tmp_path / f"g{k}.png", 10 + k) for k in range(6)]
+    q = [_noise(tmp_path / f"q{k}.png", 20 + k) for k in range(3)]
+    batch = QueryBatch(["q0", "q1", "q2"], q, ["a", "a", "a"], ["g", "g", "g"], [None] * 3, [refs, refs, refs[:1]],
+                       device="cpu", options={"copy-paste.encoder": "pixels-16"},
+                       gallery_paths=gallery, gallery_identities=["a"] * 4 + ["b"] * 2, gallery_groups=["g"] * 6,
+                       explicit_references=[False, False, True])
+    cov = reference_coverage(batch)
+    # two implicit queries, each with 2 references and 4 gallery images of identity a: 8 of 12 images unchecked
+    assert cov == {"reference_paths": 1, "identity_references": 2, "unchecked_share": 8 / 12}
+    out = run_scorers(["copy-paste"], batch)
+    err = capsys.readouterr().err
+    assert err.count("fpr: warning: copy-paste compared 2 of 3 queries only with their identity's reference images") == 1
+    assert "67% of those identities' images" in err and "\n" not in err.strip()
+    assert out.attrs["provenance"]["copy-paste"] == {"references": cov}
+    explicit = QueryBatch(["q0"], q[:1], ["a"], ["g"], [None], [refs], device="cpu",
+                          options={"copy-paste.encoder": "pixels-16"}, explicit_references=[True])
+    run_scorers(["copy-paste"], explicit)
+    assert "warning" not in capsys.readouterr().err
