@@ -243,7 +243,7 @@ def test_query_and_score_join_scores_on_query_id(tmp_path, workspace):
     r = runner.invoke(cli, ["--workspace", str(workspace), "score", "--run", "plain", "--scorers", "copy-paste",
                             "--format", "csv"])
     assert r.exit_code == 0, r.output
-    assert "copy-paste.flag" in r.output.splitlines()[0]
+    assert "copy-paste.flag" in r.stdout.splitlines()[0]
     later = api.load_run("plain", workspace=workspace).aux.set_index(["query_id", "metric"])["value"]
     direct = res.aux.set_index(["query_id", "metric"])["value"]
     pd.testing.assert_series_equal(later.sort_index(), direct.sort_index())
