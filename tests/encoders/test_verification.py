@@ -201,3 +201,33 @@ def test_a_normal_run_warns_nothing(world, capsys):
     res = api.run_query("w3", build.queries_csv, workspace=ws, run="ok", oracle=True)
     assert "warning" not in capsys.readouterr().err
     assert "weights_verification" not in res.provenance and "warnings" not in res.provenance
+
+
+def test_cli_run_with_a_tiny_dinov2_in_the_real_layout_warns_under_q(world, tmp_path, monkeypatch):
+    """Random weights written as the timm Hub checkpoint (model.safetensors + config.json) in the weights folder."""
+    import timm
+
+    from tests.conftest import run_cli
+
+    ws, build = world
+    weights = tmp_path / "weights"
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(weights))
+    args = {"embed_dim": 48, "depth": 1, "num_heads": 2}
+    torch.manual_seed(0)
+    src = timm.create_model("vit_base_patch14_dinov2", pretrained=False, num_classes=0, **args)
+    folder = weights / "dinov2-vitb14"
+    folder.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch14_dinov2", "num_classes": 0,
+                                                    "model_args": args}))
+    real = get_spec("dinov2-vitb14")
+    register(dataclasses.replace(real, dim=48), replace=True)  # the shrunk architecture's embedding size
+    try:
+        run_cli(ws, "-q", "index", "build", "--gallery", "g", "--encoder", "dinov2-vitb14", "--name", "d")
+        res = run_cli(ws, "-q", "query", "--index", "d", "--queries", str(build.queries_csv), "--run", "d")
+    finally:
+        register(real, replace=True)
+    warned = [x for x in res.stderr.splitlines() if x.startswith("fpr: warning: encoder 'dinov2-vitb14'")]
+    assert len(warned) == 1 and "unverified" in warned[0] and "fpr encoders fetch dinov2-vitb14" in warned[0]
+    prov = api.load_run("d", workspace=ws).provenance
+    assert prov["weights_verification"]["status"] == "unverified"
