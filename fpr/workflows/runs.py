@@ -124,7 +124,7 @@ def _weights_verification(enc: Encoder) -> dict:
     check = enc.verification
     if check.status not in (UNVERIFIED, MISMATCH):
         return {}
-    progress.warn(f"encoder '{enc.id}' weights are {check.status}: {check.detail}")
+    progress.warn(f"encoder '{enc.id}' weights {check.status}: {check.detail}")
     return {"weights_verification": check.provenance()}
 
 

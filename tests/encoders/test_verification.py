@@ -175,7 +175,7 @@ def test_run_with_placeholder_weights_says_so(world, placeholder_encoder, capsys
     assert res.provenance["weights_verification"]["status"] == "unverified"
     assert "fpr encoders fetch test-placeholder" in res.provenance["weights_verification"]["detail"]
     lines = [x for x in err.splitlines() if "warning" in x]
-    assert any("encoder 'test-placeholder' weights are unverified" in x for x in lines), err
+    assert any("encoder 'test-placeholder' weights unverified" in x for x in lines), err
     assert any("nearly constant (mean pairwise cosine 1.0000)" in x for x in lines), err
     assert any("nearly constant" in w for w in res.provenance["warnings"])
     stored = api.load_run("ph", workspace=ws).provenance
@@ -191,7 +191,7 @@ def test_run_with_mismatching_weights_records_mismatch(world, placeholder_encode
     capsys.readouterr()
     res = api.run_query("ph", build.queries_csv, workspace=ws, run="ph")
     assert res.provenance["weights_verification"]["status"] == "mismatch"
-    assert "weights are mismatch" in capsys.readouterr().err
+    assert "weights mismatch" in capsys.readouterr().err
 
 
 def test_a_normal_run_warns_nothing(world, capsys):
