@@ -14,7 +14,7 @@ from fpr import api
 from fpr.cli.main import cli, format_option
 from fpr.render.cells import dumps, render_rows
 
-TABLE_COLUMNS = ("id", "dim", "input", "status", "where", "checksum")
+TABLE_COLUMNS = ("id", "dim", "input", "status", "verified", "where", "checksum")
 
 
 def _short(row: dict) -> dict:
@@ -29,7 +29,11 @@ def encoders() -> None:
 @encoders.command("list")
 @format_option()
 def list_cmd(fmt: str) -> None:
-    """Registered encoders with dimension, input size and weights status (available/missing, where, checksum)."""
+    """Registered encoders with dimension, input size and weights status (available/missing, where, checksum).
+
+    ``verified``: the weights file's SHA-256 equals the published one (verified), differs (mismatch: usable,
+    e.g. fine-tuned, but not the published weights), or no published value is registered (unverified).
+    """
     rows = api.list_encoders()
     if fmt == "table":
         click.echo(render_rows([_short(r) for r in rows], fmt, TABLE_COLUMNS))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fpr.encoders.preprocess import Preprocessing
-from fpr.encoders.weights import ResolvedWeights, WeightsSource, resolve_weights
+from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
 from fpr.plugins import load_plugins
 
@@ -220,6 +220,11 @@ class Encoder:
         return device_precision(self.device)
 
     @property
+    def verification(self) -> "Verification":
+        """Whether the loaded weights are the published ones (see :func:`fpr.encoders.weights.verify_weights`)."""
+        return verify_weights(self.id, self.spec.weights, self.weights)
+
+    @property
     def cache_key(self) -> str:
         """The embedding-cache key: encoder id, weights checksum, protocol, device class and precision."""
         return embedding_key(self.spec, self.weights, device=self.device_class, precision=self.precision)
@@ -300,6 +305,7 @@ def describe(spec: EncoderSpec) -> dict:
     """One row of ``fpr encoders list``: honest status, never raising."""
     resolved = resolve_weights(spec.id, spec.weights, required=False)
     status = "available" if resolved.found else ("incomplete" if resolved.where == "incomplete" else "missing")
+    verification = verify_weights(spec.id, spec.weights, resolved)
     return {
         "id": spec.id,
         "family": spec.family,
@@ -310,6 +316,8 @@ def describe(spec: EncoderSpec) -> dict:
         "weights": str(resolved.path) if resolved.path else None,
         "found_in": resolved.where if resolved.found else None,
         "checksum": resolved.checksum if resolved.found else None,
+        "verified": verification.status,
+        "verification": verification.detail or None,
         "text": spec.build_text is not None,
         "description": spec.description,
         "reason": _incomplete_reason(spec) if status == "incomplete" else None,
@@ -327,5 +335,6 @@ def _incomplete_reason(spec: EncoderSpec) -> str:
 def describe_broken(broken: BrokenEncoder) -> dict:
     """The ``fpr encoders list`` row of a broken encoder: status ``broken`` and why."""
     return {"id": broken.id, "family": None, "dim": None, "input": None, "preprocessing": None,
-            "status": "broken", "weights": None, "found_in": None, "checksum": None, "text": False,
+            "status": "broken", "weights": None, "found_in": None, "checksum": None, "verified": "-",
+            "verification": None, "text": False,
             "description": "", "reason": broken.reason, "card": broken.where}

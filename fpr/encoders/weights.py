@@ -54,6 +54,53 @@ class WeightsSource:
     folder_name: str | None = None  # sub-folder of FPR_WEIGHTS_DIR; defaults to the encoder id
     extra_files: tuple[str, ...] = field(default_factory=tuple)  # e.g. configs that must sit beside weights
     optional_files: tuple[str, ...] = field(default_factory=tuple)  # configs used when present
+    # the real weights: (file name, SHA-256 hex of that file's bytes) as published, and where that value is
+    # published; empty where no citable value exists (the status is then 'unverified', never guessed)
+    published_sha256: tuple[tuple[str, str], ...] = ()
+    published_from: str = ""
+
+
+VERIFIED, UNVERIFIED, MISMATCH, NO_WEIGHTS = "verified", "unverified", "mismatch", "-"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Whether resolved weights are the published ones: ``status`` and, unless verified, what to do."""
+
+    status: str  # verified | unverified | mismatch | - (no weights, or none found)
+    detail: str = ""
+
+    def provenance(self) -> dict:
+        return {"status": self.status, "detail": self.detail}
+
+
+def verify_weights(encoder_id: str, source: WeightsSource, resolved: "ResolvedWeights") -> Verification:
+    """Compare the weights file's SHA-256 (its bytes only, no configs) with the published value.
+
+    A mismatching file stays usable (fine-tuned weights are legitimate) but is reported as such.
+    """
+    if source.kind in ("none", "local") or resolved.path is None:
+        # "local": the user's own trained encoder; nothing is published to compare it with
+        return Verification(NO_WEIGHTS)
+    if not source.published_sha256:
+        return Verification(UNVERIFIED, f"no published checksum is registered for encoder '{encoder_id}'; "
+                                        f"{_verify_hint(encoder_id, source)}")
+    digest = _file_digest(resolved.path) if resolved.path.is_file() else None
+    if digest is not None and digest in {h for _, h in source.published_sha256}:
+        return Verification(VERIFIED)
+    expected = ", ".join(f"{n} sha256 {h[:12]}..." for n, h in source.published_sha256)
+    return Verification(MISMATCH, f"{resolved.path} is not the published file ({expected}"
+                                  f"{'; from ' + source.published_from if source.published_from else ''}); "
+                                  f"{_verify_hint(encoder_id, source)}")
+
+
+def _verify_hint(encoder_id: str, source: WeightsSource) -> str:
+    if source.kind == "package":
+        return "reinstall fpr to restore the shipped file"
+    if source.repo:
+        return (f"if these are not deliberately fine-tuned weights, run 'fpr encoders fetch {encoder_id} --overwrite' "
+                f"or import the published files of {source.repo}")
+    return f"check that the file is the one intended for '{encoder_id}'"
 
 
 @dataclass(frozen=True)

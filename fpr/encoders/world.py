@@ -23,6 +23,13 @@ WORLD_ENCODER_ID = "fpr-world-v3"
 SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3")
 PACKAGE_WEIGHTS = f"encoders/weights/{WORLD_ENCODER_ID}.safetensors"
 PACKAGE_CARD = f"encoders/weights/{WORLD_ENCODER_ID}.json"
+# SHA-256 of the shipped weights files, as committed (sha256sum fpr/encoders/weights/*.safetensors); a retrained
+# file must update its line here, or 'fpr encoders list' reports it as 'mismatch'
+SHIPPED_SHA256 = {
+    "fpr-world-v1": "8f97e54afe3b323ced2b559940e6721bf3fe0433f580fa0768740aa7d1f364d6",
+    "fpr-world-v2": "798e368c2c6333dc89ae49f3e5600a85453b48681caab4bbe7b72335600ad207",
+    "fpr-world-v3": "0ae44860848b1a55e37a1eb6b6ff0f58ab0afae17d48de26e3d75e4ea493d930",
+}
 
 
 def shipped_card(encoder_id: str = WORLD_ENCODER_ID) -> dict | None:
@@ -42,7 +49,10 @@ def _register() -> None:
         card = dict(card, family="builtin-cnn")
         register(spec_from_card(card, WeightsSource(kind="package",
                                                     package_path=f"encoders/weights/{encoder_id}.safetensors",
-                                                    files=(f"{encoder_id}.safetensors",)),
+                                                    files=(f"{encoder_id}.safetensors",),
+                                                    published_sha256=((f"{encoder_id}.safetensors",
+                                                                       SHIPPED_SHA256[encoder_id]),),
+                                                    published_from="the fpr package"),
                                 tags=("builtin", "world")), replace=True)
 
 

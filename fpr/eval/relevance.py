@@ -79,6 +79,15 @@ class GalleryLabels:
         counts = np.bincount(c.g_key, minlength=int(max(c.g_key.max(initial=-1), c.q_key.max(initial=-1))) + 1)
         return counts[c.q_key] > 0
 
+    def candidates(self, qdf: pd.DataFrame, scope: str) -> np.ndarray:
+        """(Q,) how many gallery rows each query is ranked against in ``scope``; O(Q + G)."""
+        check_scope(scope)
+        if scope == "all":
+            return np.full(len(qdf), len(self.groups), dtype=np.int64)
+        c = self.codes(qdf)
+        counts = np.bincount(c.g_group, minlength=int(max(c.g_group.max(initial=-1), c.q_group.max(initial=-1))) + 1)
+        return counts[c.q_group].astype(np.int64)
+
     def relevance(self, qdf: pd.DataFrame, scope: str) -> tuple[np.ndarray, np.ndarray]:
         """(Q, G) boolean masks: items in each query's scope, and relevant items in scope.
 

@@ -18,8 +18,8 @@ from fpr.engines import ray as ray_engine
 from fpr.engines import ray_runtime
 from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
-from fpr.eval import frames, inputs, pipeline, relevance
-from fpr.eval.oracle import append_oracle
+from fpr.eval import frames, inputs, pipeline, relevance, sanity
+from fpr.eval.oracle import ORACLE_METHOD, append_oracle
 from fpr.eval.pipeline import SKIP_UNREADABLE, EvalSettings
 from fpr.eval.relevance import SKIP_NO_RELEVANT
 from fpr.index import faiss_index
@@ -117,6 +117,40 @@ def _provenance(enc: Encoder, opened: "relevance.OpenIndex", seed: int, device: 
             "created_at": utc_now()}
 
 
+def _weights_verification(enc: Encoder) -> dict:
+    """``{"weights_verification": ...}`` and one stderr line when the weights are not the published ones."""
+    from fpr.encoders.weights import MISMATCH, UNVERIFIED
+
+    check = enc.verification
+    if check.status not in (UNVERIFIED, MISMATCH):
+        return {}
+    progress.warn(f"encoder '{enc.id}' weights {check.status}: {check.detail}")
+    return {"weights_verification": check.provenance()}
+
+
+def _degenerate_run(ev: "pipeline.Evaluation", qdf: pd.DataFrame, opened: "relevance.OpenIndex", scope: str,
+                    enc: Encoder) -> list[str]:
+    """Warnings (printed, one line each) when the run measured nothing: see :mod:`fpr.eval.sanity`.
+
+    The encoder checks (constant embeddings, oracle at chance) skip weightless encoders: a fixed
+    function (pixels-16) is a baseline meant to be weak, and has no weights to be a placeholder.
+    """
+    ok, encoder_id = ev.ok, enc.id
+    found = sanity.constant_scorers(ev.aux)
+    has_weights = enc.spec.weights.kind != "none"
+    if has_weights:
+        found.append(sanity.constant_embeddings(ev.qvecs[ok], encoder_id))
+    oracle = ok[(qdf["method"].to_numpy()[ok] == ORACLE_METHOD)]
+    if has_weights and len(oracle):
+        rows = ev.per_query.iloc[oracle]
+        found.append(sanity.oracle_at_chance(rows["ap"].to_numpy(), rows["n_relevant"].to_numpy(),
+                                             opened.labels.candidates(qdf.iloc[oracle], scope), encoder_id))
+    warnings = [w for w in found if w]
+    for w in warnings:
+        progress.warn(w)
+    return warnings
+
+
 def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store, device,
               batch_size, workers) -> EvalSettings:
     relevance.check_scope(scope)
@@ -170,6 +204,10 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
                                                   fingerprint=key, where=where, workspace=ws.root)
     _require_some_evaluated(ev, len(qdf), where)
     provenance = _provenance(enc, opened, seed, device)
+    provenance.update(_weights_verification(enc))
+    warnings = _degenerate_run(ev, qdf, opened, scope, enc)
+    if warnings:
+        provenance["warnings"] = warnings
     if engine_info is not None:
         provenance["engine"] = engine_info
         for key, actor_key in (("device", "actor_device"), ("embedding_device", "actor_device"),
