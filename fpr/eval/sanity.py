@@ -9,7 +9,8 @@ Thresholds (why these):
 - embeddings: the mean pairwise cosine of the evaluated queries' unit vectors >= ``EMBED_COSINE``
   (0.999): at that level every printed Sim (three decimals) rounds to about 1.000, so the encoder
   does not tell the queries apart. Distinct images under trained encoders sit far below it.
-- a scorer metric: >= ``MIN_CONSTANT_QUERIES`` (5) finite values, all equal within 1e-9 relative.
+- a scorer metric: >= ``MIN_CONSTANT_QUERIES`` (5) finite values, all equal within 1e-9 relative; not a
+  judge's cost count and not all zero (one call per query, or no copy flagged, may well be constant).
 - oracle: the oracle queries' mean AP is not above the mean chance AP by more than two standard
   errors (of the per-query difference AP - chance AP), with at least 5 oracle queries. Chance AP of a
   query with R relevant among N candidates, ranked uniformly at random, is exactly
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from fpr.scorers.judges.scoring import COST_METRICS
 
 EMBED_COSINE = 0.999
 MIN_CONSTANT_QUERIES = 5
@@ -61,6 +64,8 @@ def constant_scorers(aux: pd.DataFrame) -> list[str]:
     for (scorer, metric), g in values.groupby(["scorer", "metric"], sort=True):
         v = g["value"].to_numpy(dtype=np.float64)
         if len(v) < MIN_CONSTANT_QUERIES:
+            continue
+        if metric in COST_METRICS or not v.any():  # one judge call each, no copy flagged: legitimately equal
             continue
         if v.max() - v.min() <= 1e-9 * max(1.0, abs(float(v.mean()))):
             out.append(f"scorer '{scorer}' gives {metric} = {v[0]:.4g} for all {len(v)} queries: a value that "

@@ -231,3 +231,11 @@ def test_cli_run_with_a_tiny_dinov2_in_the_real_layout_warns_under_q(world, tmp_
     assert len(warned) == 1 and "unverified" in warned[0] and "fpr encoders fetch dinov2-vitb14" in warned[0]
     prov = api.load_run("d", workspace=ws).provenance
     assert prov["weights_verification"]["status"] == "unverified"
+
+
+def test_counts_and_flags_that_are_legitimately_constant_warn_nothing():
+    from fpr.eval import sanity
+
+    assert sanity.constant_scorers(_aux([0.0] * 6, "copy-paste", "flag")) == []  # nothing flagged
+    assert sanity.constant_scorers(_aux([1.0] * 6, "viescore", "calls")) == []  # one judge call per query
+    assert sanity.constant_scorers(_aux([1.0] * 6, "vistar-cse", "con")) != []  # the constant consistency
