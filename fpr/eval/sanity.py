@@ -10,7 +10,8 @@ Thresholds (why these):
   (0.999): at that level every printed Sim (three decimals) rounds to about 1.000, so the encoder
   does not tell the queries apart. Distinct images under trained encoders sit far below it.
 - a scorer metric: >= ``MIN_CONSTANT_QUERIES`` (5) finite values, all equal within 1e-9 relative; not a
-  judge's cost count and not all zero (one call per query, or no copy flagged, may well be constant).
+  judge's cost count and not an indicator stuck at exactly 0 or 1 (one call per query, no copy flagged, the
+  identity always among the offered choices may well be constant).
 - oracle: the oracle queries' mean AP is not above the mean chance AP by more than two standard
   errors (of the per-query difference AP - chance AP), with at least 5 oracle queries. Chance AP of a
   query with R relevant among N candidates, ranked uniformly at random, is exactly
@@ -65,8 +66,8 @@ def constant_scorers(aux: pd.DataFrame) -> list[str]:
         v = g["value"].to_numpy(dtype=np.float64)
         if len(v) < MIN_CONSTANT_QUERIES:
             continue
-        if metric in COST_METRICS or not v.any():  # one judge call each, no copy flagged: legitimately equal
-            continue
+        if metric in COST_METRICS or v[0] in (0.0, 1.0):  # a call per query, an indicator always 0 or always 1:
+            continue                                         # legitimately equal, not a sign of broken weights
         if v.max() - v.min() <= 1e-9 * max(1.0, abs(float(v.mean()))):
             out.append(f"scorer '{scorer}' gives {metric} = {v[0]:.4g} for all {len(v)} queries: a value that "
                        f"ignores its input ({CAUSE} check the scorer's model weights)")

@@ -59,7 +59,7 @@ def _aux(values, scorer="clip-t", metric="clip_t") -> pd.DataFrame:
 
 
 def test_constant_scorer_values_warn_from_five_queries():
-    [msg] = sanity.constant_scorers(_aux([1.0] * 5, "cse", "consistency"))
+    [msg] = sanity.constant_scorers(_aux([0.9999999] * 5, "cse", "consistency"))
     assert "'cse'" in msg and "consistency = 1 for all 5 queries" in msg
     assert sanity.constant_scorers(_aux([1.0] * 4)) == []
     assert sanity.constant_scorers(_aux([0.1, 0.2, 0.1, 0.1, 0.1])) == []
@@ -238,4 +238,5 @@ def test_counts_and_flags_that_are_legitimately_constant_warn_nothing():
 
     assert sanity.constant_scorers(_aux([0.0] * 6, "copy-paste", "flag")) == []  # nothing flagged
     assert sanity.constant_scorers(_aux([1.0] * 6, "viescore", "calls")) == []  # one judge call per query
-    assert sanity.constant_scorers(_aux([1.0] * 6, "vistar-cse", "con")) != []  # the constant consistency
+    assert sanity.constant_scorers(_aux([1.0] * 6, "dreambench-concept", "choice_in_options")) == []
+    assert sanity.constant_scorers(_aux([0.9999999] * 6, "vistar-cse", "con")) != []  # the "1.000" consistency

@@ -37,7 +37,7 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     assert r.exit_code == 0, r.output
     n_queries = 2 * 3 * 3
     assert judge_env.count() == 2 * n_queries  # a pair request and a choice request per query
-    rows = {(row["method"], row["group"]): row for row in json.loads(r.output)["summary"]}
+    rows = {(row["method"], row["group"]): row for row in json.loads(r.stdout)["summary"]}
     overall = {m: rows[(m, "*")] for m in ("paste", "drift-0.5", "generic")}
     for m in overall:
         assert 0 <= overall[m]["dreambench-concept.score"] <= 1
@@ -65,7 +65,7 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     r = _cli(ws, "score", "--run", "judged", "--scorers", "dreambench-concept", "--overwrite", "--format", "json")
     assert r.exit_code == 0, r.output
     assert judge_env.count() == 0
-    out = {(row["method"], row["group"]): row for row in json.loads(r.output)["summary"]}
+    out = {(row["method"], row["group"]): row for row in json.loads(r.stdout)["summary"]}
     assert out[("paste", "*")]["dreambench-concept.score"] == overall["paste"]["dreambench-concept.score"]
     assert out[("paste", "*")]["dreambench-concept.cached"] == 1
     assert list((ws / "judge-cache").rglob("*.json"))
