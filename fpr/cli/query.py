@@ -4,19 +4,8 @@ from __future__ import annotations
 import click
 
 from fpr import api, progress
-from fpr.cli.main import (
-    batch_size_option,
-    cli,
-    device_option,
-    engine_options,
-    format_option,
-    parse_options,
-    ray_settings,
-    scope_option,
-    scorer_option,
-    weights_option,
-    workers_option,
-)
+from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
+                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
 from fpr.defaults import DEFAULT_REPORT_METRICS
 from fpr.errors import InputError
 from fpr.render.cells import dumps, interval_footnote, render_rows

@@ -5,19 +5,8 @@ import math
 
 import click
 
-from fpr.cli.main import (
-    batch_size_option,
-    cli,
-    device_option,
-    engine_options,
-    format_option,
-    parse_options,
-    ray_settings,
-    scope_option,
-    scorer_option,
-    weights_option,
-    workers_option,
-)
+from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
+                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
 from fpr.errors import InputError
 from fpr.files import check_plot_path
 from fpr.render.cells import dumps, render_rows

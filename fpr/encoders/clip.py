@@ -112,7 +112,7 @@ def _load_checkpoint(model: torch.nn.Module, path: Path, encoder_id: str) -> Non
     """open_clip's checkpoint loader (format conversions included), strict, reported as one line."""
     import open_clip
 
-    from fpr.encoders.weights import key_mismatch_error
+    from fpr.encoders.checkpoints import key_mismatch_error
 
     if Path(path).suffix not in (".safetensors", ".bin", ".pt", ".pth"):
         raise InputError(f"unsupported weights file type for encoder '{encoder_id}'", where=str(path),

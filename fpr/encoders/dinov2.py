@@ -20,7 +20,8 @@ import torch
 
 from fpr.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from fpr.encoders.registry import EncoderSpec, register
-from fpr.encoders.weights import ResolvedWeights, WeightsSource, load_strict, read_state_dict
+from fpr.encoders.weights import ResolvedWeights, WeightsSource
+from fpr.encoders.checkpoints import load_strict, read_state_dict
 from fpr.errors import InputError
 
 DINOV2_ID = "dinov2-vitb14"

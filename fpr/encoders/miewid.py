@@ -28,7 +28,8 @@ from torch import nn
 
 from fpr.encoders.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from fpr.encoders.registry import EncoderSpec, register
-from fpr.encoders.weights import ResolvedWeights, WeightsSource, load_strict, read_state_dict
+from fpr.encoders.weights import ResolvedWeights, WeightsSource
+from fpr.encoders.checkpoints import load_strict, read_state_dict
 from fpr.errors import InputError
 
 MIEWID_ID = "miewid-msv2"

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from fpr.cli.main import cli
 from fpr.encoders import weights as W
+from fpr.encoders.checkpoints import convert_to_safetensors
 from fpr.encoders.weights import weights_dir
 from tests.encoders.test_real_encoders import _encoder, _images, _published_state, open_clip_snapshot  # noqa: F401
 
@@ -128,6 +129,6 @@ def test_unreadable_or_non_tensor_checkpoints_are_one_line(tmp_path, content):
 def test_convert_to_safetensors_unwraps_and_unties(tmp_path):
     shared = torch.arange(6.0)
     torch.save({"state_dict": {"module.a": shared, "module.b": shared[:3]}}, tmp_path / "w.pt")
-    out = W.convert_to_safetensors(tmp_path / "w.pt", tmp_path / "w.safetensors")
+    out = convert_to_safetensors(tmp_path / "w.pt", tmp_path / "w.safetensors")
     got = load_file(str(out))
     assert got.keys() == {"a", "b"} and got["a"].tolist() == list(range(6)) and got["b"].tolist() == [0, 1, 2]

@@ -15,8 +15,7 @@ import httpx
 import pytest
 from filelock import FileLock
 
-from tests.serve.conftest import (INDEX, REPO, TOKENS, free_port, launch_server, prepare_workspace, queries_csv,
-                                  submission, upload_name, wait_for, wait_ready)
+from tests.serve.conftest import (INDEX, REPO, TOKENS, free_port, launch_server, prepare_workspace, submission, upload_name, wait_for, wait_ready)
 
 SECURITY = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
 
