@@ -1,27 +1,30 @@
-"""Embedding pipeline vs the bare model forward (same model, batch size, device).
+"""Embedding pipeline vs the model's own batched forward (same model, batch size, device).
 
-bare: ``Encoder.embed_batch`` over tensors decoded and preprocessed beforehand (not timed);
-pipeline: ``embed_paths`` from files (hash, read once, decode + protocol, forward, normalise), no
-cache, with its default decoding (on a CPU: threads between forward passes; ``--workers N``: N worker
-processes with one thread each beside the forward). Ratio = bare time / pipeline time (1.0 = the
-pipeline costs nothing beyond the forward). Each round times both, alternating which goes first
-(the machine is shared); ``--rounds`` rounds give the median and the spread (min-max).
+forward (the anchor): the encoder's network on ready batches of ``--batch-size`` (decoded and
+preprocessed beforehand, not timed), torch's default threads -- the fastest a user's own loop
+gets, with bits that depend on the batch; protocol: ``Encoder.embed_batch`` on the same batches
+(fpr's CPU forward: zero-padded micro-batches of one shape, one thread each, several at once;
+bits independent of batch, position and thread count); pipeline: ``embed_paths`` from files
+(hash, read once, decode + protocol, forward, normalise), no cache, default decoding.
+``x/forward`` = forward time / x time (1.0 = as fast as the anchor). The three are timed in
+rotating order in each of ``--rounds`` rounds: median and spread (min-max). ``--load-procs K``
+runs K busy single-threaded processes throughout (another job on the machine).
 
-Encoders: the built-in ``fpr-world-v2`` (the default) and ``fpr-world-v1``, a random-init
-resnet18 at 224 px, and ``pixels-16`` (no network: the pipeline's own cost shows). Images:
-``world96`` are renders of the built-in world (96 px PNGs, what the built-in encoders are made
-for); ``jpeg256`` are 256 px JPEGs of colour noise, the stress case (noise is the slowest content
-to decode). ``decode`` is the decode + protocol CPU time per image in one thread, the work the
-workers add beside the forward; ``bound`` is the ratio a pipeline could reach at best if the bare
-forward kept every core busy: cores x forward / (cores x forward + decode).
+Encoders: the shipped built-in CNNs, a random-init resnet18 at 224 px, and ``pixels-16`` (no
+network: the pipeline's own cost shows). Images: ``world96`` renders of the built-in world (96 px
+PNGs); ``jpeg256`` 256 px JPEGs of colour noise (the slowest content to decode). ``decode`` is
+the decode + protocol CPU time per image in one thread; ``bound`` = cores x forward /
+(cores x forward + decode), the ratio if decoding simply added its CPU time on all cores.
 
-    python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--workers N] [--rounds 3]
+    python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--rounds 3]
+        [--only fpr-world-v3,bench-resnet18] [--load-procs 1]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,46 +84,75 @@ def decode_ms(enc, paths: list[str]) -> float:
         torch.set_num_threads(threads)
 
 
+def _load_proc(stop_after: float) -> subprocess.Popen:
+    """A process that keeps one core busy with NumPy matmuls (single-threaded), like another job."""
+    code = ("import os,time;os.environ['OPENBLAS_NUM_THREADS']='1';import numpy as np;"
+            f"a=np.ones((256,256));t=time.time()\nwhile time.time()-t<{stop_after}: a@a")
+    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+
+
 def measure(enc_id: str, data: str, paths: list[str], args) -> dict:
+    """Three paths on the same images, interleaved round by round (the order rotates):
+
+    forward: the anchor, the encoder's network called on ready batches of ``--batch-size`` with
+    torch's default threads (what a user's own loop would do; its bits depend on the batch);
+    protocol: ``Encoder.embed_batch`` on the same ready batches (fpr's batch-independent CPU
+    forward, fpr.encoders.cpu_forward, + normalisation); pipeline: ``embed_paths`` from the files
+    (hash, read, decode + protocol, forward, normalise), no cache."""
     enc = load_encoder(enc_id, device=args.device)
     n = len(paths)
     imgs = torch.stack([enc.preprocessing(decode_rgb(read_bytes(p))) for p in paths])
     if enc.device.type == "cuda":
         imgs = imgs.pin_memory()
     dec = decode_ms(enc, paths[:64])
+    b = args.batch_size
 
-    def bare() -> tuple[float, np.ndarray]:
-        t = time.perf_counter()
-        out = np.concatenate([enc.embed_batch(imgs[s:s + args.batch_size]) for s in range(0, n, args.batch_size)])
+    def sync() -> None:
         if enc.device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t, out
 
-    def pipe() -> tuple[float, np.ndarray]:
-        t = time.perf_counter()
-        res = E.embed_paths(enc, paths, batch_size=args.batch_size, workers=args.workers, cache=None)
-        return time.perf_counter() - t, res.vectors
+    def forward() -> np.ndarray:
+        with torch.inference_mode():
+            out = [enc.model(imgs[s:s + b].to(enc.device)) for s in range(0, n, b)]
+        sync()
+        return torch.cat(out).float().cpu().numpy()
 
-    enc.embed_batch(imgs[:args.batch_size])  # warm-up
-    E.embed_paths(enc, paths[:8], workers=0, cache=None)
-    bares, pipes, ratios = [], [], []
+    def protocol() -> np.ndarray:
+        out = np.concatenate([enc.embed_batch(imgs[s:s + b]) for s in range(0, n, b)])
+        sync()
+        return out
+
+    def pipeline() -> np.ndarray:
+        return E.embed_paths(enc, paths, batch_size=b, workers=args.workers, cache=None).vectors
+
+    timed = {"forward": forward, "protocol": protocol, "pipeline": pipeline}
+    for f in timed.values():  # warm-up
+        f()
+    times: dict[str, list[float]] = {k: [] for k in timed}
+    outs: dict[str, np.ndarray] = {}
     load_before = load()
+    names = list(timed)
     for r in range(args.rounds):
-        first, second = (bare, pipe) if r % 2 == 0 else (pipe, bare)
-        t1, v1 = first()
-        t2, v2 = second()
-        tb, tp = (t1, t2) if first is bare else (t2, t1)
-        if enc.device.type != "cuda":
-            assert v1.tobytes() == v2.tobytes(), "pipeline and bare forward disagree"
-        bares.append(tb)
-        pipes.append(tp)
-        ratios.append(tb / tp)
-    fwd = statistics.median(bares) / n * 1e3
+        for k in names[r % 3:] + names[:r % 3]:
+            t = time.perf_counter()
+            outs[k] = timed[k]()
+            times[k].append(time.perf_counter() - t)
+    if enc.device.type != "cuda":
+        assert outs["protocol"].tobytes() == outs["pipeline"].tobytes(), "pipeline and protocol forward disagree"
+    med = {k: statistics.median(v) for k, v in times.items()}
+
+    def ratio(k: str) -> tuple[float, str]:
+        rs = [f / x for f, x in zip(times["forward"], times[k])]
+        return statistics.median(rs), f"{min(rs):.2f}-{max(rs):.2f}"
+
     cores = os.cpu_count() or 1
-    return {"encoder": enc_id, "images": data, "n": n, "device": enc.device.type,
-            "decode ms/img": dec, "bare ms/img": fwd, "pipeline ms/img": statistics.median(pipes) / n * 1e3,
-            "ratio": statistics.median(ratios), "spread": f"{min(ratios):.2f}-{max(ratios):.2f}",
-            "bound": cores * fwd / (cores * fwd + dec), "load": f"{load_before} -> {load()}"}
+    fwd = med["forward"] / n * 1e3
+    (rp, sp), (rq, sq) = ratio("pipeline"), ratio("protocol")
+    return {"encoder": enc_id, "images": data, "n": n, "device": enc.device.type, "decode ms/img": dec,
+            "forward ms/img": fwd, "protocol ms/img": med["protocol"] / n * 1e3,
+            "pipeline ms/img": med["pipeline"] / n * 1e3, "protocol/forward": rq, "spread ": sq,
+            "pipeline/forward": rp, "spread": sp, "bound": cores * fwd / (cores * fwd + dec),
+            "load": f"{load_before} -> {load()}"}
 
 
 def main() -> None:
@@ -132,7 +164,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--only", default="", help="comma-separated encoder ids to run (default: all)")
+    ap.add_argument("--load-procs", type=int, default=0,
+                    help="start this many busy single-threaded processes for the whole run (another job's load)")
     args = ap.parse_args()
+    loaders = [_load_proc(3600) for _ in range(args.load_procs)]
     register_resnet18()
     tmp = Path(tempfile.mkdtemp(prefix="fpr-pipe-"))
     (tmp / "jpeg").mkdir()
@@ -146,14 +181,16 @@ def main() -> None:
     print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
           f"workers {'default' if args.workers is None else args.workers}, "
           f"batch {args.batch_size}, {args.rounds} rounds; load (1/5/15 min) at start {load()}", flush=True)
-    cols = ["encoder", "images", "n", "device", "decode ms/img", "bare ms/img", "pipeline ms/img", "ratio",
-            "spread", "bound", "load"]
+    cols = ["encoder", "images", "n", "device", "decode ms/img", "forward ms/img", "protocol ms/img",
+            "pipeline ms/img", "protocol/forward", "spread ", "pipeline/forward", "spread", "bound", "load"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols), flush=True)
     for enc_id, data in plan:
         paths = world if data == "world96" else jpegs[:args.n_cnn if enc_id == "bench-resnet18" else args.n]
         row = measure(enc_id, data, paths, args)
         print("| " + " | ".join(f"{row[c]:.2f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |",
               flush=True)
+    for p in loaders:
+        p.kill()
 
 
 if __name__ == "__main__":

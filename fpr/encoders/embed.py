@@ -20,6 +20,7 @@ from PIL import Image
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.cache import EmbeddingCache
+from fpr.encoders.cpu_forward import CPU_MICROBATCH
 from fpr.encoders.registry import Encoder, check_batch_size, check_workers
 from fpr.errors import InputError, choices_hint
 from fpr.images import content_hash, decode_rgb, read_bytes
@@ -329,7 +330,9 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
     if not paths:
         return results
     if workers is None and encoder.device.type == "cpu" and torch.get_num_threads() > 1 and len(paths) > 1:
-        batches = _phased(_DecodeDataset(paths, encoder.preprocessing, data, pixels=True), batch_size,
+        # whole micro-batches only: a shorter batch would be padded (fpr.encoders.cpu_forward)
+        step = -(-batch_size // CPU_MICROBATCH) * CPU_MICROBATCH
+        batches = _phased(_DecodeDataset(paths, encoder.preprocessing, data, pixels=True), step,
                           torch.get_num_threads())
     else:
         n_workers = default_workers(len(paths)) if workers is None else workers

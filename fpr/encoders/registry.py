@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
@@ -244,11 +245,10 @@ class Encoder:
         are copied as they are and normalised on the device, bit-identical to the float batch.
 
         ``amp_dtype`` picks the CUDA autocast type (default :attr:`precision`: bfloat16 where
-        supported, else float16). On a CPU the network runs one image at a time: CPU kernels
-        choose their blocking by batch size, which changes the last bits of an image's features
-        with its batch-mates; one image per forward pass makes every embedding independent of
-        its batch, bit for bit (docs/architecture.md, "Embedding determinism"). On CUDA the
-        batch runs as one.
+        supported, else float16). On a CPU the network only ever sees zero-padded micro-batches
+        of one shape, each on one thread (:mod:`fpr.encoders.cpu_forward`), so every embedding is
+        independent of its batch, its position and the thread count, bit for bit
+        (docs/architecture.md, "Embedding determinism"). On CUDA the batch runs as one.
         """
         with torch.inference_mode():
             x = batch.to(self.device, non_blocking=True)
@@ -259,8 +259,8 @@ class Encoder:
                 dtype = amp_dtype or (torch.bfloat16 if self.precision == "bf16" else torch.float16)
                 with torch.autocast("cuda", dtype=dtype):
                     feats = self.model(x)
-            elif self.device.type == "cpu" and len(x) > 1:
-                feats = torch.cat([self.model(x[i:i + 1]) for i in range(len(x))])
+            elif self.device.type == "cpu":
+                feats = forward_microbatched(self.model, x)
             else:
                 feats = self.model(x)
             feats = feats.float()
@@ -284,11 +284,14 @@ class Encoder:
 
 
 def embedding_key(spec: EncoderSpec, weights: ResolvedWeights, *, device: str, precision: str) -> str:
-    """Cache key: encoder id + weights checksum + the full preprocessing protocol + device class + precision."""
+    """Cache key: encoder id + weights checksum + the full preprocessing protocol + device class + precision
+    (+ on a CPU the forward protocol, :data:`~fpr.encoders.cpu_forward.CPU_FORWARD`)."""
     import hashlib
 
-    text = "|".join([spec.id, weights.checksum, spec.preprocessing.key(), f"device={device}",
-                     f"precision={precision}"])
+    parts = [spec.id, weights.checksum, spec.preprocessing.key(), f"device={device}", f"precision={precision}"]
+    if device == "cpu":
+        parts.append(f"forward={CPU_FORWARD}")
+    text = "|".join(parts)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -66,3 +66,58 @@ def test_embed_batch_equals_one_image_at_a_time():
     torch.manual_seed(0)
     x = torch.randn(9, 3, enc.preprocessing.output_size, enc.preprocessing.output_size)
     assert enc.embed_batch(x).tobytes() == np.concatenate([enc.embed_batch(x[i:i + 1]) for i in range(9)]).tobytes()
+
+
+def _timm_spec(name: str, size: int) -> EncoderSpec:
+    import timm
+
+    def build(_):
+        torch.manual_seed(0)
+        return timm.create_model(name, pretrained=False, num_classes=0)
+
+    dim = timm.create_model(name, pretrained=False, num_classes=0).num_features
+    return EncoderSpec(id=f"test-timm-{name}", family="test", dim=dim,
+                       preprocessing=Preprocessing(name=f"squash{size}-imagenet", size=size),
+                       weights=WeightsSource(kind="none"), build=build)
+
+
+@pytest.mark.parametrize("name,size", [("test_efficientnet", 64), ("test_vit", 32)])
+def test_embedding_does_not_depend_on_thread_count_position_or_batch_size(name, size):
+    """Every forward pass is one micro-batch shape on one thread (fpr.encoders.cpu_forward): the
+    process's thread count (1, 2, 3: a count that does not divide the batch), the image's position
+    and the batch it arrives in change no bit. Networks with depthwise convolutions (EfficientNet)
+    and attention (ViT) are the ones whose multi-threaded batched kernels differ by position."""
+    spec = _timm_spec(name, size)
+    register(spec, replace=True)
+    try:
+        enc = load_encoder(spec.id, device="cpu")
+        torch.manual_seed(1)
+        x = torch.randn(70, 3, size, size)
+        threads_before = torch.get_num_threads()
+        runs = []
+        try:
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                runs.append(enc.embed_batch(x))
+                rolled = enc.embed_batch(torch.roll(x, 7, 0))
+                assert np.roll(rolled, -7, 0).tobytes() == runs[-1].tobytes(), (name, threads)
+        finally:
+            torch.set_num_threads(threads_before)
+        assert torch.get_num_threads() == threads_before
+        assert all(r.tobytes() == runs[0].tobytes() for r in runs), name
+        pieces = np.concatenate([enc.embed_batch(x[s:s + 9]) for s in range(0, 70, 9)])
+        assert pieces.tobytes() == runs[0].tobytes()
+    finally:
+        unregister(spec.id)
+
+
+def test_cpu_forward_is_part_of_the_cache_key():
+    from fpr.encoders.cpu_forward import CPU_FORWARD
+    from fpr.encoders.registry import embedding_key, get_spec
+
+    enc = load_encoder("pixels-16", device="cpu")
+    spec = get_spec("pixels-16")
+    assert enc.cache_key == embedding_key(spec, enc.weights, device="cpu", precision="fp32")
+    assert CPU_FORWARD == "microbatch32-1thread"
+    # the CUDA key has no CPU forward protocol in it, the CPU one does: they never collide
+    assert embedding_key(spec, enc.weights, device="cuda", precision="fp32") != enc.cache_key
