@@ -59,6 +59,7 @@ from fpr.eval.inputs import normalize_queries
 from fpr.eval.relevance import gallery_items, missing_identities
 from fpr.galleries.curate import SAMPLINGS, GallerySpec, curate
 from fpr.galleries.records import ImageRecord
+from fpr.index.exact import exact_scores
 from fpr.keys import keyed_rng, new_id
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.store import records as db
@@ -321,17 +322,17 @@ def _prepare_groups(pool, refs, qdf, vec_of) -> list[_Group]:
         idents = sorted({it.identity for it in gp})
         code = {k: i for i, k in enumerate(idents)}
         gr = [it for it in refs if it.group == g and it.identity in code]
-        pool_vec = np.stack([vec_of[it.path] for it in gp]).astype(np.float64)
+        pool_vec = np.stack([vec_of[it.path] for it in gp]).astype(np.float32)
         cand = [vec_of[it.path] for it in gr] + [vec_of[it.path] for it in gp]
-        s_oracle = np.stack(cand).astype(np.float64) @ pool_vec.T
+        s_oracle = exact_scores(np.stack(cand), pool_vec)  # the pipeline's scores, whatever the BLAS
         oracle_ident = np.array([code[it.identity] for it in gr] + [code[it.identity] for it in gp])
         oracle_pool_pos = np.concatenate([np.full(len(gr), -1), np.arange(len(gp))]).astype(np.int64)
         if qdf is not None:
             gen_rows = np.flatnonzero((qdf["group"] == g).to_numpy())
             gen_ident = np.array([code[i] for i in qdf["identity"].iloc[gen_rows]], dtype=np.int64)
-            qv = np.stack([vec_of[p] for p in qdf["path"].iloc[gen_rows]]).astype(np.float64) if len(gen_rows) \
-                else np.zeros((0, pool_vec.shape[1]))
-            s_gen = qv @ pool_vec.T
+            qv = np.stack([vec_of[p] for p in qdf["path"].iloc[gen_rows]]) if len(gen_rows) \
+                else np.zeros((0, pool_vec.shape[1]), np.float32)
+            s_gen = exact_scores(qv, pool_vec)
         else:
             gen_rows, gen_ident, s_gen = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, len(gp)))
         groups.append(_Group(g, idents, [it.path for it in gp], np.array([code[it.identity] for it in gp]),

@@ -57,6 +57,7 @@ from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import InputError
 from fpr.eval.inputs import normalize_queries
 from fpr.eval.relevance import gallery_items
+from fpr.index.exact import exact_scores
 from fpr.keys import new_id
 from fpr.store import records as db
 from fpr.store.records import check_name
@@ -391,14 +392,15 @@ def _prepare(pool, refs, qdf, vec_of) -> list[_Group]:
             rows_of.setdefault(it.identity, []).append(pos)
         gr = [it for it in refs if it.group == g]
         query_identities = list(dict.fromkeys(it.identity for it in gr))
-        pool_vec = np.stack([vec_of[it.path] for it in gp]).astype(np.float64)
-        s_ref = np.stack([vec_of[it.path] for it in gr]).astype(np.float64) @ pool_vec.T if gr else \
-            np.zeros((0, len(gp)))
+        pool_vec = np.stack([vec_of[it.path] for it in gp]).astype(np.float32)
+        # the pipeline's exact scores: the same ranks whatever the BLAS (fpr.index.exact)
+        s_ref = exact_scores(np.stack([vec_of[it.path] for it in gr]), pool_vec) if gr else \
+            np.zeros((0, len(gp)), np.float32)
         if qdf is not None:
             gen_rows = np.flatnonzero((qdf["group"] == g).to_numpy())
             gen_ident = qdf["identity"].to_numpy()[gen_rows].astype(object)
-            s_gen = (np.stack([vec_of[p] for p in qdf["path"].iloc[gen_rows]]).astype(np.float64) @ pool_vec.T
-                     if len(gen_rows) else np.zeros((0, len(gp))))
+            s_gen = (exact_scores(np.stack([vec_of[p] for p in qdf["path"].iloc[gen_rows]]), pool_vec)
+                     if len(gen_rows) else np.zeros((0, len(gp)), np.float32))
         else:
             gen_rows, gen_ident, s_gen = np.zeros(0, np.int64), np.zeros(0, object), np.zeros((0, len(gp)))
         groups.append(_Group(g, identities, query_identities, rows_of, [it.path for it in gp],
