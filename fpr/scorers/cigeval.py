@@ -196,8 +196,11 @@ def _array(path: str, size: int) -> np.ndarray:
     return np.asarray(im, dtype=np.uint8).copy()
 
 
-def ask(question: str, bench: _Bench, text: str, tools: list[dict], max_steps: int, trajectory: list) -> int:
-    """One question's ReAct loop; returns the 0-10 score or raises JudgeFailure."""
+def ask(question: str, bench: _Bench, text: str, tools: list[dict], max_steps: int, trajectory: list,
+        paths: dict[str, str] | None = None) -> int:
+    """One question's ReAct loop; returns the 0-10 score or raises JudgeFailure.
+
+    ``paths``: the files behind the image handles, kept in the trajectory for its export."""
     t, client = bench.t, bench.client
     content = [text_part(text)]
     for handle in bench.images:  # the generated image, then the question's condition image
@@ -208,7 +211,7 @@ def ask(question: str, bench: _Bench, text: str, tools: list[dict], max_steps: i
         entry = {"question": question, "step": step, "content": reply.content, "cached": reply.cached}
         if step == 0:  # the first observation, so a trajectory can be replayed for agent tuning
             entry["prompt"] = text
-            entry["images"] = list(bench.images)
+            entry["images"] = {h: (paths or {}).get(h) for h in bench.images}
         trajectory.append(entry)
         if not reply.tool_calls:
             score = parse.final_score(reply, 0, 10)
@@ -239,6 +242,37 @@ def ask(question: str, bench: _Bench, text: str, tools: list[dict], max_steps: i
                 parts += [text_part(f"Image '{h}':"), image_part(bench.ref(h))]
             messages.append({"role": "user", "content": parts})
     raise JudgeFailure(f"no final score after {max_steps} judge turns")
+
+
+def agent_turns(trajectory: list[dict], system: str) -> dict[str, list[dict]]:
+    """Per question, its ReAct trajectory as agent-tuning turns <o_0, t_1, a_1, o_1, ..., t_n, a_n, o_n>.
+
+    Each turn is ``{"role": "observation" | "thought" | "action", "content", "loss"}``; ``loss`` is True
+    only on thoughts and actions (the paper trains on those and masks the preceding context). o_0 is the
+    system text, the question and its images; an action is a tool call (``{"tool", "arguments"}``) or the
+    final answer (``{"answer": score}``); o_i is the tool's result (a new image's handle for highlight);
+    o_n records the score. Questions that failed (no final score) are left out.
+    """
+    out: dict[str, list[dict]] = {}
+    failed = {e["question"] for e in trajectory if "failure" in e}
+    for e in trajectory:
+        q = e.get("question")
+        if q is None or "step" not in e or q in failed:
+            continue
+        turns = out.setdefault(q, [])
+        if e["step"] == 0:
+            turns.append({"role": "observation", "loss": False,
+                          "content": {"system": system, "text": e.get("prompt"), "images": e.get("images")}})
+        turns.append({"role": "thought", "content": e.get("content") or "", "loss": True})
+        calls = e.get("tool_calls") or []
+        for c in calls:
+            turns.append({"role": "action", "content": {"tool": c["tool"], "arguments": c["arguments"]}, "loss": True})
+        for c in calls:
+            turns.append({"role": "observation", "content": {"tool": c["tool"], "result": c["result"]}, "loss": False})
+        if "score" in e:
+            turns += [{"role": "action", "content": {"answer": e["score"]}, "loss": True},
+                      {"role": "observation", "content": {"score": e["score"]}, "loss": False}]
+    return out
 
 
 def query_task(batch: QueryBatch, i: int, default: str) -> str:
@@ -310,13 +344,14 @@ class CIGEval(Scorer):
                 if why:
                     got[label] = (math.nan, why)
                     continue
-                images = {"generated": generated}
+                images, paths = {"generated": generated}, {"generated": batch.paths[i]}
                 if a.image is not None:
                     images[a.image[0]] = _array(refs[a.image[1]], cfg.image_size)
+                    paths[a.image[0]] = refs[a.image[1]]
                 bench = _Bench(images, cfg.image_size, client, t, tally, detector, threshold)
                 try:
                     got[label] = float(ask(label, bench, t.render(a.question, prompt=prompt or ""), tools,
-                                           max_steps, trajectory))
+                                           max_steps, trajectory, paths))
                 except JudgeFailure as exc:
                     got[label] = (math.nan, exc.reason)
                     trajectory.append({"question": label, "failure": exc.reason})

@@ -86,7 +86,8 @@ def test_each_task_asks_its_sub_questions_in_order(tmp_path, judge_env, task):
     traj = json.loads(metric(df, "q0", "trajectory")[1])
     assert traj[0]["task"] == task
     first = [e for e in traj if e.get("step") == 0]
-    assert [e["images"] for e in first] == [h for _, h in EXPECTED[task]]
+    assert [list(e["images"]) for e in first] == [h for _, h in EXPECTED[task]]
+    assert all(e["images"]["generated"].endswith("q/0.png") for e in first)
     assert all(e["prompt"].startswith(f"Question [{e['question'].rstrip('_12')}]") for e in first)
 
 
@@ -135,3 +136,77 @@ def test_the_queries_task_column_overrides_the_option_and_bad_tasks_are_one_line
     with pytest.raises(InputError, match="unknown cigeval task 'editing' for query q0"):
         run_scorers(["cigeval"], batch_of(tmp_path, "editing", "a dog", []))
     assert np.isfinite(metric(run_scorers(["cigeval"], batch_of(tmp_path, None, "a dog", [])), "q0", "score")[0])
+
+
+# --------------------------------------------------------------------------- trajectories for agent tuning
+
+
+@pytest.mark.parametrize("score,human,keep", [
+    (6, 0.5, True), (3, 0.0, True), (7, 1.0, True),  # 0.1; 0.3 exactly (7/10 - 1 is -0.30000000000000004)
+    (2, 1.0, False), (10, 2 / 3, False), (0, 0.5, False), (5, 0.5, True)])
+def test_the_deviation_filter_is_score_over_10_within_0_3_of_the_human_score(score, human, keep):
+    from fpr.workflows.trajectories import within
+
+    assert within(score, human) is keep
+
+
+def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
+    import fpr.api as api
+    import pandas as pd
+    from fpr.galleries.curate import GallerySpec
+    from tests.conftest import make_tree
+
+    tree = make_tree(tmp_path / "tree", identities=2, images=3, groups=("cats",))
+    api.import_gallery("g", api.read_folder(tree), GallerySpec(references_per_identity=1), workspace=workspace)
+    api.build_index("g", "pixels-16", workspace=workspace)
+    it = next(i for i in api.gallery_items("g", workspace=workspace) if i.role == "gallery")
+    gen = flat_image(tmp_path / "q" / "gen.png", 120)
+    ref = {v: flat_image(tmp_path / "r" / f"{v}.png", v) for v in (0, 120, 200)}
+    rows = [("q0", "subject-driven-ig", "a dog", ref[200]),  # subject 8, prompt 6 -> 6
+            ("q1", "control-guided-ig", "a dog", ref[0]),  # control 3, prompt 6 -> 3
+            ("q2", "text-guided-ie", "make it red", ref[120]),  # edit 9, minimal edit 2 -> 2
+            ("q3", "text-guided-ig", "a dog", "")]  # prompt 6, no human score
+    queries = pd.DataFrame([{"query_id": q, "path": gen, "identity": it.identity, "group": it.group, "method": "m",
+                             "task": task, "prompt": p, "reference_paths": r} for q, task, p, r in rows])
+    api.run_query("g-pixels-16", queries, run="r", workspace=workspace, scorers=["cigeval"],
+                  scorer_options={"cigeval.tools": "difference"})
+    (tmp_path / "h.csv").write_text("query_id,rating,rater\nq0,0.5,a\nq0,0.5,b\nq1,0,a\nq2,1,a\n")
+    r = api.export_trajectories("r", tmp_path / "t.jsonl", workspace=workspace, human=[tmp_path / "h.csv"])
+    assert (r.samples, r.unmatched, r.kept, r.lines) == (4, 1, 2, 4)  # q2 deviates by 0.8, q3 has no human score
+    recs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [(x["query_id"], x["question"], x["model_score"], x["human_score"]) for x in recs] == [
+        ("q0", "subject_consistency", 0.6, 0.5), ("q0", "prompt_following", 0.6, 0.5),
+        ("q1", "control_following", 0.3, 0.0), ("q1", "prompt_following", 0.3, 0.0)]
+    sc = recs[0]
+    assert sc["task"] == "subject-driven-ig" and sc["template"] == "cigeval@v2"
+    assert sc["deviation"] == pytest.approx(0.1, abs=1e-12)
+    turns = sc["turns"]
+    # <o_0, t_1, a_1, o_1, t_2, a_2, o_2>: loss on thoughts and actions only, the context masked
+    assert [(t["role"], t["loss"]) for t in turns] == [
+        ("observation", False), ("thought", True), ("action", True), ("observation", False), ("thought", True),
+        ("action", True), ("observation", False)]
+    o0 = turns[0]["content"]
+    assert o0["system"].startswith("You are an evaluation agent") and o0["text"].startswith(
+        "Question [subject_consistency]") and o0["images"] == {"generated": gen, "reference": ref[200]}
+    assert turns[1]["content"] == "Thought: compare the generated image with the reference image."
+    assert turns[2]["content"] == {"tool": "difference", "arguments": {"image_a": "generated", "image_b": "reference"}}
+    assert turns[3]["content"] == {"tool": "difference",
+                                   "result": {"regions": [{"box": [0.0, 0.0, 1.0, 1.0], "area": 1.0}]}}
+    assert turns[4]["content"] == "Thought: checked the subject consistency.\nScore: 8"
+    assert turns[5:] == [{"role": "action", "content": {"answer": 8}, "loss": True},
+                         {"role": "observation", "content": {"score": 8}, "loss": False}]
+    assert [t["role"] for t in recs[1]["turns"]] == ["observation", "thought", "action", "observation"]
+
+    from click.testing import CliRunner
+
+    from fpr.cli.main import cli
+
+    base = ["--workspace", str(workspace), "export-trajectories", "--run", "r", "--out", str(tmp_path / "u.jsonl")]
+    res = CliRunner().invoke(cli, base)
+    assert res.exit_code == 0 and res.output.startswith("4 scored samples, no human scores (unfiltered); 7 question")
+    res = CliRunner().invoke(cli, base + ["--human", str(tmp_path / "h.csv"), "--max-deviation", "0.05"])
+    assert res.exit_code == 0 and res.output.startswith("0 of 4 scored samples within 0.05 of the human score (1 ")
+    (tmp_path / "bad.csv").write_text("query_id,rating\nq0,4\n")
+    res = CliRunner().invoke(cli, base + ["--human", str(tmp_path / "bad.csv")])
+    assert res.exit_code == 2 and "rating 4 of query q0 is off the 0-1 scale" in res.output
+    assert "Traceback" not in res.output
