@@ -24,7 +24,8 @@ tool-calling API (``prompts/cigeval.txt``): the judge reasons, calls tools, read
 their results and ends with ``Score: N`` (0-10). Tools (:mod:`fpr.scorers.judges.tools`):
 
 * ``grounding(image, text)``: boxes of an object, from an open-vocabulary
-  detector (OWLv2; weights resolved offline, option ``cigeval.detector`` = folder);
+  detector (GroundingDINO as in the paper, or OWLv2 with ``cigeval.detector_model=owlv2``;
+  weights resolved offline, option ``cigeval.detector`` = folder);
 * ``highlight(image, box)``: a new image with everything outside the box darkened
   to 1/4, shown to the judge;
 * ``difference(image_a, image_b)``: boxes of the regions that differ;
@@ -36,7 +37,8 @@ the sub-scores (NaN with the reason when one is missing, e.g. a reference the ta
 needs), and ``trajectory``: value = number of tool calls, ``note`` = the whole
 trajectory as JSON (every reply, tool call, argument and result). Options
 (``cigeval.<name>``): ``task`` (above), ``tools`` (comma list, default all four), ``max_steps`` (judge
-turns per question, 6), ``detector``, ``detector_threshold`` (0.1), plus the judge
+turns per question, 6), ``detector_model`` (``grounding-dino``), ``detector``,
+``detector_threshold`` (the model's: 0.2 for GroundingDINO as released, 0.1 for OWLv2), plus the judge
 client's (``model``, ``seed``, ``image_size``, ...).
 """
 from __future__ import annotations
@@ -56,7 +58,7 @@ from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally
 from fpr.scorers.judges.config import client_options, judge_config
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference, highlight
+from fpr.scorers.judges.tools import DETECTORS, difference, highlight, load_detector
 from fpr.scorers.options import Option
 
 NAME = "cigeval"
@@ -140,7 +142,7 @@ class _Bench:
     """The images of one question, by handle, and the tools that act on them."""
 
     def __init__(self, images: dict[str, np.ndarray], size: int, client: JudgeClient, template, tally: Tally,
-                 detector: Detector | None, threshold: float):
+                 detector, threshold: float):
         self.images = dict(images)
         self.size, self.client, self.t, self.tally = size, client, template, tally
         self.detector, self.threshold = detector, threshold
@@ -297,8 +299,10 @@ class CIGEval(Scorer):
                                          "a queries column 'task' overrides it per query"),
                Option("tools", str, ",".join(TOOLS), "comma list of tools"),
                Option("max_steps", int, 6, "judge turns per question", minimum=1),
-               Option("detector", str, None, "folder with the OWLv2 detector (config, weights, processor, tokenizer)"),
-               Option("detector_threshold", float, 0.1, "grounding confidence threshold", minimum=0.0),
+               Option("detector_model", str, "grounding-dino", f"grounding model: {', '.join(DETECTORS)}"),
+               Option("detector", str, None, "folder with the grounding model (config, weights, processor, tokenizer)"),
+               Option("detector_threshold", float, None, "grounding confidence threshold (default: the model's, "
+                                                         "GroundingDINO 0.2 as CIGEval, OWLv2 0.1)", minimum=0.0),
                *client_options())
 
     def provenance(self, batch: QueryBatch) -> dict:
@@ -308,8 +312,10 @@ class CIGEval(Scorer):
         prov["tools"] = tools
         prov["task"] = values["task"]
         if "grounding" in tools:
-            det = Detector(values["detector"])
-            prov["detector"] = {"id": DETECTOR_ID, "checksum": det.checksum, "threshold": values["detector_threshold"]}
+            det = load_detector(values["detector_model"], values["detector"])
+            threshold = values["detector_threshold"]
+            prov["detector"] = {"id": det.model_id, "checksum": det.checksum,
+                                "threshold": det.default_threshold if threshold is None else threshold}
         return prov
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
@@ -321,6 +327,9 @@ class CIGEval(Scorer):
             raise InputError(f"unknown {NAME} tool(s) {', '.join(bad)}", hint=f"valid: {', '.join(TOOLS)}")
         tasks = [query_task(batch, i, values["task"]) for i in range(len(batch))]  # all checked before any call
         max_steps, threshold = values["max_steps"], values["detector_threshold"]
+        if values["detector_model"] not in DETECTORS:
+            raise InputError(f"unknown grounding detector '{values['detector_model']}'",
+                             hint=f"valid: {', '.join(DETECTORS)} (option {NAME}.detector_model)")
         cfg = judge_config(NAME, opts)
         client = JudgeClient(cfg, batch.workspace)
         detector = None
@@ -328,7 +337,8 @@ class CIGEval(Scorer):
             import torch
 
             dev = "cuda" if batch.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-            detector = Detector(values["detector"], device=dev)
+            detector = load_detector(values["detector_model"], values["detector"], device=dev)
+            threshold = detector.default_threshold if threshold is None else threshold
         t = load_template("cigeval")
         tools = [{"type": "function", "function": {"name": n, **TOOL_SPECS[n]}} for n in names]
 
