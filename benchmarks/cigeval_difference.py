@@ -103,16 +103,16 @@ def main(argv=None) -> int:
         rows.append(f"| {species} | {ident} | {variant} | {100 * changed:.1f}% | {len(old)}: {_fmt(old)} "
                     f"| {_fmt(new)} |")
     head = ["# CIGEval Difference tool: before and after the rework (#25)", "",
-            "`python benchmarks/cigeval_difference.py --out benchmarks/results/cigeval_difference.md` "
-            "(world seed 0, 128 px, query 0 of two identities per species; deterministic, no timing).", "",
+            ("`python benchmarks/cigeval_difference.py --out benchmarks/results/cigeval_difference.md` "
+             "(world seed 0, 128 px, query 0 of two identities per species; deterministic, no timing)."), "",
             "World queries (novel views) against the reference they were made from:", ""]
-    foot = ["", "Reading: on unaligned images (every world query is a new pose and background) both tools box "
-            "the whole image; that is the issue's case and the rework does not change it, because pixel "
-            "differencing needs aligned images (editing tasks). On aligned edits the old tool boxed the whole "
-            "image as soon as a tone shift and noise were added (68% of pixels over its threshold); the "
-            "released tool blurs them away and keeps the markings' region. The released merge stops at the "
-            "first box that absorbs nothing, so on scattered changes (leopard rows) it can return a small box "
-            "and drop the rest (`merge=\"union\"` keeps every box)."]
+    foot = ["", ("Reading: on unaligned images (every world query is a new pose and background) both tools box "
+             "the whole image; that is the issue's case and the rework does not change it, because pixel "
+             "differencing needs aligned images (editing tasks). On aligned edits the old tool boxed the whole "
+             "image as soon as a tone shift and noise were added (68% of pixels over its threshold); the "
+             "released tool blurs them away and keeps the markings' region. The released merge stops at the "
+             "first box that absorbs nothing, so on scattered changes (leopard rows) it can return a small box "
+             "and drop the rest (`merge=\"union\"` keeps every box).")]
     text = "\n".join(head + rows + foot) + "\n"
     print(text)
     if args.out:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from scipy.stats import spearmanr
 
-import fpr.api as api
+from fpr import api
 from fpr.cli.main import cli
 from fpr.errors import InputError
 from fpr.galleries.curate import GallerySpec

@@ -151,8 +151,9 @@ def test_the_deviation_filter_is_score_over_10_within_0_3_of_the_human_score(sco
 
 
 def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
-    import fpr.api as api
     import pandas as pd
+
+    from fpr import api
     from fpr.galleries.curate import GallerySpec
     from tests.conftest import make_tree
 

@@ -7,8 +7,19 @@ import pytest
 from PIL import Image
 
 from fpr.errors import InputError, NotFoundError
-from fpr.scorers.judges.tools import (GDINO_ID, OWLV2_ID, GroundingDinoDetector, Owlv2Detector, caption, difference,
-                                     drop_enclosing, highlight, load_detector, merge_released, merge_union)
+from fpr.scorers.judges.tools import (
+    GDINO_ID,
+    OWLV2_ID,
+    GroundingDinoDetector,
+    Owlv2Detector,
+    caption,
+    difference,
+    drop_enclosing,
+    highlight,
+    load_detector,
+    merge_released,
+    merge_union,
+)
 
 
 def test_highlight_darkens_outside_the_box_to_a_quarter():
