@@ -103,7 +103,8 @@ def _imagenhub(ctx, run, folder, human, truth, metrics, fmt) -> None:
     if fmt == "json":
         click.echo(dumps(rows))
         return
-    click.echo(render_rows(rows, fmt, ["task", "metric", "n", "spearman"]))
+    click.echo(render_rows(rows, fmt, ["task", "model", "metric", "n", "spearman"]))
     if fmt == "table":
-        click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task; "
+        click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task: over all its "
+                   "models' samples (pooled), per model, and the per-model values' Fisher-z mean; "
                    "(mean): the plain mean over tasks")

@@ -87,15 +87,21 @@ def human_scores(ratings: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"human": g.mean(), "n_raters": g.size()}).reset_index()
 
 
+POOLED = "(pooled)"  # all of a task's models' samples in one correlation
+FISHER = "(fisher-z mean)"  # the per-model correlations averaged through Fisher's z, as CIGEval's spear.py
+
+
 @dataclass
 class TaskCorrelation:
     task: str
+    model: str  # a model, POOLED or FISHER
     metric: str
     n: int  # samples with both a value and a human score
     spearman: float
 
     def as_row(self) -> dict:
-        return {"task": self.task, "metric": self.metric, "n": self.n, "spearman": self.spearman}
+        return {"task": self.task, "model": self.model, "metric": self.metric, "n": self.n,
+                "spearman": self.spearman}
 
 
 def match_run(per_query: pd.DataFrame, humans: pd.DataFrame, where: str) -> pd.DataFrame:
@@ -117,23 +123,39 @@ def match_run(per_query: pd.DataFrame, humans: pd.DataFrame, where: str) -> pd.D
     return out
 
 
+def _rho(g: pd.DataFrame, metric: str) -> tuple[int, float]:
+    v = pd.to_numeric(g[metric], errors="coerce").to_numpy(float)
+    ok = np.isfinite(v)
+    return int(ok.sum()), (spearman(v[ok], g["human"].to_numpy(float)[ok]) if ok.sum() >= 3 else float("nan"))
+
+
+def fisher_mean(rhos: list[float]) -> float:
+    """tanh of the mean Fisher z (atanh) of the finite correlations (NaN when none)."""
+    r = np.asarray([x for x in rhos if np.isfinite(x)], dtype=float)
+    return float(np.tanh(np.mean(np.arctanh(r)))) if len(r) else float("nan")
+
+
 def per_task_spearman(joined: pd.DataFrame, metrics: list[str]) -> list[TaskCorrelation]:
-    """Spearman of each metric with the human score, per task (samples with a finite value)."""
+    """Per task and metric: Spearman with the human score per model, over all models' samples (POOLED), and
+    the per-model values' Fisher-z mean (FISHER). Samples without a finite value are left out."""
     out = []
     for task, g in joined.groupby("task", sort=True):
         for m in metrics:
-            v = pd.to_numeric(g[m], errors="coerce").to_numpy(float)
-            ok = np.isfinite(v)
-            rho = spearman(v[ok], g["human"].to_numpy(float)[ok]) if ok.sum() >= 3 else float("nan")
-            out.append(TaskCorrelation(str(task), m, int(ok.sum()), float(rho)))
+            per_model = [TaskCorrelation(str(task), str(model), m, *_rho(gm, m))
+                         for model, gm in g.groupby("model", sort=True)]
+            out.append(TaskCorrelation(str(task), POOLED, m, *_rho(g, m)))
+            out.append(TaskCorrelation(str(task), FISHER, m, sum(r.n for r in per_model),
+                                       fisher_mean([r.spearman for r in per_model])))
+            out += per_model
     return out
 
 
 def mean_over_tasks(rows: list[TaskCorrelation]) -> list[TaskCorrelation]:
-    """Per metric, the plain mean of the per-task correlations (the paper's 'Avg'), n = total samples."""
+    """Per metric and way of pooling (POOLED, FISHER), the plain mean of the per-task correlations."""
     out = []
     for m in dict.fromkeys(r.metric for r in rows):
-        rs = [r for r in rows if r.metric == m and np.isfinite(r.spearman)]
-        out.append(TaskCorrelation("(mean)", m, sum(r.n for r in rs),
-                                   float(np.mean([r.spearman for r in rs])) if rs else float("nan")))
+        for how in (POOLED, FISHER):
+            rs = [r for r in rows if r.metric == m and r.model == how and np.isfinite(r.spearman)]
+            out.append(TaskCorrelation("(mean)", how, m, sum(r.n for r in rs),
+                                       float(np.mean([r.spearman for r in rs])) if rs else float("nan")))
     return out

@@ -158,8 +158,9 @@ def meta_imagenhub(run_id: str, ratings: str | Path, *, workspace: str | Path | 
     """Spearman per ImagenHub task of a run's per-query values with the mean human SC (CIGEval's benchmark).
 
     ``ratings``: an ImagenHub human-ratings folder (:mod:`fpr.workflows.imagenhub`). Default metrics:
-    the run's ``cigeval.*`` values, else every per-query value. Rows: task, metric, n, spearman, then per
-    metric the plain mean over tasks (task ``(mean)``).
+    the run's ``cigeval.*`` values, else every per-query value. Rows: task, model, metric, n, spearman: per
+    task the pooled value, the Fisher-z mean of the per-model values, each model's; then per metric the
+    plain mean over tasks (task ``(mean)``) of the pooled and of the Fisher-z values.
     """
     from fpr.workflows import imagenhub
 

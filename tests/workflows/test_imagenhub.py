@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -57,22 +58,38 @@ def test_bad_cells_are_one_line_errors_naming_file_row_and_column(tmp_path, cell
         ih.read_imagenhub(tmp_path / "ImagenHub_Text-Guided_IG")
 
 
-def test_spearman_per_task_matches_scipy():
+def test_spearman_per_task_and_model_matches_scipy_and_fisher_z_by_hand():
     rng = np.random.default_rng(5)
-    n = 40
-    joined = pd.DataFrame({"task": np.where(np.arange(n) < 25, "text-guided-ig", "control-guided-ig"),
+    n = 60
+    joined = pd.DataFrame({"task": np.where(np.arange(n) < 36, "text-guided-ig", "control-guided-ig"),
+                           "model": np.array(["m1", "m2"])[np.arange(n) % 2],
                            "human": rng.choice([0, 1 / 3, 0.5, 2 / 3, 1.0], n),
                            "score": rng.integers(0, 11, n).astype(float)})
     joined.loc[3, "score"] = np.nan  # a missing value drops that sample only
-    rows = {r.task: r for r in ih.per_task_spearman(joined, ["score"])}
-    for task, g in joined.groupby("task"):
+    rows = {(r.task, r.model): r for r in ih.per_task_spearman(joined, ["score"])}
+    assert set(rows) == {(t, m) for t in ("text-guided-ig", "control-guided-ig")
+                         for m in ("m1", "m2", ih.POOLED, ih.FISHER)}
+
+    def scipy_rho(g):
         ok = g["score"].notna()
-        assert rows[task].n == int(ok.sum())
-        assert rows[task].spearman == pytest.approx(spearmanr(g.loc[ok, "score"], g.loc[ok, "human"]).statistic,
-                                                    abs=1e-12)
-    (mean,) = ih.mean_over_tasks(list(rows.values()))
-    assert mean.spearman == pytest.approx((rows["text-guided-ig"].spearman + rows["control-guided-ig"].spearman) / 2,
-                                          abs=1e-15) and mean.n == 39
+        return int(ok.sum()), spearmanr(g.loc[ok, "score"], g.loc[ok, "human"]).statistic
+
+    for task, g in joined.groupby("task"):
+        n_all, rho_all = scipy_rho(g)
+        assert rows[(task, ih.POOLED)].n == n_all
+        assert rows[(task, ih.POOLED)].spearman == pytest.approx(rho_all, abs=1e-12)
+        per = {m: scipy_rho(gm) for m, gm in g.groupby("model")}
+        for m, (k, rho) in per.items():
+            assert rows[(task, m)].n == k and rows[(task, m)].spearman == pytest.approx(rho, abs=1e-12)
+        # CIGEval's spear.py average_correlation: z = mean(atanh r); r = (e^2z - 1) / (e^2z + 1)
+        z = (math.atanh(per["m1"][1]) + math.atanh(per["m2"][1])) / 2
+        assert rows[(task, ih.FISHER)].spearman == pytest.approx((math.exp(2 * z) - 1) / (math.exp(2 * z) + 1),
+                                                                 abs=1e-12)
+    means = {r.model: r for r in ih.mean_over_tasks(list(rows.values()))}
+    for how in (ih.POOLED, ih.FISHER):
+        assert means[how].task == "(mean)" and means[how].spearman == pytest.approx(
+            (rows[("text-guided-ig", how)].spearman + rows[("control-guided-ig", how)].spearman) / 2, abs=1e-15)
+    assert means[ih.POOLED].n == 59
 
 
 def test_fpr_meta_imagenhub_on_a_stored_run(tmp_path, workspace):
@@ -101,15 +118,22 @@ def test_fpr_meta_imagenhub_on_a_stored_run(tmp_path, workspace):
     res = CliRunner().invoke(cli, ["--workspace", str(workspace), "meta", "--run", "r", "--imagenhub", str(root),
                                    "--metrics", "sim,ap", "--format", "json"])
     assert res.exit_code == 0, res.output
-    got = {(r["task"], r["metric"]): r for r in json.loads(res.output)}
+    got = {(r["task"], r["model"], r["metric"]): r for r in json.loads(res.output)}
     pq = api.load_run("r", workspace=workspace).per_query
     humans = ih.human_scores(ih.read_imagenhub(root))
     for task in ("text-guided-ig", "control-guided-ig"):
         g = pq[pq["task"] == task].merge(humans.rename(columns={"model": "method"}), on=["task", "method", "uid"])
-        assert len(g) == 8 and got[(task, "sim")]["n"] == 8
-        assert got[(task, "sim")]["spearman"] == pytest.approx(spearmanr(g["sim"], g["human"]).statistic, abs=1e-12)
-    assert got[("(mean)", "sim")]["spearman"] == pytest.approx(
-        (got[("text-guided-ig", "sim")]["spearman"] + got[("control-guided-ig", "sim")]["spearman"]) / 2)
+        assert len(g) == 8 and got[(task, ih.POOLED, "sim")]["n"] == 8
+        assert got[(task, ih.POOLED, "sim")]["spearman"] == pytest.approx(spearmanr(g["sim"], g["human"]).statistic,
+                                                                          abs=1e-12)
+        for model, gm in g.groupby("method"):
+            assert got[(task, model, "sim")]["n"] == 4
+            want = spearmanr(gm["sim"], gm["human"]).statistic
+            have = got[(task, model, "sim")]["spearman"]
+            assert (have is None and np.isnan(want)) or have == pytest.approx(want, abs=1e-12)
+    assert got[("(mean)", ih.POOLED, "sim")]["spearman"] == pytest.approx(
+        (got[("text-guided-ig", ih.POOLED, "sim")]["spearman"]
+         + got[("control-guided-ig", ih.POOLED, "sim")]["spearman"]) / 2)
     res = CliRunner().invoke(cli, ["--workspace", str(workspace), "meta", "--run", "r", "--imagenhub",
                                    str(tmp_path / "nope")])
     assert res.exit_code != 0 and "ImagenHub ratings folder not found" in res.output
