@@ -190,7 +190,8 @@ def _pil(arr: np.ndarray):
     return Image.fromarray(arr, "RGB")
 
 
-def _array(path: str, size: int) -> np.ndarray:
+def judge_array(path: str, size: int) -> np.ndarray:
+    """The RGB array the tools work on: the image, its longer side shrunk to ``size`` (never enlarged)."""
     im = load_rgb(path)
     if max(im.size) > size:
         s = size / max(im.size)
@@ -344,7 +345,7 @@ class CIGEval(Scorer):
 
         def judge(i: int, tally: Tally) -> dict:
             refs, prompt, task = batch.reference_paths[i], batch.prompts[i], tasks[i]
-            generated = _array(batch.paths[i], cfg.image_size)
+            generated = judge_array(batch.paths[i], cfg.image_size)
             asks = task_asks(task, bool(prompt), len(refs))
             trajectory: list = [{"task": task, "questions": [a.label or a.question for a in asks]}]
             got: dict[str, float | tuple] = {}
@@ -356,7 +357,7 @@ class CIGEval(Scorer):
                     continue
                 images, paths = {"generated": generated}, {"generated": batch.paths[i]}
                 if a.image is not None:
-                    images[a.image[0]] = _array(refs[a.image[1]], cfg.image_size)
+                    images[a.image[0]] = judge_array(refs[a.image[1]], cfg.image_size)
                     paths[a.image[0]] = refs[a.image[1]]
                 bench = _Bench(images, cfg.image_size, client, t, tally, detector, threshold)
                 try:

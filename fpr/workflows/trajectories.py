@@ -13,6 +13,11 @@ question of a kept sample::
 :func:`fpr.scorers.cigeval.agent_turns`. Human scores come from an ImagenHub folder
 (:mod:`fpr.workflows.imagenhub`) or a ratings file (``query_id,rating[,rater]``, ratings on 0-1);
 without either every sample with a score is exported unfiltered (``human_score`` null).
+
+Images: o_0 names the files behind the question's handles (``generated``, ``reference``, ...).
+With ``images_dir`` the images tools made (Highlight) are rebuilt from those files exactly as
+the judge's tools made them (same size, same box) and written there as PNG; their observation
+then carries ``"path"``.
 """
 from __future__ import annotations
 
@@ -38,6 +43,39 @@ class TrajectoryExport:
     kept: int  # samples within the deviation (all matched ones without humans)
     lines: int  # question trajectories written
     filtered: bool
+
+
+def run_image_size(provenance: dict | None, run_id: str) -> int:
+    """The size (px) the run's CIGEval tools worked at, from its provenance."""
+    size = ((provenance or {}).get("scorers") or {}).get("cigeval", {}).get("image_size")
+    if not isinstance(size, int):
+        raise InputError(f"run '{run_id}' does not record the size CIGEval's images were sent at",
+                         hint="pass image_size (--image-size) as the run's cigeval.image_size")
+    return size
+
+
+def write_tool_images(turns: list[dict], folder: Path, stem: str, size: int) -> None:
+    """Rebuild the images Highlight made in ``turns`` and write them as ``<stem>-<handle>.png`` in ``folder``;
+    each one's observation gets ``"path"``."""
+    from PIL import Image
+
+    from fpr.scorers.cigeval import judge_array
+    from fpr.scorers.judges.tools import highlight
+
+    arrays = {h: judge_array(p, size) for h, p in (turns[0]["content"].get("images") or {}).items() if p}
+    pending: list[dict] = []  # highlight calls of the current step, in order (their observations follow)
+    for t in turns:
+        c = t["content"]
+        if t["role"] == "action" and isinstance(c, dict) and c.get("tool") == "highlight":
+            pending.append(c["arguments"])
+        elif t["role"] == "observation" and isinstance(c, dict) and c.get("tool") == "highlight":
+            args, handle = pending.pop(0), (c.get("result") or {}).get("image")
+            if handle is None:
+                continue  # the tool answered with an error: no image
+            arrays[handle] = highlight(arrays[args["image"]], args["box"])
+            path = folder / f"{stem}-{handle}.png"
+            Image.fromarray(arrays[handle], "RGB").save(path)
+            c["path"] = str(path)
 
 
 def within(model_score: float, human_score: float, max_deviation: float = MAX_DEVIATION) -> bool:
@@ -72,7 +110,8 @@ def _human_scores(per_query: pd.DataFrame, run_id: str, imagenhub: str | Path | 
 
 def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path | None = None,
                         imagenhub: str | Path | None = None, human: Sequence[str | Path] | None = None,
-                        max_deviation: float = MAX_DEVIATION) -> TrajectoryExport:
+                        max_deviation: float = MAX_DEVIATION, images_dir: str | Path | None = None,
+                        image_size: int | None = None) -> TrajectoryExport:
     """Write the run's CIGEval trajectories as JSONL (see the module doc); returns the counts."""
     from fpr.scorers.cigeval import agent_turns
     from fpr.scorers.judges.prompts import load_template
@@ -87,6 +126,10 @@ def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path |
         raise InputError(f"run '{run_id}' has no CIGEval trajectories", hint="run it with --scorers cigeval")
     score = cig[cig["metric"] == "score"].set_index("query_id")["value"].astype(float).to_dict()
     humans = _human_scores(res.per_query, run_id, imagenhub, human)
+    if images_dir is not None:
+        size = image_size if image_size is not None else run_image_size(res.provenance, run_id)
+        images_dir = Path(images_dir)
+        images_dir.mkdir(parents=True, exist_ok=True)
     t = load_template("cigeval")
     system = t.render("system")
     samples = unmatched = kept = lines = 0
@@ -108,6 +151,8 @@ def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path |
             entries = json.loads(traj[qid])
             task = entries[0].get("task") if entries and "task" in entries[0] else None
             for question, turns in agent_turns(entries, system).items():
+                if images_dir is not None:
+                    write_tool_images(turns, images_dir, f"{qid}-{question}", size)
                 rec = {"run": run_id, "query_id": str(qid), "task": task, "question": question,
                        "model_score": s / 10.0, "human_score": h,
                        "deviation": None if h is None else abs(s / 10.0 - h), "template": t.tag, "turns": turns}

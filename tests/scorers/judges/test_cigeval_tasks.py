@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
@@ -30,11 +31,15 @@ def reply(body: dict) -> dict:
     q = question_of(body)
     names = [t["function"]["name"] for t in body.get("tools", [])]
     handles = re.findall(r"Image '(\w+)':", _text(body))
-    if not any(m["role"] == "tool" for m in body["messages"]) and "difference" in names and len(handles) > 1:
-        args = {"image_a": "generated", "image_b": handles[1]}
-        return {"content": f"Thought: compare the generated image with the {handles[1]} image.",
-                "tool_calls": [{"id": "call_0", "type": "function",
-                                "function": {"name": "difference", "arguments": json.dumps(args)}}]}
+    if not any(m["role"] == "tool" for m in body["messages"]):
+        calls = [("highlight", {"image": "generated", "box": [0.25, 0.25, 0.75, 0.75]})] if "highlight" in names else []
+        if "difference" in names and len(handles) > 1:
+            calls.append(("difference", {"image_a": "generated", "image_b": handles[1]}))
+        if calls:
+            return {"content": f"Thought: compare the generated image with the {handles[-1]} image.",
+                    "tool_calls": [{"id": f"call_{k}", "type": "function",
+                                    "function": {"name": n, "arguments": json.dumps(a)}}
+                                   for k, (n, a) in enumerate(calls)]}
     score = int(_images(body)[1].mean() // 25) if q == "subject_consistency" else SCORES[q]
     return {"content": f"Thought: checked the {q.replace('_', ' ')}.\nScore: {score}"}
 
@@ -161,7 +166,9 @@ def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
     api.import_gallery("g", api.read_folder(tree), GallerySpec(references_per_identity=1), workspace=workspace)
     api.build_index("g", "pixels-16", workspace=workspace)
     it = next(i for i in api.gallery_items("g", workspace=workspace) if i.role == "gallery")
-    gen = flat_image(tmp_path / "q" / "gen.png", 120)
+    gen = str(tmp_path / "q" / "gen.png")
+    (tmp_path / "q").mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 64, 3), dtype=np.uint8)).save(gen)
     ref = {v: flat_image(tmp_path / "r" / f"{v}.png", v) for v in (0, 120, 200)}
     rows = [("q0", "subject-driven-ig", "a dog", ref[200]),  # subject 8, prompt 6 -> 6
             ("q1", "control-guided-ig", "a dog", ref[0]),  # control 3, prompt 6 -> 3
@@ -170,9 +177,10 @@ def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
     queries = pd.DataFrame([{"query_id": q, "path": gen, "identity": it.identity, "group": it.group, "method": "m",
                              "task": task, "prompt": p, "reference_paths": r} for q, task, p, r in rows])
     api.run_query("g-pixels-16", queries, run="r", workspace=workspace, scorers=["cigeval"],
-                  scorer_options={"cigeval.tools": "difference"})
+                  scorer_options={"cigeval.tools": "highlight,difference", "cigeval.image_size": "32"})
     (tmp_path / "h.csv").write_text("query_id,rating,rater\nq0,0.5,a\nq0,0.5,b\nq1,0,a\nq2,1,a\n")
-    r = api.export_trajectories("r", tmp_path / "t.jsonl", workspace=workspace, human=[tmp_path / "h.csv"])
+    r = api.export_trajectories("r", tmp_path / "t.jsonl", workspace=workspace, human=[tmp_path / "h.csv"],
+                                images_dir=tmp_path / "img")
     assert (r.samples, r.unmatched, r.kept, r.lines) == (4, 1, 2, 4)  # q2 deviates by 0.8, q3 has no human score
     recs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert [(x["query_id"], x["question"], x["model_score"], x["human_score"]) for x in recs] == [
@@ -182,21 +190,31 @@ def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
     assert sc["task"] == "subject-driven-ig" and sc["template"] == "cigeval@v2"
     assert sc["deviation"] == pytest.approx(0.1, abs=1e-12)
     turns = sc["turns"]
-    # <o_0, t_1, a_1, o_1, t_2, a_2, o_2>: loss on thoughts and actions only, the context masked
+    # <o_0, t_1, a_1, o_1, t_2, a_2, o_2> (a step with two tool calls: both actions, then both results); loss on
+    # thoughts and actions only, the context masked
     assert [(t["role"], t["loss"]) for t in turns] == [
-        ("observation", False), ("thought", True), ("action", True), ("observation", False), ("thought", True),
-        ("action", True), ("observation", False)]
+        ("observation", False), ("thought", True), ("action", True), ("action", True), ("observation", False),
+        ("observation", False), ("thought", True), ("action", True), ("observation", False)]
     o0 = turns[0]["content"]
     assert o0["system"].startswith("You are an evaluation agent") and o0["text"].startswith(
         "Question [subject_consistency]") and o0["images"] == {"generated": gen, "reference": ref[200]}
     assert turns[1]["content"] == "Thought: compare the generated image with the reference image."
-    assert turns[2]["content"] == {"tool": "difference", "arguments": {"image_a": "generated", "image_b": "reference"}}
-    assert turns[3]["content"] == {"tool": "difference",
-                                   "result": {"regions": [{"box": [0.0, 0.0, 1.0, 1.0], "area": 1.0}]}}
-    assert turns[4]["content"] == "Thought: checked the subject consistency.\nScore: 8"
-    assert turns[5:] == [{"role": "action", "content": {"answer": 8}, "loss": True},
+    assert turns[2]["content"] == {"tool": "highlight",
+                                   "arguments": {"image": "generated", "box": [0.25, 0.25, 0.75, 0.75]}}
+    assert turns[3]["content"] == {"tool": "difference", "arguments": {"image_a": "generated", "image_b": "reference"}}
+    # the highlighted image, rebuilt at the run's size (32: the 64 x 40 image shrunk to 32 x 20) and written
+    shot = np.asarray(Image.open(turns[4]["content"]["path"]))
+    small = np.asarray(Image.open(gen).resize((32, 20)))
+    want = small // 4
+    want[5:15, 8:24] = small[5:15, 8:24]  # rows floor(0.25 * 20)..ceil(0.75 * 20), columns 8..24
+    assert turns[4]["content"]["result"] == {"image": "highlight-1"} and np.array_equal(shot, want)
+    assert turns[4]["content"]["path"] == str(tmp_path / "img" / "q0-subject_consistency-highlight-1.png")
+    assert turns[5]["content"]["tool"] == "difference" and turns[5]["content"]["result"]["regions"]
+    assert turns[6]["content"] == "Thought: checked the subject consistency.\nScore: 8"
+    assert turns[7:] == [{"role": "action", "content": {"answer": 8}, "loss": True},
                          {"role": "observation", "content": {"score": 8}, "loss": False}]
-    assert [t["role"] for t in recs[1]["turns"]] == ["observation", "thought", "action", "observation"]
+    assert [t["role"] for t in recs[1]["turns"]] == ["observation", "thought", "action", "observation", "thought",
+                                                     "action", "observation"]  # prompt following: highlight only
 
     from click.testing import CliRunner
 
@@ -211,3 +229,12 @@ def test_export_trajectories_of_a_recorded_run(tmp_path, judge_env, workspace):
     res = CliRunner().invoke(cli, base + ["--human", str(tmp_path / "bad.csv")])
     assert res.exit_code == 2 and "rating 4 of query q0 is off the 0-1 scale" in res.output
     assert "Traceback" not in res.output
+
+
+def test_the_image_size_comes_from_the_run_s_provenance_or_is_asked_for():
+    from fpr.workflows.trajectories import run_image_size
+
+    assert run_image_size({"scorers": {"cigeval": {"image_size": 384}}}, "r") == 384
+    with pytest.raises(InputError, match="run 'r' does not record the size") as e:
+        run_image_size({"scorers": {"viescore": {"image_size": 384}}}, "r")
+    assert "--image-size" in e.value.hint
