@@ -25,6 +25,9 @@ def _names(text: str | None) -> list[str]:
 @click.option("--human", multiple=True, type=click.Path(dir_okay=False),
               help="Judgments file, repeatable: pairs (query_id_a,query_id_b,winner=a|b|tie) or ratings "
                    "(query_id,rating[,rater]).")
+@click.option("--imagenhub", type=click.Path(file_okay=False), default=None,
+              help="ImagenHub human-ratings folder (ImagenHub_<Task>/<Task>_rater<k>.tsv): Spearman per task "
+                   "with the mean human SC, queries matched on task, method and uid.")
 @click.option("--truth", default=None, help="A per-query column of the run's queries as the judge (e.g. drift).")
 @click.option("--truth-higher-better", is_flag=True, help="The truth column is better when higher (default: lower).")
 @click.option("--metrics", default=None, help="Comma-separated values to evaluate (default: all stored).")
@@ -39,12 +42,15 @@ def _names(text: str | None) -> list[str]:
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
 @format_option()
 @click.pass_context
-def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, methods, lower_better, compare, pair_within, seed,
+def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, methods, lower_better, compare, pair_within, seed,
              n_boot, plot_file, fmt) -> None:
     """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
     from fpr import api
     from fpr.workflows.meta import plot
 
+    if imagenhub:
+        _imagenhub(ctx, run, imagenhub, human, truth, metrics, fmt)
+        return
     pair = None
     if compare:
         pair = tuple(_names(compare))
@@ -86,3 +92,19 @@ def meta_cmd(ctx, run, human, truth, truth_higher_better, metrics, methods, lowe
             click.echo(line)
         if plot_file:
             click.echo(f"figure: {plot_file}")
+
+
+def _imagenhub(ctx, run, folder, human, truth, metrics, fmt) -> None:
+    from fpr import api
+
+    if human or truth:
+        raise InputError("give --imagenhub alone, without --human or --truth")
+    rows = api.meta_imagenhub(run, folder, workspace=ctx.obj["workspace"], metrics=_names(metrics) or None)
+    if fmt == "json":
+        click.echo(dumps(rows))
+        return
+    click.echo(render_rows(rows, fmt, ["task", "model", "metric", "n", "spearman"]))
+    if fmt == "table":
+        click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task: over all its "
+                   "models' samples (pooled), per model, and the per-model values' Fisher-z mean; "
+                   "(mean): the plain mean over tasks")

@@ -151,3 +151,28 @@ def plot(result: MetaResult, out: str | Path) -> Path:
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def meta_imagenhub(run_id: str, ratings: str | Path, *, workspace: str | Path | None = None,
+                   metrics: Sequence[str] | None = None) -> list[dict]:
+    """Spearman per ImagenHub task of a run's per-query values with the mean human SC (CIGEval's benchmark).
+
+    ``ratings``: an ImagenHub human-ratings folder (:mod:`fpr.workflows.imagenhub`). Default metrics:
+    the run's ``cigeval.*`` values, else every per-query value. Rows: task, model, metric, n, spearman: per
+    task the pooled value, the Fisher-z mean of the per-model values, each model's; then per metric the
+    plain mean over tasks (task ``(mean)``) of the pooled and of the Fisher-z values.
+    """
+    from fpr.workflows import imagenhub
+
+    humans = imagenhub.human_scores(imagenhub.read_imagenhub(ratings))
+    res = load_run(run_id, workspace=workspace, summary=False)
+    df = with_aux(res.per_query, res.aux)
+    df = df[df["status"] == "ok"].reset_index(drop=True)
+    available = metric_columns(df, aux_columns(res.aux))
+    unknown = [m for m in metrics or () if m not in available]
+    if unknown:
+        raise InputError(f"run '{run_id}' has no per-query value(s) {', '.join(unknown)}",
+                         hint=f"values: {', '.join(available)}")
+    chosen = list(metrics) if metrics else ([m for m in available if m.startswith("cigeval.")] or available)
+    rows = imagenhub.per_task_spearman(imagenhub.match_run(df, humans, run_id), chosen)
+    return [r.as_row() for r in rows + imagenhub.mean_over_tasks(rows)]

@@ -15,11 +15,12 @@ do not depend on the size an image is sent at). Images are RGB ``uint8`` arrays.
   (default) merges as the released loop does, quirks included (see
   :func:`merge_released`); ``merge="union"`` is fpr's variant that unites overlapping
   boxes until none overlap and keeps every box.
-* :class:`Detector` is an open-vocabulary detector, OWLv2 through
-  ``transformers`` (``google/owlv2-base-patch16-ensemble``), whose weights are
-  resolved offline like every encoder's: an explicit folder (scorer option
-  ``cigeval.detector``), ``$FPR_WEIGHTS_DIR/owlv2-base-patch16-ensemble/``, or
-  the Hugging Face cache. It is never downloaded here.
+* :func:`load_detector` gives the Grounding tool's open-vocabulary detector through
+  ``transformers``: GroundingDINO (CIGEval's, ``IDEA-Research/grounding-dino-tiny``, the
+  Swin-T OGC weights; default) or OWLv2 (``google/owlv2-base-patch16-ensemble``, option
+  ``cigeval.detector_model=owlv2``). Weights are resolved offline like every encoder's:
+  an explicit folder (scorer option ``cigeval.detector``), ``$FPR_WEIGHTS_DIR/<id>/``, or
+  the Hugging Face cache. They are never downloaded here.
 """
 from __future__ import annotations
 
@@ -33,10 +34,14 @@ from PIL import Image
 from fpr.encoders.weights import WeightsSource, candidate_locations, resolve_weights
 from fpr.errors import InputError, NotFoundError
 
-DETECTOR_ID = "owlv2-base-patch16-ensemble"
-DETECTOR_SOURCE = WeightsSource(kind="hf", repo="google/owlv2-base-patch16-ensemble",
-                                files=("model.safetensors", "pytorch_model.bin"), folder_name=DETECTOR_ID,
-                                extra_files=("config.json",))
+OWLV2_ID = "owlv2-base-patch16-ensemble"
+OWLV2_SOURCE = WeightsSource(kind="hf", repo="google/owlv2-base-patch16-ensemble",
+                             files=("model.safetensors", "pytorch_model.bin"), folder_name=OWLV2_ID,
+                             extra_files=("config.json",))
+GDINO_ID = "grounding-dino-tiny"
+GDINO_SOURCE = WeightsSource(kind="hf", repo="IDEA-Research/grounding-dino-tiny",
+                             files=("model.safetensors", "pytorch_model.bin"), folder_name=GDINO_ID,
+                             extra_files=("config.json",))
 MIN_SIDE = 1e-3  # boxes narrower or lower than this fraction of the image are dropped
 
 
@@ -162,33 +167,38 @@ def difference(a: np.ndarray, b: np.ndarray, *, threshold: int = DIFF_THRESHOLD,
              "area": round(bw * bh / (h * w), 4)} for x, y, bw, bh in boxes[:max_boxes]]
 
 
-class Detector:
-    """OWLv2 open-vocabulary detection; weights resolved offline, loaded on first use."""
+class _HfDetector:
+    """An open-vocabulary detector from ``transformers``: weights resolved offline, loaded on first use."""
+
+    model_id = ""
+    source: WeightsSource
 
     def __init__(self, explicit: str | Path | None = None, device: str = "cpu"):
-        self.resolved = resolve_weights(DETECTOR_ID, DETECTOR_SOURCE, explicit, required=explicit is not None)
+        self.resolved = resolve_weights(self.model_id, self.source, explicit, required=explicit is not None)
         if not self.resolved.found:
+            looked = "; ".join(candidate_locations(self.model_id, self.source))
             raise NotFoundError(
-                f"weights for the grounding detector '{DETECTOR_ID}' are missing",
-                where="looked in " + "; ".join(candidate_locations(DETECTOR_ID, DETECTOR_SOURCE)),
-                hint=f"copy the files of {DETECTOR_SOURCE.repo} (config.json, model.safetensors, processor and "
-                     f"tokenizer files) into one of those folders, pass --scorer-option cigeval.detector=FOLDER, "
-                     f"or leave grounding out with --scorer-option cigeval.tools=highlight,difference,scene_graph")
+                f"weights for the grounding detector '{self.model_id}' are missing", where="looked in " + looked,
+                hint=f"fetch them with: huggingface-cli download {self.source.repo} --local-dir "
+                     f"$FPR_WEIGHTS_DIR/{self.model_id} (or pass --scorer-option cigeval.detector=FOLDER, or leave "
+                     f"grounding out with --scorer-option cigeval.tools=highlight,difference,scene_graph)")
         self.device = device
         self.checksum = self.resolved.checksum
         self._model = None
         self._processor = None
         self._lock = threading.Lock()
 
+    classes: tuple[str, str] = ("", "")  # the transformers model and processor class names
+
     def _load(self):
         if self._model is None:
-            from transformers import Owlv2ForObjectDetection, Owlv2Processor
+            import transformers
 
+            model_cls, processor_cls = (getattr(transformers, n) for n in self.classes)
             folder = self.resolved.folder
             try:
-                self._processor = Owlv2Processor.from_pretrained(folder, local_files_only=True)
-                self._model = Owlv2ForObjectDetection.from_pretrained(folder, local_files_only=True).to(
-                    self.device).eval()
+                self._processor = processor_cls.from_pretrained(folder, local_files_only=True)
+                self._model = model_cls.from_pretrained(folder, local_files_only=True).to(self.device).eval()
             except (OSError, ValueError) as exc:
                 raise NotFoundError(f"cannot load the grounding detector from {folder}: "
                                     f"{str(exc).splitlines()[0][:160]}",
@@ -196,18 +206,41 @@ class Detector:
                                          "files as Hugging Face saves them") from None
         return self._model, self._processor
 
+    def _forward(self, make_inputs):
+        """The model's outputs on ``make_inputs(model, processor)`` (one call at a time: the model is shared)."""
+        import torch
+
+        with self._lock:
+            model, processor = self._load()
+            inputs = make_inputs(model, processor)
+            with torch.no_grad():
+                return model(**{k: v.to(self.device) for k, v in inputs.items()})
+
+
+def _box_dicts(boxes, scores, order: list[int]) -> list[dict]:
+    return [{"box": [round(float(v), 4) for v in boxes[j]], "score": round(float(scores[j]), 4)} for j in order]
+
+
+class Owlv2Detector(_HfDetector):
+    """OWLv2 (``google/owlv2-base-patch16-ensemble``), fpr's former grounding model (option ``owlv2``)."""
+
+    model_id = OWLV2_ID
+    source = OWLV2_SOURCE
+    default_threshold = 0.1
+
+    classes = ("Owlv2ForObjectDetection", "Owlv2Processor")
+
     def detect(self, image: Image.Image, text: str, *, threshold: float = 0.1, top: int = 5) -> list[dict]:
         """Boxes of ``text`` in ``image``: ``{"box": [x0, y0, x1, y1] fractions, "score"}``, best first."""
         import torch
         from torchvision.ops import box_iou
 
-        with self._lock:
-            model, processor = self._load()
+        def inputs(model, processor):
             max_len = int(getattr(model.config.text_config, "max_position_embeddings", 16))
-            inputs = processor(text=[[text]], images=image, return_tensors="pt", padding="max_length",
-                               truncation=True, max_length=max_len)
-            with torch.no_grad():
-                out = model(**{k: v.to(self.device) for k, v in inputs.items()})
+            return processor(text=[[text]], images=image, return_tensors="pt", padding="max_length",
+                             truncation=True, max_length=max_len)
+
+        out = self._forward(inputs)
         scores = torch.sigmoid(out.logits[0, :, 0].float()).cpu()
         cx, cy, bw, bh = out.pred_boxes[0].float().cpu().unbind(-1)
         side = float(max(image.size))  # OWLv2 pads to a square at the bottom/right: boxes are fractions of it
@@ -222,4 +255,65 @@ class Detector:
             if keep and float(box_iou(boxes[j:j + 1], boxes[keep]).max()) > 0.5:
                 continue
             keep.append(j)
-        return [{"box": [round(float(v), 4) for v in boxes[j]], "score": round(float(scores[j]), 4)} for j in keep]
+        return _box_dicts(boxes, scores, keep)
+
+
+def caption(text: str) -> str:
+    """GroundingDINO's caption convention: lower case, stripped, ending with a full stop."""
+    t = text.lower().strip()
+    return t if t.endswith(".") else t + "."
+
+
+def drop_enclosing(boxes: list[list[float]]) -> list[int]:
+    """Indices kept by CIGEval's clean-up: by area, smallest first, a box strictly enclosing a kept one is dropped."""
+    order = sorted(range(len(boxes)), key=lambda j: (boxes[j][2] - boxes[j][0]) * (boxes[j][3] - boxes[j][1]))
+    kept: list[int] = []
+    for j in order:
+        b = boxes[j]
+        if not any(b[0] < boxes[k][0] and b[1] < boxes[k][1] and b[2] > boxes[k][2] and b[3] > boxes[k][3]
+                   for k in kept):
+            kept.append(j)
+    return kept
+
+
+class GroundingDinoDetector(_HfDetector):
+    """GroundingDINO (Swin-T OGC, ``IDEA-Research/grounding-dino-tiny``), CIGEval's grounding model.
+
+    As the released tool calls it: box threshold 0.2 (strictly above; its text threshold, also 0.2, only
+    picks the phrase a box is labelled with, which fpr does not return); a box's score is its best
+    token's sigmoid probability; boxes strictly enclosing a smaller kept box are dropped; best first.
+    """
+
+    model_id = GDINO_ID
+    source = GDINO_SOURCE
+    default_threshold = 0.2
+
+    classes = ("GroundingDinoForObjectDetection", "GroundingDinoProcessor")
+
+    def detect(self, image: Image.Image, text: str, *, threshold: float = 0.2, top: int = 5) -> list[dict]:
+        """Boxes of ``text`` in ``image``: ``{"box": [x0, y0, x1, y1] fractions, "score"}``, best first."""
+        import torch
+
+        out = self._forward(lambda model, processor: processor(images=image, text=caption(text), return_tensors="pt"))
+        scores = torch.sigmoid(out.logits[0].float()).max(-1).values.cpu()
+        cx, cy, bw, bh = out.pred_boxes[0].float().cpu().unbind(-1)  # fractions of the (unpadded) image
+        boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], -1).clamp(0, 1)
+        hits = [j for j in range(len(scores)) if scores[j] > threshold
+                and boxes[j, 2] - boxes[j, 0] >= MIN_SIDE and boxes[j, 3] - boxes[j, 1] >= MIN_SIDE]
+        kept = [hits[k] for k in drop_enclosing([boxes[j].tolist() for j in hits])]
+        kept.sort(key=lambda j: -float(scores[j]))
+        return _box_dicts(boxes, scores, kept[:top])
+
+
+DETECTORS = {"grounding-dino": GroundingDinoDetector, "owlv2": Owlv2Detector}
+
+
+def load_detector(model: str, folder: str | Path | None = None, device: str = "cpu") -> _HfDetector:
+    """The grounding detector ``model`` (``grounding-dino``, CIGEval's, or ``owlv2``), weights resolved offline."""
+    cls = DETECTORS.get(model)
+    if cls is None:
+        raise InputError(f"unknown grounding detector '{model}'", hint=f"valid: {', '.join(DETECTORS)}")
+    return cls(folder, device=device)
+
+
+Detector = Owlv2Detector  # the name vistar-cse's grounding uses (OWLv2 there)

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from fpr.scorers import QueryBatch
-from fpr.scorers.judges.tools import DETECTOR_ID
+from fpr.scorers.judges.tools import GDINO_ID, OWLV2_ID
 from tests.scorers.judges.server import API_KEY, MODELS, JudgeServer
 
 
@@ -92,4 +92,38 @@ def write_tiny_owlv2(folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_owlv2(tmp_path_factory) -> Path:
-    return write_tiny_owlv2(tmp_path_factory.mktemp("owl") / DETECTOR_ID)
+    return write_tiny_owlv2(tmp_path_factory.mktemp("owl") / OWLV2_ID)
+
+
+def write_tiny_grounding_dino(folder: Path) -> Path:
+    """A random-initialised GroundingDINO (Swin backbone, BERT text tower, 1-2 layers, 128 px) saved with its
+    processor and a word-level BERT vocabulary, as Hugging Face lays it out. Its smallest feature level is
+    2 x 2 (GroupNorm needs more than one value per group) and it has two decoder layers (the box heads are tied
+    across layers)."""
+    import torch
+    from transformers import (BertTokenizer, GroundingDinoConfig, GroundingDinoForObjectDetection,
+                              GroundingDinoImageProcessor, GroundingDinoProcessor)
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "a", "an", "animal", "dog", "zebra", "the"]
+    vocab = folder.parent / "bert-vocab.txt"
+    vocab.parent.mkdir(parents=True, exist_ok=True)
+    vocab.write_text("\n".join(words + [c for c in "abcdefghijklmnopqrstuvwxyz" if c != "a"]) + "\n")
+    tokenizer = BertTokenizer(str(vocab))
+    config = GroundingDinoConfig(
+        backbone_config=dict(model_type="swin", image_size=128, patch_size=4, embed_dim=8, depths=[1, 1, 1, 1],
+                             num_heads=[1, 1, 1, 1], window_size=2, out_features=["stage2", "stage3", "stage4"]),
+        text_config=dict(model_type="bert", vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=16, max_position_embeddings=32),
+        d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=10, max_text_len=32, num_feature_levels=4)
+    torch.manual_seed(0)
+    GroundingDinoForObjectDetection(config).eval().save_pretrained(folder)
+    GroundingDinoProcessor(image_processor=GroundingDinoImageProcessor(size={"shortest_edge": 128,
+                                                                             "longest_edge": 128}),
+                           tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_grounding_dino(tmp_path_factory) -> Path:
+    return write_tiny_grounding_dino(tmp_path_factory.mktemp("gdino") / GDINO_ID)

@@ -14,7 +14,7 @@ from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers.dreambench_concept import GalleryIdentities, shuffled
 from fpr.scorers.hwpq import hwpq_score, validate_questionnaire
-from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference
+from fpr.scorers.judges.tools import OWLV2_ID, Owlv2Detector, difference
 from tests.scorers.judges.conftest import flat_image, make_batch, metric
 from tests.scorers.judges.server import QUESTIONNAIRE, Fault
 
@@ -181,19 +181,38 @@ def test_cigeval_agent_with_highlight_difference_and_scene_graph(tmp_path, judge
 
 def test_cigeval_grounding_calls_the_detector(tmp_path, judge_env, tiny_owlv2, monkeypatch):
     monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "weights"))
-    shutil.copytree(tiny_owlv2, tmp_path / "weights" / DETECTOR_ID)
+    shutil.copytree(tiny_owlv2, tmp_path / "weights" / OWLV2_ID)
     batch = make_batch(tmp_path, ["a dog"], [90], [None], options={"cigeval.tools": "grounding",
+                                                                  "cigeval.detector_model": "owlv2",
                                                                   "cigeval.detector_threshold": "0"})
     df = run_scorers(["cigeval"], batch)
     calls = [c for e in json.loads(metric(df, "q0", "trajectory")[1]) for c in e.get("tool_calls", [])]
     assert [c["tool"] for c in calls] == ["grounding"]
     from PIL import Image
 
-    expected = Detector().detect(Image.open(batch.paths[0]).convert("RGB"), "an animal", threshold=0.0)
+    expected = Owlv2Detector().detect(Image.open(batch.paths[0]).convert("RGB"), "an animal", threshold=0.0)
     assert calls[0]["result"] == {"boxes": expected} and expected
     monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "empty"))
     with pytest.raises(Exception, match="weights for the grounding detector"):
         run_scorers(["cigeval"], batch)
+
+
+def test_cigeval_grounding_defaults_to_grounding_dino(tmp_path, judge_env, tiny_grounding_dino, monkeypatch):
+    from PIL import Image
+
+    from fpr.scorers.judges.tools import GDINO_ID, GroundingDinoDetector
+
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "weights"))
+    shutil.copytree(tiny_grounding_dino, tmp_path / "weights" / GDINO_ID)
+    batch = make_batch(tmp_path, ["a dog"], [90], [None], options={"cigeval.tools": "grounding",
+                                                                  "cigeval.detector_threshold": "0"})
+    df = run_scorers(["cigeval"], batch)
+    calls = [c for e in json.loads(metric(df, "q0", "trajectory")[1]) for c in e.get("tool_calls", [])]
+    expected = GroundingDinoDetector().detect(Image.open(batch.paths[0]).convert("RGB"), "an animal", threshold=0.0)
+    assert [c["tool"] for c in calls] == ["grounding"] and calls[0]["result"] == {"boxes": expected} and expected
+    with pytest.raises(InputError, match="unknown grounding detector 'yolo'"):
+        run_scorers(["cigeval"], make_batch(tmp_path, ["a dog"], [90], [None], options={
+            "cigeval.tools": "grounding", "cigeval.detector_model": "yolo"}))
 
 
 # --------------------------------------------------------------------------- HWPQ

@@ -7,7 +7,19 @@ import pytest
 from PIL import Image
 
 from fpr.errors import InputError, NotFoundError
-from fpr.scorers.judges.tools import DETECTOR_ID, Detector, difference, highlight, merge_released, merge_union
+from fpr.scorers.judges.tools import (
+    GDINO_ID,
+    OWLV2_ID,
+    GroundingDinoDetector,
+    Owlv2Detector,
+    caption,
+    difference,
+    drop_enclosing,
+    highlight,
+    load_detector,
+    merge_released,
+    merge_union,
+)
 
 
 def test_highlight_darkens_outside_the_box_to_a_quarter():
@@ -121,8 +133,8 @@ def test_grounding_on_a_tiny_random_detector(tiny_owlv2, tmp_path, monkeypatch):
 
     # resolved offline from the weights folder like an encoder's weights
     monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "weights"))
-    shutil.copytree(tiny_owlv2, tmp_path / "weights" / DETECTOR_ID)
-    det = Detector()
+    shutil.copytree(tiny_owlv2, tmp_path / "weights" / OWLV2_ID)
+    det = Owlv2Detector()
     assert det.resolved.where == "weights-dir" and det.checksum.startswith("sha256:")
     im = Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 48, 3), dtype=np.uint8))
     got = det.detect(im, "a zebra", threshold=0.0, top=3)
@@ -149,14 +161,63 @@ def test_grounding_on_a_tiny_random_detector(tiny_owlv2, tmp_path, monkeypatch):
     assert det.detect(im, "a zebra", threshold=1.01) == []
 
 
-def test_grounding_without_weights_is_one_clear_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model,model_id,repo", [("grounding-dino", GDINO_ID, "IDEA-Research/grounding-dino-tiny"),
+                                                   ("owlv2", OWLV2_ID, "google/owlv2-base-patch16-ensemble")])
+def test_grounding_without_weights_is_one_clear_line_with_the_fetch_command(tmp_path, monkeypatch, model, model_id,
+                                                                             repo):
     monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "none"))
     with pytest.raises(NotFoundError) as err:
-        Detector()
+        load_detector(model)
     line = err.value.one_line()
-    assert line.startswith(f"weights for the grounding detector '{DETECTOR_ID}' are missing (looked in ")
+    assert line.startswith(f"weights for the grounding detector '{model_id}' are missing (looked in ")
+    assert "\n" not in line and f"huggingface-cli download {repo} --local-dir $FPR_WEIGHTS_DIR/{model_id}" in line
     assert "cigeval.detector=FOLDER" in line and "cigeval.tools=highlight,difference,scene_graph" in line
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "model.safetensors").write_bytes(b"x")
     with pytest.raises(NotFoundError, match="needs config.json beside its weights"):
-        Detector(tmp_path / "bad")
+        load_detector(model, tmp_path / "bad")
+    with pytest.raises(InputError, match="unknown grounding detector 'yolo'"):
+        load_detector("yolo")
+
+
+def test_groundingdino_caption_and_the_released_clean_up():
+    assert caption("  A Striped Zebra ") == "a striped zebra." and caption("a dog.") == "a dog."
+    # by area: [1] (small) kept; [0] strictly encloses it: dropped; [2] touches [1]'s edge (not strictly): kept;
+    # [3] is disjoint: kept
+    boxes = [[0.0, 0.0, 1.0, 1.0], [0.4, 0.4, 0.6, 0.6], [0.4, 0.3, 0.7, 0.7], [0.0, 0.0, 0.1, 0.1]]
+    assert sorted(drop_enclosing(boxes)) == [1, 2, 3]
+
+
+def test_grounding_dino_on_a_tiny_random_model_matches_transformers_post_processing(tiny_grounding_dino, tmp_path,
+                                                                                    monkeypatch):
+    import shutil
+
+    import torch
+    from transformers import GroundingDinoForObjectDetection, GroundingDinoProcessor
+
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "weights"))
+    shutil.copytree(tiny_grounding_dino, tmp_path / "weights" / GDINO_ID)
+    det = load_detector("grounding-dino")
+    assert isinstance(det, GroundingDinoDetector) and det.default_threshold == 0.2
+    assert det.resolved.where == "weights-dir" and det.checksum.startswith("sha256:")
+    im = Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 48, 3), dtype=np.uint8))
+    got = det.detect(im, "A Zebra", threshold=0.0, top=10)
+    assert got == det.detect(im, "a zebra.", threshold=0.0, top=10)  # the caption convention; deterministic
+
+    # independently: transformers' own post-processing (pixel boxes, thresholded on the best token's probability)
+    proc = GroundingDinoProcessor.from_pretrained(tiny_grounding_dino)
+    model = GroundingDinoForObjectDetection.from_pretrained(tiny_grounding_dino).eval()
+    inputs = proc(images=im, text="a zebra.", return_tensors="pt")
+    with torch.no_grad():
+        out = model(**inputs)
+    (ref,) = proc.post_process_grounded_object_detection(out, inputs["input_ids"], threshold=0.0, text_threshold=0.0,
+                                                         target_sizes=[(24, 48)])
+    boxes = (ref["boxes"].numpy() / np.array([48, 24, 48, 24])).clip(0, 1).tolist()
+    scores = ref["scores"].numpy()
+    keep = sorted(drop_enclosing(boxes), key=lambda j: -scores[j])
+    assert len(got) == len(keep) >= 1
+    for g, j in zip(got, keep):
+        assert g["score"] == pytest.approx(float(scores[j]), abs=1e-4)
+        assert np.allclose(g["box"], boxes[j], atol=1e-4)
+    top = float(scores.max())
+    assert det.detect(im, "a zebra", threshold=top) == []  # strictly above the threshold, as released
