@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -18,6 +19,15 @@ SIM_SOURCES = {
 
 
 EmbedFn = Callable[..., object]  # fpr.encoders.embed.embed_paths-compatible
+
+
+def row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n,) float64: the correctly rounded sum of each row's rounded products, fsum_k fl(a_ik b_ik).
+
+    A function of the values alone: elementwise products are IEEE-rounded whatever the SIMD width,
+    and ``math.fsum`` rounds their exact sum once, so Sim does not depend on how a vectorised dot
+    product orders its additions (numpy's dispatch differs between CPU kinds and builds)."""
+    return np.array([math.fsum(row) for row in (a * b).tolist()], dtype=np.float64)
 
 
 def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, embed: EmbedFn
@@ -71,7 +81,7 @@ def pairwise_sim(qdf: pd.DataFrame, qvecs: np.ndarray, gallery: GalleryLabels, e
         key_means = sums / np.maximum(counts, 1)[:, None]
         means[rows] = key_means[q_codes]
         nrefs[rows] = counts[q_codes]
-    sims = np.einsum("ij,ij->i", np.asarray(qvecs, np.float64), means)
+    sims = row_dots(np.asarray(qvecs, np.float64), means)
     sims[nrefs == 0] = np.nan
     names = np.where(use_ref, "sim_reference", np.where(use_list, "reference_paths", "identity"))
     sources = [str(src) if k else None for src, k in zip(names, nrefs)]

@@ -207,3 +207,19 @@ def test_a_querys_scores_do_not_depend_on_its_block(source, scope):
                 np.testing.assert_array_equal(out.top_rows, whole.top_rows)
                 np.testing.assert_array_equal(out.values["ap"], whole.values["ap"])
                 np.testing.assert_array_equal(out.values["first_hit_rank"], whole.values["first_hit_rank"])
+
+
+@pytest.mark.determinism
+def test_sim_is_the_correctly_rounded_sum_of_its_rounded_products():
+    """row_dots = fsum_k fl(a_k b_k), checked against rational arithmetic: a function of the values,
+    not of the order a vectorised dot product adds them in (the last bit differs from einsum's here)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(11)
+    a = rng.normal(size=(40, 33))
+    b = rng.normal(size=(40, 33)) * np.logspace(-8, 8, 33)  # wide magnitudes: cancellation matters
+    got = similarity.row_dots(a, b)
+    for i in range(len(a)):
+        exact = sum(Fraction(float(x)) for x in (a[i] * b[i]))
+        assert got[i] == float(exact), i  # Fraction -> float rounds to nearest, as fsum does
+    assert (got != np.einsum("ij,ij->i", a, b)).any()  # the test can tell the two apart
