@@ -12,7 +12,12 @@ direction, their shadows cast by that direction; the geometric core
 finds them itself (``segmented``), and the table reports the angular error. Seed 0 calibrates,
 seed 1 checks.
 
-    python benchmarks/vistar_known_answers.py [--part tr|li|all] [--out benchmarks/results/vistar_known_answers.md]
+PSC (``vistar-psc``): a box's face and a bar, z-buffered, in four kinds (the bar penetrates the
+face, occludes it at a gap, touches its side, or is a badge attached to it); the geometric core
+gets the masks, confidences and a blurred, noisy inverse-depth map. Seed 0 calibrates the
+conflict threshold, seeds 1 and 2 check (AUROC of each kind vs penetrations).
+
+    python benchmarks/vistar_known_answers.py [--part tr|li|psc|all] [--out benchmarks/results/vistar_known_answers.md]
 
 Tests import the renderers from here (one implementation of the known answers).
 """
@@ -311,11 +316,173 @@ def calibrate_shadow_ratio(seed: int, scenes: int, candidates=(0.6, 0.7, 0.8, 0.
     return best[1], lines
 
 
+# --------------------------------------------------------------------------- PSC: solids in depth
+
+PSC_CLASSES = ("penetrate", "occlude", "touch", "attach")
+
+
+@dataclass
+class SolidsScene:
+    kind: str
+    masks: list  # visible (modal) mask of each solid, bool
+    depth: np.ndarray  # what a monocular model would give: inverse depth (DPT's output), blurred, noisy
+    confidences: list
+
+
+def _bar_depth(xs: np.ndarray, xa: float, xb: float, za: float, zb: float) -> np.ndarray:
+    return za + (zb - za) * (xs - xa) / (xb - xa)
+
+
+def render_solids(kind: str, seed: int, *, size: int = 160) -> SolidsScene:
+    """A box's front face (constant depth) and a bar (depth linear along it) on a far wall, z-buffered.
+
+    ``penetrate``: the bar comes from the viewer and ends 0.2-0.8 behind the face, inside the box's
+    silhouette (only its part in front shows); ``occlude``: the bar passes over the box 0.5-2 in front of
+    it; ``touch``: the bar ends against the box's side at the face's depth, beside its silhouette
+    (contact at one depth: what the chaos ratio cannot tell from a penetration); ``attach``: a small flat
+    plate on the face (a badge), 0.02 in front of it. Masks are eroded or dilated by up to one pixel and
+    the depth map blurred (sigma 1 px) with 1% noise, as from real models; confidences are in [0.7, 1].
+    """
+    from scipy import ndimage
+
+    rng = np.random.default_rng([seed, PSC_CLASSES.index(kind)])
+    S = size
+    z = np.full((S, S), 10.0)
+    label = np.zeros((S, S), int)
+    ys, xs = np.mgrid[0:S, 0:S].astype(float)
+    z_box = rng.uniform(4.0, 6.0)
+    bx0, bx1 = rng.uniform(0.40, 0.50) * S, rng.uniform(0.80, 0.92) * S
+    by0, by1 = rng.uniform(0.15, 0.30) * S, rng.uniform(0.70, 0.85) * S
+    box = (xs >= bx0) & (xs < bx1) & (ys >= by0) & (ys < by1)
+    z[box], label[box] = z_box, 1
+    h = rng.uniform(8, 14)
+    y0 = rng.uniform(by0 + 0.2 * (by1 - by0), by1 - 0.2 * (by1 - by0) - h)
+    rows = (ys >= y0) & (ys < y0 + h)
+    xa = rng.uniform(0.04, 0.15) * S
+    if kind == "penetrate":
+        L, dz = rng.uniform(1.0, 2.5), rng.uniform(0.2, 0.8)
+        xb = bx0 + rng.uniform(0.15, 0.35) * (bx1 - bx0)
+        zbar = _bar_depth(xs, xa, xb, z_box - L, z_box + dz)
+        bar = rows & (xs >= xa) & (xs < xb)
+    elif kind == "occlude":
+        g, L = rng.uniform(0.5, 2.0), rng.uniform(0.0, 1.5)
+        xb = bx1 + rng.uniform(0.02, 0.06) * S
+        zbar = _bar_depth(xs, xa, xb, z_box - g - L, z_box - g)
+        bar = rows & (xs >= xa) & (xs < xb)
+    elif kind == "touch":
+        L = rng.uniform(1.0, 2.5)
+        zbar = _bar_depth(xs, xa, bx0, z_box - L, z_box)
+        bar = rows & (xs >= xa) & (xs < bx0)
+    elif kind == "attach":
+        w = rng.uniform(0.12, 0.25) * (bx1 - bx0)
+        px0 = rng.uniform(bx0 + 0.1 * (bx1 - bx0), bx1 - 0.1 * (bx1 - bx0) - w)
+        py0 = rng.uniform(by0 + 0.1 * (by1 - by0), by1 - 0.1 * (by1 - by0) - w)
+        zbar = np.full((S, S), z_box - 0.02)
+        bar = (xs >= px0) & (xs < px0 + w) & (ys >= py0) & (ys < py0 + w)
+    else:
+        raise ValueError(kind)
+    front = bar & (zbar < z)
+    z[front], label[front] = zbar[front], 2
+    depth = ndimage.gaussian_filter(1.0 / z, 1.0)
+    depth = depth + rng.normal(0, 0.01 * float(np.ptp(depth)), depth.shape)
+    masks = []
+    for k in (1, 2):
+        m = label == k
+        step = int(rng.integers(-1, 2))
+        m = ndimage.binary_dilation(m) if step > 0 else ndimage.binary_erosion(m) if step < 0 else m
+        masks.append(m)
+    return SolidsScene(kind, masks, depth, [float(rng.uniform(0.7, 1.0)) for _ in masks])
+
+
+@dataclass(frozen=True)
+class PSCRow:
+    seed: int
+    kind: str
+    score: float
+    chaos: float
+    attached: bool
+
+
+def run_psc(seed: int, scenes: int, settings=None) -> list[PSCRow]:
+    from fpr.scorers.vistar_psc import Instance, PscSettings, psc
+
+    settings = settings or PscSettings()
+    rows = []
+    for kind in PSC_CLASSES:
+        for k in range(scenes):
+            sc = render_solids(kind, seed * 1000 + k)
+            r = psc([Instance(m, c) for m, c in zip(sc.masks, sc.confidences)], sc.depth, settings)
+            w = r.worst
+            rows.append(PSCRow(seed, kind, r.score, float("nan") if w is None else w.chaos,
+                               bool(w is not None and w.attached)))
+    return rows
+
+
+def auroc(positive: list[float], negative: list[float]) -> float:
+    """P(a positive scores above a negative), ties half (Mann-Whitney)."""
+    p, n = np.asarray(positive, float)[:, None], np.asarray(negative, float)[None, :]
+    return float(((p > n) + 0.5 * (p == n)).mean())
+
+
+def psc_separation(rows: list[PSCRow], other: str) -> float:
+    """AUROC of ``other`` vs ``penetrate`` on the PSC score (1: every penetration scores below every other)."""
+    return auroc([r.score for r in rows if r.kind == other], [r.score for r in rows if r.kind == "penetrate"])
+
+
+def calibrate_chaos_threshold(seed: int, scenes: int, candidates=(0.35, 0.5, 0.75, 1.0, 1.5)) -> tuple[float, list[str]]:
+    """The conflict function's threshold with the best accuracy of 'score < 0.5 = penetration' on
+    penetrate vs occlude renders of ``seed``."""
+    from fpr.scorers.vistar_psc import PscSettings
+
+    lines = ["| chaos_threshold | scenes | accuracy (score < 0.5 = penetration) | AUROC penetrate vs occlude |",
+             "|---|---|---|---|"]
+    best = None
+    for c in candidates:
+        rows = [r for r in run_psc(seed, scenes, PscSettings(chaos_threshold=c)) if r.kind in ("penetrate", "occlude")]
+        acc = float(np.mean([(r.score < 0.5) == (r.kind == "penetrate") for r in rows]))
+        lines.append(f"| {c} | {len(rows)} | {acc:.3f} | {psc_separation(rows, 'occlude'):.3f} |")
+        if best is None or acc > best[0]:
+            best = (acc, c)
+    return best[1], lines
+
+
+def psc_table(rows: list[PSCRow]) -> list[str]:
+    lines = ["| seed | kind | n | score mean / min / max | chaos median | flagged attached | share score < 0.5 |"
+             " AUROC vs penetrate |", "|---|---|---|---|---|---|---|---|"]
+    for seed in sorted({r.seed for r in rows}):
+        sel = [r for r in rows if r.seed == seed]
+        for kind in PSC_CLASSES:
+            k = [r for r in sel if r.kind == kind]
+            sc = np.array([r.score for r in k])
+            sep = "-" if kind == "penetrate" else f"{psc_separation(sel, kind):.3f}"
+            lines.append(f"| {seed} | {kind} | {len(k)} | {sc.mean():.3f} / {sc.min():.3f} / {sc.max():.3f} | "
+                         f"{np.nanmedian([r.chaos for r in k]):.3f} | {sum(r.attached for r in k)} | "
+                         f"{float((sc < 0.5).mean()):.3f} | {sep} |")
+    return lines
+
+
+def psc_section(scenes: int, check_seeds=(1, 2)) -> list[str]:
+    from fpr.scorers.vistar_psc import PscSettings
+
+    t0 = time.time()
+    threshold, cal = calibrate_chaos_threshold(0, scenes)
+    rows = [r for s in check_seeds for r in run_psc(s, scenes, PscSettings(chaos_threshold=threshold))]
+    intro = (f"{render_solids.__doc__.split(chr(10))[0]} {scenes} scenes per kind and seed, {160} px. The "
+             f"geometric core (`fpr.scorers.vistar_psc.psc`) gets the renderer's masks, confidences and inverse "
+             f"depth; kinds: penetrate (a bar ending behind a box's face), occlude (the bar in front at a gap), "
+             f"touch (the bar against the box's side at the face's depth), attach (a badge on the face). AUROC: "
+             f"P(a scene of that kind scores above a penetration), ties half.")
+    return section("PSC: solids that penetrate, occlude, touch, attach", intro,
+                   ("the conflict function's threshold, penetrate vs occlude", cal),
+                   f"`vistar-psc.chaos_threshold={threshold}`", psc_table(rows), t0,
+                   "seeds " + " and ".join(map(str, check_seeds)))
+
+
 def section(title: str, intro: str, calibration: tuple[str, list[str]], chosen: str, check: list[str],
-            t0: float) -> list[str]:
+            t0: float, check_seeds: str = "seed 1") -> list[str]:
     """One part of the table: what was rendered, the calibration on seed 0, the check on seed 1."""
     return ([f"## {title}", "", intro, "", f"Calibration (seed 0): {calibration[0]}", ""] + calibration[1]
-            + ["", f"Chosen: {chosen}. Check (seed 1):", ""] + check + ["", f"({time.time() - t0:.0f} s)", ""])
+            + ["", f"Chosen: {chosen}. Check ({check_seeds}):", ""] + check + ["", f"({time.time() - t0:.0f} s)", ""])
 
 
 def tr_section(n_calibration: int, n_check: int) -> list[str]:
@@ -347,24 +514,44 @@ def li_section(scenes: int) -> list[str]:
                    li_table(rows), t0)
 
 
+def merge_sections(old: str, new: str) -> str:
+    """``old``'s text with each ``## `` section that ``new`` has replaced by ``new``'s (others kept, in order;
+    new sections appended), so one part can be rerun without losing the others' tables."""
+    def split(text: str) -> tuple[str, list[tuple[str, str]]]:
+        head, *parts = text.split("\n## ")
+        return head, [(p.split("\n", 1)[0], "## " + p) for p in parts]
+
+    head, old_parts = split(old)
+    new_head, new_parts = split(new)
+    fresh = dict(new_parts)
+    out = [new_head] + [fresh.pop(t, body) for t, body in old_parts] + list(fresh.values())
+    return "\n".join(x.rstrip("\n") + "\n" for x in out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("tr", "li", "all"), default="all")
+    ap.add_argument("--part", choices=("tr", "li", "psc", "all"), default="all")
     ap.add_argument("--strings", type=int, default=6)
     ap.add_argument("--scenes", type=int, default=4)
+    ap.add_argument("--psc-scenes", type=int, default=24)
     ap.add_argument("--calibration-strings", type=int, default=12)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="markdown file; sections of parts not rerun are kept")
     args = ap.parse_args()
     lines = ["# VISTAR known answers", "",
-             f"`python benchmarks/vistar_known_answers.py --part {args.part}` "
-             f"({time.strftime('%Y-%m-%d')}, 2 shared CPU cores).", ""]
+             f"`python benchmarks/vistar_known_answers.py --part <part>` per section "
+             f"(last: --part {args.part}, {time.strftime('%Y-%m-%d')}, 2 shared CPU cores).", ""]
     if args.part in ("tr", "all"):
         lines += tr_section(args.calibration_strings, args.strings)
     if args.part in ("li", "all"):
         lines += li_section(args.scenes)
+    if args.part in ("psc", "all"):
+        lines += psc_section(args.psc_scenes)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
+        if os.path.exists(args.out):
+            with open(args.out) as fh:
+                text = merge_sections(fh.read(), text)
         with open(args.out, "w") as fh:
             fh.write(text)
 

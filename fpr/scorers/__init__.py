@@ -24,7 +24,7 @@ from fpr.errors import InputError, NotFoundError, choices_hint
 from fpr.plugins import load_plugins
 from fpr.scorers.options import Option, check_options, resolve
 
-SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "refvnli",
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "vistar_psc", "refvnli",
                   "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
 
 
