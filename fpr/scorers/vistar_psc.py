@@ -48,15 +48,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.errors import NotFoundError
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.encoding import check_local_model
 from fpr.scorers.options import Option, resolve
 
 DEFAULT_SEGMENTER = "facebook/mask2former-swin-tiny-coco-instance"
@@ -170,24 +169,6 @@ def psc(instances: list[Instance], depth: np.ndarray, settings: PscSettings = Ps
 
 # --------------------------------------------------------------------------- model path
 
-def _fetch_hint(model_id: str) -> str:
-    return f"fetch it with: huggingface-cli download {model_id} (or pass a local folder)"
-
-
-def _check_local(model_id: str, what: str) -> None:
-    """A one-line error when ``model_id`` is neither a local folder nor in the local Hugging Face cache."""
-    from huggingface_hub import try_to_load_from_cache
-
-    if Path(model_id).is_dir():
-        if not (Path(model_id) / "config.json").is_file():
-            raise NotFoundError(f"{what} folder has no config.json", where=str(Path(model_id) / "config.json"),
-                                hint="give a folder written by save_pretrained")
-        return
-    if not isinstance(try_to_load_from_cache(model_id, "config.json"), str):
-        raise NotFoundError(f"{what} {model_id} is not in the local Hugging Face cache (config.json missing)",
-                            where=model_id, hint=_fetch_hint(model_id))
-
-
 _MODELS: dict[tuple[str, str], tuple] = {}
 
 
@@ -195,8 +176,8 @@ def load_models(segmenter: str, depth_model: str) -> tuple:
     """(seg processor, seg model, depth processor, depth model), offline, cached per process."""
     key = (segmenter, depth_model)
     if key not in _MODELS:
-        _check_local(segmenter, "vistar-psc segmenter")
-        _check_local(depth_model, "vistar-psc depth model")
+        check_local_model(segmenter, "vistar-psc segmenter")
+        check_local_model(depth_model, "vistar-psc depth model")
         from transformers import AutoImageProcessor, AutoModelForDepthEstimation, AutoModelForUniversalSegmentation
 
         _MODELS[key] = (AutoImageProcessor.from_pretrained(segmenter, local_files_only=True),

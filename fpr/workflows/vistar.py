@@ -22,6 +22,7 @@ from fpr.images import check_image
 from fpr.keys import utc_now
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
 from fpr.scorers import QueryBatch, all_scorers, run_scorers
+from fpr.scorers.vistar_cpa import canonical
 from fpr.scorers.vistar_li import parse_direction
 from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
 from fpr.scorers.vistar_roles import aspect, read_mask, role_names
@@ -95,6 +96,12 @@ def _check_expected_values(sp: StructuredPrompt, where: str, path: Path) -> None
     if "expected_count" in values and not values["expected_count"].strip().isdigit():
         raise InputError(f"{where}: count must be a whole number >= 0, not '{values['expected_count']}'",
                          where=str(path))
+    for column, kind in (("expected_posture", "postures"), ("expected_expression", "expressions")):
+        if column in values:
+            try:
+                canonical(values[column], kind)
+            except InputError as e:
+                raise InputError(f"{where}: {e.what}", where=str(path), hint=e.hint) from None
 
 
 def find_generations(folder: str | Path, prompts: list[RoutedPrompt]) -> dict[str, dict[str, Path]]:

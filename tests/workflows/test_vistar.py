@@ -9,7 +9,8 @@ from PIL import Image
 
 from fpr import api
 from fpr.cli.main import cli
-from tests.scorers.test_vistar_li import _direction, _known_answers
+from tests.scorers.known_answers import known_answers
+from tests.scorers.test_vistar_li import _direction
 from tests.scorers.test_vistar_tr import _sign
 
 PROMPTS = [  # prompt_id, split, prompt
@@ -26,7 +27,7 @@ OPPOSITE = {"left": "right", "upper-right": "upper-left"}
 def _make_generations(root, tmp_path):
     """'crisp' writes every sign right and lights every scene from the opposite side; 'moody' writes wrong
     text and lights the Core scenes right but the Hard one wrong (its robustness drop)."""
-    ka = _known_answers()
+    ka = known_answers()
     for model in ("crisp", "moody"):
         (root / model).mkdir(parents=True)
         for k, (pid, split, prompt) in enumerate(PROMPTS):
@@ -115,7 +116,8 @@ def test_a_users_mask_changes_the_role_ranking(vistar_run, tmp_path):
     ('[GD|LI] a lamp {light="left"}', "prompts.csv row 3: the relevance mask marks [GD|LI] irrelevant"),
     ('[ZZ|TR] a sign {text="A"}', "prompts.csv row 3: unknown role 'ZZ'"),
     ('[GD|XX] a sign {text="A"}', "prompts.csv row 3: unknown aspect 'XX'"),
-    ('[SA|CPA] two people {count="2"}', "aspect CPA needs scorer 'vistar-cpa'"),
+    ('[SA|CPA] two people {posture="flying"}', "prompts.csv row 3: unknown posture 'flying'"),
+    ('[SA|CPA] two people {expression="smiley"}', "prompts.csv row 3: unknown expression 'smiley'"),
     ('[PD|LI] boxes {light="sideways"}', "prompts.csv row 3: light_direction 'sideways' is not a known direction"),
     ('[SA|CPA] people {count="two"}', "prompts.csv row 3: count must be a whole number >= 0, not 'two'"),
 ])
