@@ -164,7 +164,8 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
                            identities=[r["p"].prompt_id for r in group], groups=[r["p"].split for r in group],
                            prompts=[r["p"].prompt.core for r in group], reference_paths=[[] for _ in group],
                            device=device, options=dict(options or {}), workspace=ws.root,
-                           extras=[r["p"].prompt.expected_values() for r in group])
+                           extras=[{**r["p"].prompt.expected_values(), "aspect": r["p"].prompt.aspect}
+                                   for r in group])
         frames.append(run_scorers([name], batch))
     aux = pd.concat(frames, ignore_index=True)
     aux.insert(0, "run_id", run_id)
