@@ -22,7 +22,11 @@ lying, 0-5 per scene, reported as a detector would (duplicate boxes, low-confide
 core counts them and classifies each posture. Seed 0 calibrates the confidence cut, seeds 1 and 2
 check.
 
-    python benchmarks/vistar_known_answers.py [--part tr|li|psc|cpa|all] [--out benchmarks/results/vistar_known_answers.md]
+GC (``vistar-gc``): shaded spheres, clean and with one geometric defect each (torn strips, noise
+texture patches, pinpoint highlight speckles, creases in the depth map); the AUROC of every
+model-free cue, clean vs each defect, on seeds 0-2 (the cues have no threshold to calibrate).
+
+    python benchmarks/vistar_known_answers.py [--part tr|li|psc|cpa|gc|all] [--out benchmarks/results/vistar_known_answers.md]
 
 Tests import the renderers from here (one implementation of the known answers).
 """
@@ -607,6 +611,125 @@ def cpa_section(scenes: int, check_seeds=(1, 2)) -> list[str]:
                    f"`vistar-cpa.min_confidence={conf}`", cpa_table(rows, no_nms), t0, "seeds " + " and ".join(map(str, check_seeds)))
 
 
+# --------------------------------------------------------------------------- GC: clean vs geometrically corrupted
+
+GC_CORRUPTIONS = ("tear", "texture", "speckle", "crease")
+GC_CUES = ("contour", "lbp", "highlight", "depth_normals", "depth_curvature")
+
+
+@dataclass
+class ShadedScene:
+    rgb: np.ndarray  # float RGB in [0, 1]
+    depth: np.ndarray
+
+
+def render_spheres(seed: int, size: int = 256) -> ShadedScene:
+    """Two to four shaded spheres (diffuse + a specular highlight) on a smooth gradient, and their depth."""
+    rng = np.random.default_rng([seed, 77])
+    yy, xx = np.mgrid[0:size, 0:size].astype(float)
+    rgb = np.stack([0.55 + 0.2 * yy / size, 0.6 + 0.1 * xx / size, 0.7 * np.ones_like(xx)], axis=-1)
+    depth = np.full((size, size), 10.0)
+    light = np.array([-0.4, -0.5, 0.77])
+    light /= np.linalg.norm(light)
+    half = (light + np.array([0, 0, 1.0])) / np.linalg.norm(light + np.array([0, 0, 1.0]))
+    for _ in range(int(rng.integers(2, 5))):
+        r = rng.uniform(0.12, 0.22) * size
+        cx, cy = rng.uniform(r, size - r), rng.uniform(r, size - r)
+        dx, dy = (xx - cx) / r, (yy - cy) / r
+        inside = dx * dx + dy * dy < 1
+        z = np.sqrt(np.clip(1 - dx * dx - dy * dy, 0, None))
+        zd = 5.0 - z * r / size * 4
+        front = inside & (zd < depth)
+        n = np.stack([dx, dy, z], axis=-1)
+        colour = np.array(PALETTE[int(rng.integers(len(PALETTE)))], float) / 255
+        shade = 0.25 + 0.75 * np.clip(n @ light, 0, None)
+        spec = np.clip(n @ half, 0, None) ** 60
+        col = np.clip(colour[None, None] * shade[..., None] + spec[..., None], 0, 1)
+        rgb[front], depth[front] = col[front], zd[front]
+    return ShadedScene(rgb, depth)
+
+
+def corrupt(scene: ShadedScene, kind: str, seed: int) -> ShadedScene:
+    """The scene with one geometric defect: ``tear`` (strips shifted sideways, breaking outlines and the depth
+    surface), ``texture`` (three patches of noise texture), ``speckle`` (scattered pinpoint highlights),
+    ``crease`` (ridges folded into the depth map)."""
+    rng = np.random.default_rng([seed, 78, GC_CORRUPTIONS.index(kind)])
+    rgb, depth = scene.rgb.copy(), scene.depth.copy()
+    size = rgb.shape[0]
+    if kind == "tear":
+        for _ in range(8):
+            y0, h, dx = int(rng.integers(0, size - 10)), int(rng.integers(3, 9)), int(rng.integers(4, 11))
+            dx *= int(rng.choice([-1, 1]))
+            rgb[y0:y0 + h] = np.roll(rgb[y0:y0 + h], dx, axis=1)
+            depth[y0:y0 + h] = np.roll(depth[y0:y0 + h], dx, axis=1)
+    elif kind == "texture":
+        for _ in range(3):
+            y0, x0 = rng.integers(0, size - 40, 2)
+            rgb[y0:y0 + 40, x0:x0 + 40] = rng.random((40, 40, 1)) * np.ones(3)
+    elif kind == "speckle":
+        ys, xs = rng.integers(0, size - 1, (2, 150))
+        for y, x in zip(ys, xs):
+            rgb[y:y + 2, x:x + 2] = 1.0
+    elif kind == "crease":
+        yy, xx = np.mgrid[0:size, 0:size].astype(float)
+        for _ in range(3):
+            y0, x0 = rng.integers(0, size - 64, 2)
+            box = (yy >= y0) & (yy < y0 + 64) & (xx >= x0) & (xx < x0 + 64)
+            depth[box] += 0.4 * np.abs(np.sin((xx[box] - x0) / 64 * 4 * np.pi))
+    else:
+        raise ValueError(kind)
+    return ShadedScene(rgb, depth)
+
+
+def gc_cues(scene: ShadedScene) -> dict[str, float]:
+    from fpr.scorers import vistar_gc as gc
+
+    rgb = scene.rgb
+    return {"contour": gc.contour_integrity(rgb)[0], "lbp": gc.lbp_regularity(rgb)[0],
+            "highlight": gc.highlight_continuity(rgb)[0], "depth_normals": gc.depth_normal_smoothness(scene.depth),
+            "depth_curvature": gc.depth_curvature_regularity(scene.depth)}
+
+
+def run_gc(seed: int, scenes: int) -> list[tuple[str, dict]]:
+    """(condition, cues) for each clean scene and each of its corruptions."""
+    rows = []
+    for k in range(scenes):
+        clean = render_spheres(seed * 1000 + k)
+        rows.append(("clean", gc_cues(clean)))
+        rows += [(kind, gc_cues(corrupt(clean, kind, seed * 1000 + k))) for kind in GC_CORRUPTIONS]
+    return rows
+
+
+def gc_table(rows_by_seed: dict[int, list]) -> list[str]:
+    cols = GC_CUES + ("weight-free min",)
+    lines = ["| seed | corruption | n | " + " | ".join(f"AUROC {c}" for c in cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+
+    def value(cues: dict, c: str) -> float:
+        return min(cues["contour"], cues["lbp"], cues["highlight"]) if c == "weight-free min" else cues[c]
+
+    for seed, rows in rows_by_seed.items():
+        clean = [cues for kind, cues in rows if kind == "clean"]
+        for kind in GC_CORRUPTIONS:
+            bad = [cues for k, cues in rows if k == kind]
+            aucs = [auroc([value(c, col) for c in clean], [value(c, col) for c in bad]) for col in cols]
+            lines.append(f"| {seed} | {kind} | {len(bad)} | " + " | ".join(f"{a:.3f}" for a in aucs) + " |")
+    return lines
+
+
+def gc_section(scenes: int, seeds=(0, 1, 2)) -> list[str]:
+    t0 = time.time()
+    table = gc_table({s: run_gc(s, scenes) for s in seeds})
+    intro = (f"{render_spheres.__doc__.splitlines()[0]} Defects: {' '.join(corrupt.__doc__.split(': ', 1)[1].split())} "
+             f"{scenes} clean scenes per seed, each also with every corruption; every cue of `vistar-gc` that "
+             "needs no model, computed by the scorer's own functions (the depth cues on the renderer's depth "
+             "map, standing in for the depth model). AUROC: P(a clean scene's cue above a corrupted one's), ties "
+             "half; 0.5 = the cue does not see that defect. The cues have no free threshold, so nothing is "
+             "calibrated: all seeds are checks.")
+    return ["## GC: clean vs geometrically corrupted renders", "", intro, "", *table, "",
+            f"({time.time() - t0:.0f} s)", ""]
+
+
 def section(title: str, intro: str, calibration: tuple[str, list[str]], chosen: str, check: list[str],
             t0: float, check_seeds: str = "seed 1") -> list[str]:
     """One part of the table: what was rendered, the calibration on seed 0, the check on seed 1."""
@@ -659,11 +782,12 @@ def merge_sections(old: str, new: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("tr", "li", "psc", "cpa", "all"), default="all")
+    ap.add_argument("--part", choices=("tr", "li", "psc", "cpa", "gc", "all"), default="all")
     ap.add_argument("--strings", type=int, default=6)
     ap.add_argument("--scenes", type=int, default=4)
     ap.add_argument("--psc-scenes", type=int, default=24)
     ap.add_argument("--cpa-scenes", type=int, default=20)
+    ap.add_argument("--gc-scenes", type=int, default=12)
     ap.add_argument("--calibration-strings", type=int, default=12)
     ap.add_argument("--out", default=None, help="markdown file; sections of parts not rerun are kept")
     args = ap.parse_args()
@@ -678,6 +802,8 @@ def main() -> None:
         lines += psc_section(args.psc_scenes)
     if args.part in ("cpa", "all"):
         lines += cpa_section(args.cpa_scenes)
+    if args.part in ("gc", "all"):
+        lines += gc_section(args.gc_scenes)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
