@@ -26,7 +26,11 @@ GC (``vistar-gc``): shaded spheres, clean and with one geometric defect each (to
 texture patches, pinpoint highlight speckles, creases in the depth map); the AUROC of every
 model-free cue, clean vs each defect, on seeds 0-2 (the cues have no threshold to calibrate).
 
-    python benchmarks/vistar_known_answers.py [--part tr|li|psc|cpa|gc|all] [--out benchmarks/results/vistar_known_answers.md]
+CSE (``vistar-cse``): 2x2 storyboards with the same striped creature in every panel, or a
+different one in each, over changing backgrounds; CSE-Con on the subject's boxes and on whole
+panels (the ``_whole`` variant), with fpr's weight-free ``pixels-16`` encoder.
+
+    python benchmarks/vistar_known_answers.py [--part tr|li|psc|cpa|gc|cse|all] [--out benchmarks/results/vistar_known_answers.md]
 
 Tests import the renderers from here (one implementation of the known answers).
 """
@@ -730,6 +734,87 @@ def gc_section(scenes: int, seeds=(0, 1, 2)) -> list[str]:
             f"({time.time() - t0:.0f} s)", ""]
 
 
+# --------------------------------------------------------------------------- CSE: storyboards, one subject or many
+
+@dataclass
+class Storyboard:
+    image: Image.Image  # 2x2 grid, 256 px
+    boxes: list  # the subject's box in each panel (x0, y0, x1, y1), panel pixels: the grounding's stand-in
+
+
+def _creature(d: ImageDraw.ImageDraw, x: float, y: float, s: float, colour: tuple, stripes: int, flip: bool) -> tuple:
+    """A striped body with a head, ``s`` px long, centred at (x, y); returns its box."""
+    body = (x - s / 2, y - s / 4, x + s / 2, y + s / 4)
+    d.ellipse(body, fill=colour)
+    for k in range(stripes):
+        sx = x - s / 2 + (k + 1) * s / (stripes + 1)
+        d.line((sx, y - s / 5, sx, y + s / 5), fill=(20, 20, 20), width=max(2, int(s / 25)))
+    hx = x + (-1 if flip else 1) * s * 0.55
+    d.ellipse((hx - s / 6, y - s / 2.8, hx + s / 6, y - s / 2.8 + s / 3), fill=colour)
+    return (min(body[0], hx - s / 6), y - s / 2.8, max(body[2], hx + s / 6), body[3])
+
+
+def render_storyboard(seed: int, consistent: bool, panel: int = 128) -> Storyboard:
+    """Four panels, each a new background (colour, two clutter shapes) with a striped creature at its own
+    place, size (+-15%) and facing; ``consistent``: the same creature (colour, stripes) in every panel,
+    else a different one in each."""
+    rng = np.random.default_rng([seed, 79, int(consistent)])
+    img = Image.new("RGB", (2 * panel, 2 * panel))
+    looks = rng.permutation(len(PALETTE))
+    stripes = rng.permutation([2, 3, 4, 5])
+    boxes = []
+    for k in range(4):
+        tile = Image.new("RGB", (panel, panel), tuple(int(v) for v in rng.integers(150, 256, 3)))
+        d = ImageDraw.Draw(tile)
+        for _ in range(2):
+            cx, cy, r = rng.uniform(0, panel), rng.uniform(0, panel), rng.uniform(8, 20)
+            d.rectangle((cx - r, cy - r, cx + r, cy + r), fill=tuple(int(v) for v in rng.integers(60, 200, 3)))
+        j = 0 if consistent else k
+        s = 60 * rng.uniform(0.85, 1.15)
+        box = _creature(d, rng.uniform(40, panel - 40), rng.uniform(45, panel - 35), s, PALETTE[looks[j]],
+                        int(stripes[j]), bool(rng.random() < 0.5))
+        img.paste(tile, ((k % 2) * panel, (k // 2) * panel))
+        boxes.append(tuple(int(round(v)) for v in box))
+    return Storyboard(img, boxes)
+
+
+def run_cse(seed: int, grids: int) -> list[tuple[bool, float, float]]:
+    """(consistent, con on the subject's boxes, con_whole on whole panels) per grid, pixels-16 embeddings."""
+    from fpr.encoders.embed import embed_pil
+    from fpr.encoders.registry import load_encoder
+    from fpr.scorers.vistar_cse import consistency, split_panels
+
+    enc = load_encoder("pixels-16", device="cpu")
+    rows = []
+    for consistent in (True, False):
+        for k in range(grids):
+            sb = render_storyboard(seed * 1000 + k, consistent)
+            panels = split_panels(sb.image, 2, 2)
+            crops = [p.crop(b) for p, b in zip(panels, sb.boxes)]
+            rows.append((consistent, consistency(embed_pil(enc, crops)), consistency(embed_pil(enc, panels))))
+    return rows
+
+
+def cse_section(grids: int, seeds=(0, 1, 2)) -> list[str]:
+    t0 = time.time()
+    lines = ["| seed | grids per kind | con: consistent mean / inconsistent mean / AUROC | "
+             "con_whole: consistent mean / inconsistent mean / AUROC |", "|---|---|---|---|"]
+    for seed in seeds:
+        rows = run_cse(seed, grids)
+        cells = []
+        for col in (1, 2):
+            yes, no = [r[col] for r in rows if r[0]], [r[col] for r in rows if not r[0]]
+            cells.append(f"{np.mean(yes):.3f} / {np.mean(no):.3f} / {auroc(yes, no):.3f}")
+        lines.append(f"| {seed} | {grids} | {cells[0]} | {cells[1]} |")
+    intro = (f"{' '.join(render_storyboard.__doc__.split())} The encoder is `pixels-16` (fpr's weight-free "
+             "baseline: no DINOv2 weights here) and the subject's boxes are the renderer's, standing in for the "
+             "OWLv2 grounding; so this checks CSE-Con's formula and panel handling (`vistar_cse.split_panels`, "
+             "`vistar_cse.consistency`), not DINOv2 or OWLv2. CSE-Cov needs CLIP's text tower and is not covered. "
+             "AUROC: P(a consistent grid's value above an inconsistent one's), ties half; nothing is calibrated.")
+    return ["## CSE: storyboards with one subject or four", "", intro, "", *lines, "",
+            f"({time.time() - t0:.0f} s)", ""]
+
+
 def section(title: str, intro: str, calibration: tuple[str, list[str]], chosen: str, check: list[str],
             t0: float, check_seeds: str = "seed 1") -> list[str]:
     """One part of the table: what was rendered, the calibration on seed 0, the check on seed 1."""
@@ -782,12 +867,13 @@ def merge_sections(old: str, new: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("tr", "li", "psc", "cpa", "gc", "all"), default="all")
+    ap.add_argument("--part", choices=("tr", "li", "psc", "cpa", "gc", "cse", "all"), default="all")
     ap.add_argument("--strings", type=int, default=6)
     ap.add_argument("--scenes", type=int, default=4)
     ap.add_argument("--psc-scenes", type=int, default=24)
     ap.add_argument("--cpa-scenes", type=int, default=20)
     ap.add_argument("--gc-scenes", type=int, default=12)
+    ap.add_argument("--cse-grids", type=int, default=16)
     ap.add_argument("--calibration-strings", type=int, default=12)
     ap.add_argument("--out", default=None, help="markdown file; sections of parts not rerun are kept")
     args = ap.parse_args()
@@ -804,6 +890,8 @@ def main() -> None:
         lines += cpa_section(args.cpa_scenes)
     if args.part in ("gc", "all"):
         lines += gc_section(args.gc_scenes)
+    if args.part in ("cse", "all"):
+        lines += cse_section(args.cse_grids)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
