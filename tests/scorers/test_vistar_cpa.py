@@ -15,6 +15,7 @@ from fpr.errors import InputError, NotFoundError
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers import vistar_cpa as cp
 from tests.scorers.known_answers import known_answers
+from tests.scorers.tiny_models import write_cpa_models
 
 EQUAL = cp.Weights(1 / 3, 1 / 3, 1 / 3)
 
@@ -113,32 +114,7 @@ def test_weights_default_to_equal_with_provenance_and_the_option_overrides():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    import torch
-    from transformers import (DetrConfig, DetrForObjectDetection, DetrImageProcessor, ResNetConfig, ViTConfig,
-                              ViTForImageClassification, ViTImageProcessor, VitPoseBackboneConfig, VitPoseConfig,
-                              VitPoseForPoseEstimation, VitPoseImageProcessor)
-
-    root = tmp_path_factory.mktemp("cpa-models")
-    torch.manual_seed(0)
-    det = DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False,
-                     backbone_config=ResNetConfig(embedding_size=8, hidden_sizes=[8, 8, 8, 8], depths=[1, 1, 1, 1],
-                                                  out_features=["stage4"]),
-                     d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                     decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, num_queries=6,
-                     id2label={0: "N/A", 1: "person", 2: "dog"}, label2id={"N/A": 0, "person": 1, "dog": 2})
-    DetrForObjectDetection(det).eval().save_pretrained(root / "det")
-    DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 64}).save_pretrained(root / "det")
-    pose = VitPoseConfig(backbone_config=VitPoseBackboneConfig(image_size=[64, 48], patch_size=[16, 16], hidden_size=16,
-                                                               num_hidden_layers=1, num_attention_heads=2,
-                                                               intermediate_size=32, out_indices=[1]), num_labels=17)
-    VitPoseForPoseEstimation(pose).eval().save_pretrained(root / "pose")
-    VitPoseImageProcessor(size={"height": 64, "width": 48}).save_pretrained(root / "pose")
-    labels = {0: "Angry", 1: "Happy", 2: "Neutral", 3: "Contempt"}  # 'Contempt' is outside the lexicon
-    expr = ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=32, num_labels=4, id2label=labels, label2id={v: k for k, v in labels.items()})
-    ViTForImageClassification(expr).eval().save_pretrained(root / "expr")
-    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(root / "expr")
-    return root
+    return write_cpa_models(tmp_path_factory.mktemp("cpa-models"))
 
 
 def test_the_model_path_gives_the_cores_values_on_what_the_models_found(tiny_models, tmp_path):

@@ -17,6 +17,7 @@ from fpr.errors import NotFoundError
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers import vistar_psc as vp
 from tests.scorers.known_answers import known_answers
+from tests.scorers.tiny_models import write_psc_models
 
 def _columns(widths_depths: list[tuple[int, float]], rows: int = 4) -> np.ndarray:
     return np.repeat(np.concatenate([[d] * w for w, d in widths_depths])[None, :], rows, axis=0).astype(float)
@@ -104,27 +105,7 @@ def test_a_mask_of_another_size_is_refused():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    import torch
-    from transformers import (DPTConfig, DPTForDepthEstimation, DPTImageProcessor, Mask2FormerConfig,
-                              Mask2FormerForUniversalSegmentation, Mask2FormerImageProcessor, SwinConfig)
-
-    root = tmp_path_factory.mktemp("psc-models")
-    torch.manual_seed(0)
-    swin = SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=[1, 1, 1, 1], num_heads=[1, 1, 1, 1],
-                      window_size=4, out_features=["stage1", "stage2", "stage3", "stage4"])
-    labels = {0: "person", 1: "chair", 2: "table"}
-    seg = Mask2FormerConfig(backbone_config=swin, hidden_dim=32, mask_feature_size=32, feature_size=32,
-                            encoder_layers=1, decoder_layers=2, num_attention_heads=2, dim_feedforward=32,
-                            encoder_feedforward_dim=32, num_queries=5, num_labels=3, common_stride=4,
-                            id2label=labels, label2id={v: k for k, v in labels.items()})
-    Mask2FormerForUniversalSegmentation(seg).eval().save_pretrained(root / "seg")
-    Mask2FormerImageProcessor(size={"height": 64, "width": 64}).save_pretrained(root / "seg")
-    dpt = DPTConfig(hidden_size=16, num_hidden_layers=4, num_attention_heads=2, intermediate_size=32, image_size=32,
-                    patch_size=8, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 8, 8, 8],
-                    fusion_hidden_size=8, head_in_index=-1)
-    DPTForDepthEstimation(dpt).eval().save_pretrained(root / "depth")
-    DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(root / "depth")
-    return root
+    return write_psc_models(tmp_path_factory.mktemp("psc-models"))
 
 
 def _image(tmp_path: Path, k: int) -> str:
