@@ -24,8 +24,8 @@ from fpr.errors import InputError, NotFoundError, choices_hint
 from fpr.plugins import load_plugins
 from fpr.scorers.options import Option, check_options, resolve
 
-SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "refvnli",
-                  "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
+SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "vistar_psc", "vistar_cpa",
+                  "refvnli", "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
 
 
 @dataclass

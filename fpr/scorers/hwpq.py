@@ -20,14 +20,30 @@
    vote (refusal, unparsable, request failed) is missing, and so are its level
    and the score, with the reason in ``note``: no vote is guessed.
 
+Two models, as in VISTAR (an LLM writes, a VLM answers): ``hwpq.generator_model`` writes the
+questionnaires and ``hwpq.answerer_model`` answers the questions, each with its own endpoint
+(``*_base_url``, else ``OPENAI_BASE_URL``) and key (``*_api_key_env``, the name of the
+environment variable holding it); unset, both are the judge's (``hwpq.model`` /
+``FPR_JUDGE_MODEL``). The questionnaire is written at the judge's temperature (0); the votes
+are sampled at ``hwpq.vote_temperature`` (1.0: VISTAR asks for k = 3 independent queries and
+states no temperature; at 0 the three votes would be one answer asked three times), each with
+its own seed.
+
+Aspect: a query's ``aspect`` column (a VISTAR aspect code, which ``fpr vistar run`` fills from
+the prompt's routing; else ``hwpq.aspect``) puts the aspect's name and focus
+(:mod:`fpr.scorers.vistar_roles`) into the questionnaire request, so Style Fusion, Cultural
+Fidelity and Material Accuracy get their own questionnaires for one prompt; the aspect is part
+of the stored questionnaire's key.
+
 Queries without a prompt get no rows. Options (``hwpq.<name>``): ``votes``,
-``max_attempts``, plus the judge client's (``model``, ``seed``, ...).
+``max_attempts``, the two models' settings above, plus the judge client's (``model``, ``seed``, ...).
 """
 from __future__ import annotations
 
 import json
 import math
 import threading
+from dataclasses import replace
 from importlib import resources
 
 import pandas as pd
@@ -38,10 +54,11 @@ from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
 from fpr.scorers.judges.cache import read_json, write_json_atomic
 from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, image_part, text_part
-from fpr.scorers.judges.config import client_options, judge_config
+from fpr.scorers.judges.config import JudgeConfig, checked_base_url, client_options, judge_config, key_from_env
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
-from fpr.scorers.options import Option
+from fpr.scorers.options import Option, resolve
+from fpr.scorers.vistar_roles import Aspect, aspect
 
 NAME = "hwpq"
 LEVELS = ("L1", "L2", "L3", "L4")
@@ -102,36 +119,44 @@ class _Questionnaires:
         self.t = load_template("hwpq_questionnaire")
         self.root = client.cache.root / "questionnaires"
         self.max_attempts = max_attempts
-        self._locks: dict[str, threading.Lock] = {}
-        self._memo: dict[str, dict | JudgeFailure] = {}
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._memo: dict[tuple, dict | JudgeFailure] = {}
         self._guard = threading.Lock()
 
-    def path(self, prompt: str):
+    def path(self, prompt: str, asp: Aspect | None):
         key = fingerprint({"model": self.client.config.model, "template": self.t.tag, "digest": self.t.digest,
-                           "seed": self.client.config.seed, "prompt": prompt})
+                           "seed": self.client.config.seed, "prompt": prompt,
+                           **({"aspect": asp.code} if asp else {})})
         return self.root / f"{key}.json"
 
-    def get(self, prompt: str, tally: Tally) -> dict:
+    def request_text(self, prompt: str, asp: Aspect | None) -> str:
+        text = self.t.render("user", prompt=prompt)
+        if asp is not None:
+            text += "\n\n" + self.t.render("aspect", aspect=asp.name, focus=asp.focus)
+        return text
+
+    def get(self, prompt: str, asp: Aspect | None, tally: Tally) -> dict:
+        memo_key = (prompt, asp.code if asp else None)
         with self._guard:
-            lock = self._locks.setdefault(prompt, threading.Lock())
+            lock = self._locks.setdefault(memo_key, threading.Lock())
         with lock:
-            if prompt not in self._memo:
+            if memo_key not in self._memo:
                 try:
-                    self._memo[prompt] = self._load_or_make(prompt, tally)
+                    self._memo[memo_key] = self._load_or_make(prompt, asp, tally)
                 except JudgeFailure as exc:
-                    self._memo[prompt] = exc
-            got = self._memo[prompt]
+                    self._memo[memo_key] = exc
+            got = self._memo[memo_key]
         if isinstance(got, JudgeFailure):
             raise JudgeFailure(got.reason)
         return got
 
-    def _load_or_make(self, prompt: str, tally: Tally) -> dict:
-        path = self.path(prompt)
+    def _load_or_make(self, prompt: str, asp: Aspect | None, tally: Tally) -> dict:
+        path = self.path(prompt, asp)
         stored = read_json(path)
         if stored is not None and validate_questionnaire(stored.get("questionnaire")) is None:
             return stored["questionnaire"]
         msgs = [{"role": "system", "content": self.t.render("system")},
-                {"role": "user", "content": self.t.render("user", prompt=prompt)}]
+                {"role": "user", "content": self.request_text(prompt, asp)}]
         error = "no reply"
         for attempt in range(1, self.max_attempts + 1):
             reply = self.client.chat(msgs, template=self.t, tally=tally)
@@ -141,8 +166,9 @@ class _Questionnaires:
             except JudgeFailure as exc:
                 q, error = None, exc.reason
             if error is None:
-                write_json_atomic(path, {"prompt": prompt, "model": self.client.config.model,
-                                         "template": self.t.tag, "attempts": attempt, "questionnaire": q})
+                write_json_atomic(path, {"prompt": prompt, "aspect": asp.code if asp else None,
+                                         "model": self.client.config.model, "template": self.t.tag,
+                                         "attempts": attempt, "questionnaire": q})
                 return q
             msgs = msgs + [{"role": "assistant", "content": reply.content or ""},
                            {"role": "user", "content": self.t.render("invalid", error=error)}]
@@ -157,11 +183,45 @@ class HWPQ(Scorer):
     primary_metric = "score"
     options = (Option("votes", int, 3, "votes per question, majority decides (odd)", minimum=1),
                Option("max_attempts", int, 3, "questionnaire replies asked per prompt before giving up", minimum=1),
+               Option("vote_temperature", float, 1.0, "sampling temperature of the answer votes", minimum=0.0),
+               Option("aspect", str, "", "VISTAR aspect code (SF, CUL, MA, ...) for queries without an aspect "
+                                         "column (empty: none)"),
+               *(o for role, does in (("generator", "writes the questionnaires"), ("answerer", "answers them"))
+                 for o in (Option(f"{role}_model", str, None, f"model that {does} (else hwpq.model)"),
+                           Option(f"{role}_base_url", str, None, f"endpoint of the model that {does} "
+                                                                 "(else OPENAI_BASE_URL)"),
+                           Option(f"{role}_api_key_env", str, "OPENAI_API_KEY",
+                                  f"environment variable holding the key of the model that {does}"))),
                *client_options())
 
+    def configs(self, options: dict) -> tuple[JudgeConfig, JudgeConfig]:
+        """(generator, answerer) configurations: the judge's, with each role's model, endpoint and key over it;
+        the answerer samples at ``vote_temperature``."""
+        base = judge_config(NAME, options)
+        opt = resolve(NAME, self.options, options)
+
+        def role(name: str) -> JudgeConfig:
+            url = opt[f"{name}_base_url"]
+            return replace(base, model=(opt[f"{name}_model"] or base.model).strip(),
+                           base_url=checked_base_url(url, f"{NAME}.{name}_base_url") if url else base.base_url,
+                           api_key=key_from_env(opt[f"{name}_api_key_env"]))
+
+        return role("generator"), replace(role("answerer"), temperature=opt["vote_temperature"])
+
     def provenance(self, batch: QueryBatch) -> dict:
-        return judge_config(NAME, batch.options).provenance(load_template("hwpq_questionnaire"),
-                                                            load_template("hwpq_answer"))
+        gen, ans = self.configs(batch.options)
+        return {**ans.provenance(load_template("hwpq_answer")),
+                "generator": gen.provenance(load_template("hwpq_questionnaire"))}
+
+    def aspects(self, batch: QueryBatch) -> list[Aspect | None]:
+        """Each query's aspect: its ``aspect`` column, else ``hwpq.aspect``, else none."""
+        default = str(resolve(NAME, self.options, batch.options)["aspect"]).strip()
+        extras = batch.extras or [{}] * len(batch)
+        out = []
+        for e in extras:
+            code = str((e or {}).get("aspect") or default).strip()
+            out.append(aspect(code) if code and code.lower() != "nan" else None)
+        return out
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         rows = [i for i, p in enumerate(batch.prompts) if p]
@@ -171,9 +231,10 @@ class HWPQ(Scorer):
         votes, attempts = values["votes"], values["max_attempts"]
         if votes % 2 == 0:
             raise InputError(f"{NAME}.votes must be odd, got {votes}")
-        cfg = judge_config(NAME, batch.options)
+        aspects = self.aspects(batch)
+        gen_cfg, cfg = self.configs(batch.options)
         client = JudgeClient(cfg, batch.workspace)
-        store = _Questionnaires(client, attempts)
+        store = _Questionnaires(JudgeClient(gen_cfg, batch.workspace), attempts)
         answer_t = load_template("hwpq_answer")
         metrics = ("score",) + LEVELS
 
@@ -188,7 +249,7 @@ class HWPQ(Scorer):
             return yes * 2 > votes
 
         def judge(i: int, tally: Tally) -> dict:
-            q = store.get(batch.prompts[i], tally)
+            q = store.get(batch.prompts[i], aspects[i], tally)
             image = ImageRef.from_path(batch.paths[i], cfg.image_size)
             pairs: dict = {}
             notes: dict[str, list[str]] = {}

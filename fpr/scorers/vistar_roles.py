@@ -34,6 +34,7 @@ class Aspect:
     name: str
     scorer: str  # the fpr scorer that measures it
     metric: str  # its metric read as the aspect score
+    focus: str = ""  # what the aspect looks at, in words (hwpq's questionnaires are conditioned on it)
 
 
 ROLES: tuple[Role, ...] = (
@@ -49,17 +50,26 @@ ROLES: tuple[Role, ...] = (
 ASPECTS: tuple[Aspect, ...] = (
     # fpr's spacing-robust TR (vistar-tr's primary metric): the paper's `score` gives a perfect render of
     # "FRESH BREAD" 0.455 when the OCR reads "FRESHBREAD" (docs/evaluators.md, vistar-tr).
-    Aspect("TR", "Text Rendering", "vistar-tr", "score_robust"),
-    Aspect("LI", "Lighting Integrity", "vistar-li", "score"),
-    Aspect("CSE", "Compositional Scene Evaluation", "vistar-cse", "score"),
-    Aspect("CPA", "Character Portrayal Accuracy", "vistar-cpa", "score"),
-    Aspect("PSC", "Physical-Spatial Consistency", "vistar-psc", "score"),
-    Aspect("GC", "Geometric Coherence", "vistar-gc", "score"),
-    # The three HWPQ aspects share one scorer; the questionnaire is conditioned on the aspect
-    # once hwpq takes it as an option (issue 24 item 3), until then they read the same score.
-    Aspect("SF", "Style Fusion", "hwpq", "score"),
-    Aspect("CUL", "Cultural-Historical Fidelity", "hwpq", "score"),
-    Aspect("MA", "Material Accuracy", "hwpq", "score"),
+    Aspect("TR", "Text Rendering", "vistar-tr", "score_robust",
+           "whether the text the prompt asks for is written exactly, legibly and in the right place"),
+    Aspect("LI", "Lighting Integrity", "vistar-li", "score",
+           "whether light direction, shadows and highlights agree with one another and with the prompt"),
+    Aspect("CSE", "Compositional Scene Evaluation", "vistar-cse", "score",
+           "whether every requested panel or sub-scene is present and the subject stays the same across them"),
+    Aspect("CPA", "Character Portrayal Accuracy", "vistar-cpa", "score",
+           "whether the number of people, their postures and their facial expressions match the prompt"),
+    Aspect("PSC", "Physical-Spatial Consistency", "vistar-psc", "score",
+           "whether objects keep physically possible places: no solid passes through another, occlusion is right"),
+    Aspect("GC", "Geometric Coherence", "vistar-gc", "score",
+           "whether shapes, contours, perspective and surfaces are geometrically coherent, without distortions"),
+    # The three HWPQ aspects share one scorer; its questionnaire is conditioned on the aspect (the query's
+    # ``aspect`` column, which ``fpr vistar run`` fills from the routing), so they read different scores.
+    Aspect("SF", "Style Fusion", "hwpq", "score",
+           "how the requested styles are blended into one coherent image, each still recognisable"),
+    Aspect("CUL", "Cultural-Historical Fidelity", "hwpq", "score",
+           "whether dress, architecture, symbols and customs are faithful to the named culture and period"),
+    Aspect("MA", "Material Accuracy", "hwpq", "score",
+           "whether materials look physically right: texture, reflectance, transparency, weight and wear"),
 )
 
 ASPECT_ALIASES = {"CC": "CUL"}  # sec. 3.1 writes Cultural Consistency (CC) for Table 3's CUL

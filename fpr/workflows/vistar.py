@@ -21,7 +21,8 @@ from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.images import check_image
 from fpr.keys import utc_now
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
-from fpr.scorers import QueryBatch, all_scorers, run_scorers
+from fpr.scorers import QueryBatch, all_scorers, check_scorer_options, run_scorers
+from fpr.scorers.vistar_cpa import canonical
 from fpr.scorers.vistar_li import parse_direction
 from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
 from fpr.scorers.vistar_roles import aspect, read_mask, role_names
@@ -95,6 +96,12 @@ def _check_expected_values(sp: StructuredPrompt, where: str, path: Path) -> None
     if "expected_count" in values and not values["expected_count"].strip().isdigit():
         raise InputError(f"{where}: count must be a whole number >= 0, not '{values['expected_count']}'",
                          where=str(path))
+    for column, kind in (("expected_posture", "postures"), ("expected_expression", "expressions")):
+        if column in values:
+            try:
+                canonical(values[column], kind)
+            except InputError as e:
+                raise InputError(f"{where}: {e.what}", where=str(path), hint=e.hint) from None
 
 
 def find_generations(folder: str | Path, prompts: list[RoutedPrompt]) -> dict[str, dict[str, Path]]:
@@ -140,6 +147,8 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
     mask = read_mask(relevance)
     prompts = read_prompts(prompts_file, mask)
     _check_scorers(prompts)
+    # every option names a scorer the routing uses, before any image is read; each scorer then gets its own
+    check_scorer_options(sorted({aspect(p.prompt.aspect).scorer for p in prompts}), options)
     images = find_generations(generations, prompts)
     rows = []
     for model, by_prompt in images.items():
@@ -152,12 +161,14 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
     for r in rows:
         by_scorer.setdefault(aspect(r["p"].prompt.aspect).scorer, []).append(r)
     for name, group in by_scorer.items():
+        own = {k: v for k, v in (options or {}).items() if str(k).split(".", 1)[0] == name}
         progress.log(f"vistar: {name} on {len(group)} images")
         batch = QueryBatch(query_ids=[r["query_id"] for r in group], paths=[r["path"] for r in group],
                            identities=[r["p"].prompt_id for r in group], groups=[r["p"].split for r in group],
                            prompts=[r["p"].prompt.core for r in group], reference_paths=[[] for _ in group],
-                           device=device, options=dict(options or {}), workspace=ws.root,
-                           extras=[r["p"].prompt.expected_values() for r in group])
+                           device=device, options=own, workspace=ws.root,
+                           extras=[{**r["p"].prompt.expected_values(), "aspect": r["p"].prompt.aspect}
+                                   for r in group])
         frames.append(run_scorers([name], batch))
     aux = pd.concat(frames, ignore_index=True)
     aux.insert(0, "run_id", run_id)

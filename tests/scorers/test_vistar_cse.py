@@ -162,3 +162,14 @@ def test_cse_grounds_the_subject_when_the_detector_is_there(tmp_path, tiny_clip,
     whole = run_scorers(["vistar-cse"], off).set_index("metric")
     assert math.isnan(whole.loc["con", "value"]) and "grounding off" in whole.loc["con", "note"]
     assert whole.loc["con_whole", "value"] == pytest.approx(whole_value, abs=1e-12)
+
+
+def test_known_answer_storyboards_one_subject_scores_above_four_on_a_held_out_seed():
+    from tests.scorers.known_answers import known_answers
+
+    ka = known_answers()
+    rows = ka.run_cse(3, 4)  # seed 3: not in the table (seeds 0-2)
+    same = [con for consistent, con, _ in rows if consistent]
+    other = [con for consistent, con, _ in rows if not consistent]
+    assert ka.auroc(same, other) == 1.0
+    assert min(same) > 0.5 > max(other)

@@ -137,3 +137,21 @@ def test_bad_padim_option_is_one_line(tmp_path):
                        options={"vistar-gc.padim": "maybe", "vistar-gc.depth_model": "none"})
     with pytest.raises(InputError, match="vistar-gc.padim must be one of on, off"):
         run_scorers(["vistar-gc"], batch)
+
+
+def test_known_answer_renders_each_defect_is_seen_by_its_cue_on_a_held_out_seed():
+    from tests.scorers.known_answers import known_answers
+
+    ka = known_answers()
+    rows = ka.run_gc(3, 4)  # seed 3: not in the table (seeds 0-2)
+    clean = [c for kind, c in rows if kind == "clean"]
+
+    def separation(kind: str, cue: str) -> float:
+        return ka.auroc([c[cue] for c in clean], [c[cue] for k, c in rows if k == kind])
+
+    assert separation("tear", "contour") >= 0.75
+    assert separation("texture", "contour") == 1.0 and separation("texture", "lbp") >= 0.7
+    assert separation("speckle", "highlight") == 1.0
+    assert separation("crease", "depth_normals") == 1.0
+    # a defect of the depth map alone leaves the image cues exactly as they were: ties, AUROC 1/2
+    assert separation("crease", "contour") == 0.5

@@ -3,10 +3,8 @@ pair's geometry by hand, the shadow association, and the whole estimate on proce
 known light direction (the benchmark's renderer, seeds the benchmark never used)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,16 +14,9 @@ from PIL import Image
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers import vistar_li as li
+from tests.scorers.known_answers import known_answers
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _known_answers():
-    spec = importlib.util.spec_from_file_location("vistar_known_answers", ROOT / "benchmarks" / "vistar_known_answers.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _direction(name: str) -> np.ndarray:
@@ -108,7 +99,7 @@ def test_touching_shadows_are_split_between_their_objects():
 def test_rendered_scenes_known_light_direction(name):
     """Seeds 7 and 8 (the benchmark calibrates on 0 and checks on 1): truth and segmented masks within 20 degrees
     wherever a shadow is visible; light from (upper) front hides every shadow behind its object: no estimate."""
-    ka = _known_answers()
+    ka = known_answers()
     light = _direction(name)
     for seed in (7, 8):
         sc = ka.render_scene(light, seed)
@@ -124,7 +115,7 @@ def test_rendered_scenes_known_light_direction(name):
 
 
 def _batch(tmp_path, lights: list[str], extras: list[dict], prompts=None, options=None) -> QueryBatch:
-    ka = _known_answers()
+    ka = known_answers()
     paths = []
     for k, name in enumerate(lights):
         paths.append(str(tmp_path / f"s{k}.png"))

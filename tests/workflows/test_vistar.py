@@ -2,6 +2,7 @@
 split, two models whose order flips between roles; fpr report --by role prints it again."""
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -9,7 +10,8 @@ from PIL import Image
 
 from fpr import api
 from fpr.cli.main import cli
-from tests.scorers.test_vistar_li import _direction, _known_answers
+from tests.scorers.known_answers import known_answers
+from tests.scorers.test_vistar_li import _direction
 from tests.scorers.test_vistar_tr import _sign
 
 PROMPTS = [  # prompt_id, split, prompt
@@ -26,7 +28,7 @@ OPPOSITE = {"left": "right", "upper-right": "upper-left"}
 def _make_generations(root, tmp_path):
     """'crisp' writes every sign right and lights every scene from the opposite side; 'moody' writes wrong
     text and lights the Core scenes right but the Hard one wrong (its robustness drop)."""
-    ka = _known_answers()
+    ka = known_answers()
     for model in ("crisp", "moody"):
         (root / model).mkdir(parents=True)
         for k, (pid, split, prompt) in enumerate(PROMPTS):
@@ -115,7 +117,8 @@ def test_a_users_mask_changes_the_role_ranking(vistar_run, tmp_path):
     ('[GD|LI] a lamp {light="left"}', "prompts.csv row 3: the relevance mask marks [GD|LI] irrelevant"),
     ('[ZZ|TR] a sign {text="A"}', "prompts.csv row 3: unknown role 'ZZ'"),
     ('[GD|XX] a sign {text="A"}', "prompts.csv row 3: unknown aspect 'XX'"),
-    ('[SA|CPA] two people {count="2"}', "aspect CPA needs scorer 'vistar-cpa'"),
+    ('[SA|CPA] two people {posture="flying"}', "prompts.csv row 3: unknown posture 'flying'"),
+    ('[SA|CPA] two people {expression="smiley"}', "prompts.csv row 3: unknown expression 'smiley'"),
     ('[PD|LI] boxes {light="sideways"}', "prompts.csv row 3: light_direction 'sideways' is not a known direction"),
     ('[SA|CPA] people {count="two"}', "prompts.csv row 3: count must be a whole number >= 0, not 'two'"),
 ])
@@ -156,3 +159,33 @@ def test_an_existing_run_is_refused_before_scoring(vistar_run):
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp / "gen"),
                                  "--prompts", str(tmp / "prompts.csv"), "--run", "v1"])
     assert r.exit_code != 0 and "run 'v1' already exists" in r.output and "vistar-tr on" not in r.output
+
+
+def test_cpa_and_psc_prompts_reach_their_scorers_with_the_prompts_parameters(tmp_path):
+    """[SA|CPA] and [SA|PSC] prompts are scored by vistar-cpa and vistar-psc (tiny random models in the real
+    layouts), each given its own options, the CPA prompt's count/posture/expression as expected values."""
+    from tests.scorers.tiny_models import write_cpa_models, write_psc_models
+
+    cpa, psc = write_cpa_models(tmp_path / "cpa"), write_psc_models(tmp_path / "psc")
+    rows = [("p1", "core", '[SA|CPA] two friends {count="2", posture="seated", expression="smiling"}'),
+            ("p2", "core", "[SA|PSC] a cat asleep on a sofa")]
+    pd.DataFrame(rows, columns=["prompt_id", "split", "prompt"]).to_csv(tmp_path / "prompts.csv", index=False)
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    for k, (pid, _, _) in enumerate(rows):
+        arr = np.random.default_rng(k).integers(0, 256, (60, 90, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(tmp_path / "gen" / "m" / f"{pid}.png")
+    opts = {"vistar-cpa.detector": cpa / "det", "vistar-cpa.pose_model": cpa / "pose",
+            "vistar-cpa.expression_model": cpa / "expr", "vistar-cpa.min_confidence": 0,
+            "vistar-psc.segmenter": psc / "seg", "vistar-psc.depth_model": psc / "depth"}
+    args = [a for k, v in opts.items() for a in ("--scorer-option", f"{k}={v}")]
+    ws = tmp_path / "ws"
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp_path / "gen"),
+                                 "--prompts", str(tmp_path / "prompts.csv"), "--run", "v", *args])
+    assert r.exit_code == 0, r.output
+    aux = api.sql("SELECT query_id, scorer, metric, value, note FROM aux_scores WHERE run_id = 'v'", workspace=ws)
+    assert set(aux.loc[aux["query_id"] == "m/p1", "scorer"]) == {"vistar-cpa"}
+    assert set(aux.loc[aux["query_id"] == "m/p2", "scorer"]) == {"vistar-psc"}
+    note = aux[(aux["query_id"] == "m/p1") & (aux["metric"] == "score")]["note"].iloc[0]
+    assert json.loads(note)["expected"] == {"count": 2, "posture": "sitting", "expression": "happy"}
+    t = api.sql("SELECT aspect, score FROM vistar_tensor ORDER BY aspect", workspace=ws)
+    assert t["aspect"].tolist() == ["CPA", "PSC"] and t["score"].between(0, 1).all()

@@ -144,6 +144,28 @@ def _offline() -> bool:
     return os.environ.get("FPR_OFFLINE", "") not in ("", "0", "false", "False")
 
 
+def checked_base_url(raw: str, source: str) -> str:
+    """``raw`` without a trailing slash, if it is an http(s) URL that ``FPR_OFFLINE`` allows; ``source`` names
+    where it came from (an environment variable or a scorer option) in the one-line error."""
+    base_url = str(raw).strip().rstrip("/")
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise InputError(f"{source} is not an http(s) URL: '{base_url}'",
+                         hint=f"e.g. {source}=http://127.0.0.1:8000/v1")
+    if _offline() and not _is_loopback(parsed.hostname):
+        raise FprError(f"judge endpoint {base_url} is not on this machine and FPR_OFFLINE=1 forbids network use",
+                       hint=f"point {source} at a loopback server (127.0.0.1) or unset FPR_OFFLINE")
+    return base_url
+
+
+def key_from_env(name: str) -> str:
+    api_key = os.environ.get(name, "").strip()
+    if not api_key:
+        raise InputError(f"{name} is not set",
+                         hint="set it to the endpoint's key (any non-empty value for a local server)")
+    return api_key
+
+
 def judge_config(scorer: str, options: dict, defaults: dict | None = None) -> JudgeConfig:
     """The endpoint, key, model and request settings for ``scorer`` (options ``<scorer>.<name>``; ``defaults``:
     the scorer's own defaults over :data:`DEFAULTS`)."""
@@ -152,18 +174,8 @@ def judge_config(scorer: str, options: dict, defaults: dict | None = None) -> Ju
     if not model:
         raise InputError(f"scorer '{scorer}' needs a judge model",
                          hint=f"pass --scorer-option {scorer}.model=NAME or set FPR_JUDGE_MODEL")
-    base_url = (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).strip().rstrip("/")
-    parsed = urlparse(base_url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname:
-        raise InputError(f"OPENAI_BASE_URL is not an http(s) URL: '{base_url}'",
-                         hint="e.g. OPENAI_BASE_URL=http://127.0.0.1:8000/v1")
-    if _offline() and not _is_loopback(parsed.hostname):
-        raise FprError(f"judge endpoint {base_url} is not on this machine and FPR_OFFLINE=1 forbids network use",
-                       hint="point OPENAI_BASE_URL at a loopback server (127.0.0.1) or unset FPR_OFFLINE")
-    api_key = os.environ.get("OPENAI_API_KEY", "").strip()
-    if not api_key:
-        raise InputError("OPENAI_API_KEY is not set",
-                         hint="set it to the endpoint's key (any non-empty value for a local server)")
+    base_url = checked_base_url(os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, "OPENAI_BASE_URL")
+    api_key = key_from_env("OPENAI_API_KEY")
     if v["image_quality"] > 95:
         raise InputError(f"scorer option {scorer}.image_quality must be 1-95, got {v['image_quality']}")
     return JudgeConfig(model=model, base_url=base_url, api_key=api_key,

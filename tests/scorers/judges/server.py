@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 API_KEY = "test-key"
-MODELS = ("judge-test",)
+MODELS = ("judge-test", "judge-writer", "judge-probe")  # the first is the default judge
 QUESTIONNAIRE = {"levels": [
     {"level": "L1", "weight": 0.4, "questions": [
         {"weight": 0.75, "positive": "Is there an animal?", "negative": "Is the animal absent?"},

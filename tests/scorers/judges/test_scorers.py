@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from fpr.errors import InputError
-from fpr.scorers import QueryBatch, run_scorers
+from fpr.scorers import QueryBatch, all_scorers, run_scorers
 from fpr.scorers.dreambench_concept import GalleryIdentities, shuffled
 from fpr.scorers.hwpq import hwpq_score, validate_questionnaire
 from fpr.scorers.judges.tools import OWLV2_ID, Owlv2Detector, difference
 from tests.scorers.judges.conftest import flat_image, make_batch, metric
-from tests.scorers.judges.server import QUESTIONNAIRE, Fault
+from tests.scorers.judges.server import API_KEY, QUESTIONNAIRE, Fault, JudgeServer
 
 # --------------------------------------------------------------------------- DreamBench++
 
@@ -295,3 +295,66 @@ def test_hwpq_invalid_questionnaires_are_regenerated_then_reported(tmp_path, jud
     assert note == ("questionnaire invalid after 3 attempts: unparsable reply: the JSON object is cut off "
                     "(no closing '}')")
     assert judge_env.count(lambda b: "ALWAYS-BAD" in json.dumps(b)) == 3
+
+
+def test_hwpq_generator_and_answerer_use_their_own_models_and_endpoints(tmp_path, judge_env, monkeypatch):
+    monkeypatch.setenv("WRITER_KEY", API_KEY)
+    with JudgeServer() as writer_endpoint:
+        batch = make_batch(tmp_path, ["a striped animal"], [10], [None], options={
+            "hwpq.concurrency": "1", "hwpq.generator_model": "judge-writer",
+            "hwpq.generator_base_url": writer_endpoint.base_url, "hwpq.generator_api_key_env": "WRITER_KEY",
+            "hwpq.answerer_model": "judge-probe"})
+        df = run_scorers(["hwpq"], batch)
+        written = list(writer_endpoint.requests)
+    assert metric(df, "q0", "score")[0] == pytest.approx(0.7)
+    # the questionnaire: one request, to the writer's endpoint and model, at the judge's temperature (0)
+    assert len(written) == 1 and written[0]["model"] == "judge-writer" and written[0]["temperature"] == 0
+    assert "questionnaires" in written[0]["messages"][0]["content"]
+    # the answers: only to the default endpoint, the answerer's model, sampled at vote_temperature (1) with
+    # one seed per vote
+    answered = judge_env.requests
+    assert len(answered) == 33 and {b["model"] for b in answered} == {"judge-probe"}
+    assert {b["temperature"] for b in answered} == {1}
+    assert sorted({b["seed"] for b in answered}) == [0, 1, 2]
+    assert not any("questionnaires" in b["messages"][0]["content"] for b in answered)
+    stored = json.loads(next((tmp_path / "ws" / "judge-cache" / "questionnaires").glob("*.json")).read_text())
+    assert stored["model"] == "judge-writer"
+    prov = all_scorers()["hwpq"].provenance(batch)
+    assert prov["model"] == "judge-probe" and prov["temperature"] == 1
+    assert prov["generator"]["model"] == "judge-writer" and prov["generator"]["base_url"] == writer_endpoint.base_url
+
+
+def test_hwpq_votes_can_be_sampled_at_another_temperature_and_a_missing_key_is_one_line(tmp_path, judge_env):
+    batch = make_batch(tmp_path, ["a striped animal"], [10], [None],
+                       options={"hwpq.concurrency": "1", "hwpq.vote_temperature": "0.7"})
+    run_scorers(["hwpq"], batch)
+    votes = [b for b in judge_env.requests if "questionnaires" not in b["messages"][0]["content"]]
+    assert {b["temperature"] for b in votes} == {0.7}
+    batch.options["hwpq.answerer_api_key_env"] = "NO_SUCH_KEY_VAR"
+    with pytest.raises(InputError) as exc:
+        run_scorers(["hwpq"], batch)
+    assert exc.value.one_line().startswith("NO_SUCH_KEY_VAR is not set")
+
+
+def test_hwpq_questionnaires_are_conditioned_on_the_aspect(tmp_path, judge_env):
+    from fpr.scorers.vistar_roles import aspect
+
+    batch = make_batch(tmp_path, ["a teapot", "a teapot", "a teapot"], [10, 10, 10], [None, None, None],
+                       options={"hwpq.concurrency": "1", "hwpq.aspect": "CUL"})
+    batch.extras = [{"aspect": "SF"}, {"aspect": "MA"}, {}]  # the third takes hwpq.aspect
+    run_scorers(["hwpq"], batch)
+    asked = [_user_text(b) for b in judge_env.requests if "questionnaires" in b["messages"][0]["content"]]
+    assert len(asked) == 3  # one questionnaire per aspect of the one prompt
+    for code in ("SF", "MA", "CUL"):
+        a = aspect(code)
+        assert sum(f"aspect of the prompt: {a.name}, that is {a.focus}." in t for t in asked) == 1, code
+    assert all(t.startswith('Prompt: "a teapot"') for t in asked)
+    stored = [json.loads(p.read_text()) for p in (tmp_path / "ws" / "judge-cache" / "questionnaires").glob("*")]
+    assert sorted(s["aspect"] for s in stored) == ["CUL", "MA", "SF"]
+    batch.extras = [{"aspect": "XX"}, {}, {}]
+    with pytest.raises(InputError, match="unknown aspect 'XX'"):
+        run_scorers(["hwpq"], batch)
+
+
+def _user_text(body: dict) -> str:
+    return next(m["content"] for m in body["messages"] if m["role"] == "user")
