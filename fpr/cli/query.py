@@ -5,7 +5,8 @@ import click
 
 from fpr import api, progress
 from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
-                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
+                          ray_settings, scope_option, scorer_option, table_width, weights_option, width_options,
+                          workers_option)
 from fpr.defaults import DEFAULT_REPORT_METRICS
 from fpr.errors import InputError
 from fpr.render.cells import dumps, interval_footnote, render_rows
@@ -166,12 +167,13 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
 
 
 @cli.group("runs", invoke_without_command=True)
+@width_options()
 @format_option()
 @click.pass_context
-def runs_cmd(ctx, fmt) -> None:
+def runs_cmd(ctx, width, wide, fmt) -> None:
     """List stored runs ('fpr runs delete RUN' deletes one)."""
     if ctx.invoked_subcommand is None:
-        click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt))
+        click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 
 @runs_cmd.command("delete")
