@@ -145,13 +145,15 @@ def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: 
 
 
 def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
-                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = ()):
-    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.render.paper`)."""
+                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = (), all_scorers: bool = True):
+    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.render.paper`); ``metrics``
+    may name scorers, ``all_scorers`` adds every scorer column."""
     from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, drift=False)
     p = rep.pivot(data.summary, metrics=metrics or rep.DEFAULT_METRICS,
-                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders)
+                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders,
+                  all_scorers=all_scorers)
     return data, p
 
 
