@@ -164,9 +164,13 @@ def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | 
     from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, device=device)
-    p = rep.pivot(data.summary, methods=rep.method_order(data.per_query), encoders=data.encoders)
+    order = rep.method_order(data.per_query)
+    # the page opens on the paper's columns; every metric and scorer is one click below them
+    p = rep.pivot(data.summary, metrics=rep.READABLE_METRICS, methods=order, encoders=data.encoders,
+                  all_scorers=False)
+    full = rep.pivot(data.summary, methods=order, encoders=data.encoders)
     text = html.render(data.per_query, data.aux, data.rankings, data.items, data.summary, p, runs=data.runs,
-                       top_k=top_k, thumb=thumb)
+                       top_k=top_k, thumb=thumb, full=full)
     out = Path(out)
     atomic_write(out, lambda fp: fp.write(text.encode("utf-8")))
     return out
