@@ -166,10 +166,11 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
                           "sim_definition": data.sim_definition,
                           "provenance": data.provenance[data.runs[0]] if one else data.provenance}))
         return
-    if fmt == "table":
-        click.echo(f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
-                   f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
     cols = table_width(width, wide) if fmt == "table" else None
+    if fmt == "table":
+        head = (f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
+                f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
+        click.echo(textwrap.fill(head, cols, subsequent_indent="  ") if cols else head)
     click.echo(rep.render(pivot, fmt, width=cols))
     if fmt == "table":
         click.echo("\n" + rep.sim_map_chart(data.summary, methods=pivot.methods, encoders=data.encoders,
