@@ -11,7 +11,7 @@ from fpr.cli.main import (batch_size_option, cli, device_option, engine_options,
                           workers_option)
 from fpr.defaults import DEFAULT_REPORT_METRICS, READABLE_REPORT_METRICS
 from fpr.errors import InputError
-from fpr.render.cells import dumps, interval_footnote, render_rows
+from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width
 
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -28,7 +28,8 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
-    click.echo(render_rows(res.summary, "table", cols))
+    # folded to the terminal (COLUMNS), each block naming its rows by method and group; csv/json: whole
+    click.echo(render_rows(res.summary, "table", cols, width=terminal_width(), keys=2))
     if res.sim_definition:
         from fpr.eval.similarity import SIM_SOURCES
 

@@ -81,11 +81,12 @@ def fit_widths(natural: Sequence[int], floors: Sequence[int], width: int, gap: i
     return widths
 
 
-def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: int | None = None) -> str:
+def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: int | None = None,
+          keys: int = 1) -> str:
     """Aligned columns. With ``width``, a table wider than that is made to fit: long text cells are cut
     (ending in an ellipsis, never below :data:`TEXT_FLOOR` characters nor a short column's own width), then,
-    if it still does not fit, the columns fold into blocks, each repeating the first (key) column, which is
-    never cut. Numbers are never cut."""
+    if it still does not fit, the columns fold into blocks, each repeating the first ``keys`` columns (which
+    name the row, and are never cut). Numbers are never cut."""
     if not rows:
         return "(no rows)"
     cols = list(columns or rows[0].keys())
@@ -94,9 +95,9 @@ def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: 
     numeric = [all(_looks_numeric(row[i]) for row in cells) for i in range(len(cols))]
     if width is None:
         return _block(cols, cells, dict(enumerate(natural)), numeric, range(len(cols)))
-    floors = [w if (num or i == 0) else min(w, max(TEXT_FLOOR, len(c)))
+    floors = [w if (num or i < keys) else min(w, max(TEXT_FLOOR, len(c)))
               for i, (c, w, num) in enumerate(zip(cols, natural, numeric))]
-    blocks = fold_columns(floors, width)
+    blocks = fold_columns(floors, width, keys=keys)
     out = []
     for block in blocks:
         widths = fit_widths([natural[i] for i in block], [floors[i] for i in block], width)
@@ -108,15 +109,18 @@ TEXT_FLOOR = 16  # a long text column keeps at least this many characters (15 an
 #                  ... and its header: cut only what is long, fold the rest
 
 
-def fold_columns(widths: Sequence[int], width: int, gap: int = 2) -> list[list[int]]:
-    """Column indices in blocks that each fit ``width`` at the given widths; every block starts with
-    column 0 (the key), and a column too wide for any block gets one of its own."""
-    blocks: list[list[int]] = [[0]]
-    used = widths[0]
-    for i in range(1, len(widths)):
-        if used + gap + widths[i] > width and len(blocks[-1]) > 1:
-            blocks.append([0])
-            used = widths[0]
+def fold_columns(widths: Sequence[int], width: int, gap: int = 2, keys: int = 1) -> list[list[int]]:
+    """Column indices in blocks that each fit ``width`` at the given widths; every block starts with the
+    first ``keys`` columns, and a column too wide for any block gets one of its own."""
+    keys = min(keys, len(widths))
+    start = list(range(keys))
+    key_w = sum(widths[:keys]) + gap * (keys - 1)
+    blocks: list[list[int]] = [start[:]]
+    used = key_w
+    for i in range(keys, len(widths)):
+        if used + gap + widths[i] > width and len(blocks[-1]) > keys:
+            blocks.append(start[:])
+            used = key_w
         blocks[-1].append(i)
         used += gap + widths[i]
     return blocks
@@ -171,10 +175,11 @@ def csv_text(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
 
 
 def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = None, *,
-                width: int | None = None) -> str:
-    """``width`` folds a table (see :func:`table`); JSON and CSV are always whole."""
+                width: int | None = None, keys: int = 1) -> str:
+    """``width`` folds a table, repeating its first ``keys`` columns (see :func:`table`); JSON and CSV are
+    always whole."""
     if fmt == "json":
         return dumps(list(rows))
     if fmt == "csv":
         return csv_text(rows, columns)
-    return table(rows, columns, width=width)
+    return table(rows, columns, width=width, keys=keys)

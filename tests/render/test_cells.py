@@ -62,3 +62,10 @@ def test_terminal_width_prefers_the_option_then_columns_then_the_fallback(monkey
     monkeypatch.setattr("os.get_terminal_size", no_terminal)  # as in a pipe, whatever runs pytest
     assert terminal_width() == FALLBACK_WIDTH
     assert clip("abcdef", 4) == "abc…" and clip("abc", 4) == "abc"
+
+
+def test_blocks_can_repeat_several_key_columns():
+    rows = [{"method": "a", "group": "cats", **{f"m{i}": 0.5 for i in range(10)}}]
+    blocks = render_rows(rows, "table", width=40, keys=2).split("\n\n")
+    assert len(blocks) > 1 and all(b.splitlines()[2].split()[:2] == ["a", "cats"] for b in blocks)
+    assert fold_columns([6, 4, 5, 5, 5], 20, keys=2) == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]  # 6+2+4 = 12, + 7
