@@ -171,7 +171,7 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     if fmt == "table":
         head = (f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
                 f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
-        click.echo(textwrap.fill(head, cols, subsequent_indent="  ") if cols else head)
+        click.echo(_wrap(head, cols))
     click.echo(rep.render(pivot, fmt, width=cols))
     if fmt == "table":
         click.echo("\n" + rep.sim_map_chart(data.summary, methods=pivot.methods, encoders=data.encoders,
@@ -188,8 +188,12 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
              interval_footnote(data.summary),
              f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
     for note in filter(None, notes):  # prose wraps at the table's width (never cut)
-        click.echo("\n".join(textwrap.fill(line, cols, subsequent_indent="  ") if cols else line
-                             for line in note.splitlines()))
+        click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))
+
+
+def _wrap(text: str, width: int | None) -> str:
+    """Prose at the table's width, continued lines indented; names (fpr-world-v3) never split at hyphens."""
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False) if width else text
 
 
 @cli.group("runs", invoke_without_command=True)

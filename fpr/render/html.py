@@ -367,7 +367,8 @@ figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84p
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
 figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
 .sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
-@media (max-width:600px){body{margin:8px}.iv{display:block;font-size:11px;color:#555}figure,figure img,.missing{width:64px}figure img{height:64px}
+@media (max-width:600px){body{margin:8px}.iv{display:block;font-size:11px;color:#555}
+figure,figure img,.missing{width:64px}figure img{height:64px}
 .m{margin-left:6px}}
 """
 

@@ -253,6 +253,7 @@ def _latex(p: Pivot, header: list[str]) -> str:
 
 # --------------------------------------------------------------------------- Sim vs mAP
 
+MIN_BAR = 20  # characters a bar needs to be read beside its numbers
 ORACLE = "oracle"  # the method `fpr query --oracle` adds: the reference images as queries (the ceiling)
 CHART_METRICS = (("sim", "Sim"), ("map", "mAP"))
 
@@ -318,20 +319,24 @@ def sim_map_chart(summary: Sequence[dict], *, methods: Sequence[str] | None = No
         if not rows:
             continue
         vals = [_f(r.get(k)) for _, r in rows for key, _ in CHART_METRICS for k in (key, f"{key}_lo", f"{key}_hi")]
-        axis = chart_axis(vals, max(10, width - name_w - text_w - 4))
+        inline = width - name_w - text_w - 4 >= MIN_BAR  # else each bar on a line of its own, under its numbers
+        axis = chart_axis(vals, width - name_w - text_w - 4 if inline else max(MIN_BAR, width - 4))
         oracle = cell.get((e, ORACLE), {})
         refs = {key: _f(oracle.get(key)) for key, _ in CHART_METRICS}
         ref_note = (f"| oracle ({', '.join(f'{lab} {format_cell(refs[k])}' for k, lab in CHART_METRICS)})"
                     if oracle else f"no '{ORACLE}' row to mark (fpr query --oracle adds it)")
         lines = textwrap.wrap(f"Sim vs mAP, {_group_title(group)}, encoder {e}: # mean, [ ] 95% interval, "
-                              f"{ref_note}", width, subsequent_indent="  ")
-        pad = " " * (name_w + text_w + 4)
+                              f"{ref_note}", width, subsequent_indent="  ", break_on_hyphens=False)
+        pad = " " * (name_w + text_w + 4 if inline else 4)
         lines.append(pad + _ticks(axis))
         for m, r in rows:
             for k, (key, label) in enumerate(CHART_METRICS):
                 v, lo, hi = _f(r.get(key)), _f(r.get(f"{key}_lo")), _f(r.get(f"{key}_hi"))
-                lines.append(f"{(m if k == 0 else ''):<{name_w}}  {texts[(e, m, key)]:<{text_w}}  "
-                             f"{bar(v, lo, hi, refs[key], axis)}".rstrip())
+                drawn = bar(v, lo, hi, refs[key], axis)
+                if inline:
+                    lines.append(f"{(m if k == 0 else ''):<{name_w}}  {texts[(e, m, key)]:<{text_w}}  {drawn}".rstrip())
+                else:
+                    lines += [(f"{m} " if k == 0 else "  ") + texts[(e, m, key)], f"    {drawn}".rstrip()]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

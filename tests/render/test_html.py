@@ -93,7 +93,8 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert choose("encoder", "") == 3
         choose("method", "")
         assert choose("group", "") == len(queries)
-        assert b.eval("document.querySelectorAll('.plots svg').length") == 1 + 2 * 3  # Sim vs mAP; (cats, dogs, all) x 2
+        # Sim vs mAP (one encoder); (cats, dogs, all) x (mAP, Sim)
+        assert b.eval("document.querySelectorAll('.plots svg').length") == 1 + 2 * 3
         assert b.eval("document.querySelectorAll('.conf table').length") == 2
         b.eval("document.getElementById('filters').scrollIntoView()")
         shot = b.screenshot(tmp_path / "report.png")

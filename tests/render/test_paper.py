@@ -192,3 +192,13 @@ def test_sim_vs_map_chart_has_every_encoder_and_the_oracle_as_reference():
     assert faithful_sim[start:start + 23] == "#" * 19 + "[#]" + " "
     no_oracle = rep.sim_map_chart(summary_rows(), width=200)
     assert "no 'oracle' row to mark" in no_oracle and "|" not in no_oracle.replace("| oracle", "")
+
+
+def test_a_narrow_chart_puts_each_bar_under_its_numbers():
+    text = rep.sim_map_chart(summary_rows(), width=40)
+    lines = text.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in text.splitlines()) <= 40
+    k = next(i for i, line in enumerate(lines) if line.startswith("faithful"))
+    assert lines[k] == "faithful Sim 0.440 [0.42,0.46]"
+    assert lines[k + 1] == "    " + rep.bar(0.44, 0.42, 0.46, float("nan"), rep.Axis(0.0, 1.0, 36))
+    assert lines[k + 2] == "  mAP 0.880 [0.78,0.93]"
