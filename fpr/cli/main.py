@@ -130,7 +130,7 @@ def width_options():
     def decorate(f):
         f = click.option("--wide", is_flag=True, help="Print every cell whole (no folding to the terminal).")(f)
         return click.option("--width", type=click.IntRange(min=1), default=None,
-                            help="Fold the table to N characters (default: the terminal's width, COLUMNS, "
+                            help="Fold the table to N characters (default: COLUMNS, else the terminal's width, "
                                  "else 100).")(f)
     return decorate
 
