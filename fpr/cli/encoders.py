@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import cli, format_option
+from fpr.cli.main import cli, format_option, table_width, width_options
 from fpr.render.cells import dumps, render_rows
 
 TABLE_COLUMNS = ("id", "dim", "input", "status", "verified", "where", "checksum")
@@ -27,8 +27,9 @@ def encoders() -> None:
 
 
 @encoders.command("list")
+@width_options()
 @format_option()
-def list_cmd(fmt: str) -> None:
+def list_cmd(width: int | None, wide: bool, fmt: str) -> None:
     """Registered encoders with dimension, input size and weights status (available/missing, where, checksum).
 
     ``verified``: the weights file's SHA-256 equals the published one (verified), differs (mismatch: usable,
@@ -36,7 +37,7 @@ def list_cmd(fmt: str) -> None:
     """
     rows = api.list_encoders()
     if fmt == "table":
-        click.echo(render_rows([_short(r) for r in rows], fmt, TABLE_COLUMNS))
+        click.echo(render_rows([_short(r) for r in rows], fmt, TABLE_COLUMNS, width=table_width(width, wide)))
     else:
         click.echo(render_rows(rows, fmt))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import cli, format_option
+from fpr.cli.main import cli, format_option, table_width, width_options
 from fpr.defaults import SAMPLINGS
 from fpr.render.cells import dumps, render_rows
 
@@ -73,11 +73,12 @@ def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:
 
 
 @gallery.command("list")
+@width_options()
 @format_option()
 @click.pass_context
-def list_cmd(ctx, fmt) -> None:
+def list_cmd(ctx, width, wide, fmt) -> None:
     """List stored galleries."""
-    click.echo(render_rows(api.list_galleries(workspace=ctx.obj["workspace"]), fmt))
+    click.echo(render_rows(api.list_galleries(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 
 @gallery.command("show")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import click
 
 from fpr import api
-from fpr.cli.main import batch_size_option, cli, device_option, format_option, weights_option, workers_option
+from fpr.cli.main import (batch_size_option, cli, device_option, format_option, table_width, weights_option,
+                          width_options, workers_option)
 from fpr.render.cells import dumps, render_rows
 
 
@@ -40,10 +41,12 @@ def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers,
 
 
 @index.command("list")
+@width_options()
 @format_option()
 @click.pass_context
-def list_cmd(ctx, fmt) -> None:
-    click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt))
+def list_cmd(ctx, width, wide, fmt) -> None:
+    """List stored indices (the table folds to the terminal; --wide or --format csv: whole)."""
+    click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 
 @index.command("delete")

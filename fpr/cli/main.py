@@ -124,6 +124,26 @@ def format_option(default: str = "table"):
                         show_default=True, help="Output format on stdout.")
 
 
+def width_options():
+    """``--width N`` and ``--wide`` of a listing: a table folds to the terminal (``COLUMNS``, else 100 off a
+    terminal); ``--wide`` prints every cell whole, as ``--format csv`` does."""
+    def decorate(f):
+        f = click.option("--wide", is_flag=True, help="Print every cell whole (no folding to the terminal).")(f)
+        return click.option("--width", type=click.IntRange(min=1), default=None,
+                            help="Fold the table to N characters (default: COLUMNS, else the terminal's width, "
+                                 "else 100).")(f)
+    return decorate
+
+
+def table_width(width: int | None, wide: bool) -> int | None:
+    """The width a table folds to; None (whole cells) for ``--wide``."""
+    if wide:
+        return None
+    from fpr.render.cells import terminal_width
+
+    return terminal_width(width)
+
+
 def device_option(what: str = "the encoder"):
     return click.option("--device", default="auto", show_default=True,
                         help=f"Where {what} runs: auto (CUDA when available, else CPU), cpu, cuda, cuda:N or mps.")

@@ -1,14 +1,17 @@
 """``fpr query``, ``report``, ``runs``, ``export``, ``score``, ``compare``, ``embed``, ``sql``."""
 from __future__ import annotations
 
+import textwrap
+
 import click
 
 from fpr import api, progress
 from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
-                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
-from fpr.defaults import DEFAULT_REPORT_METRICS
+                          ray_settings, scope_option, scorer_option, table_width, weights_option, width_options,
+                          workers_option)
+from fpr.defaults import DEFAULT_REPORT_METRICS, READABLE_REPORT_METRICS
 from fpr.errors import InputError
-from fpr.render.cells import dumps, interval_footnote, render_rows
+from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width
 
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -25,7 +28,8 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
-    click.echo(render_rows(res.summary, "table", cols))
+    # folded to the terminal (COLUMNS), each block naming its rows by method and group; csv/json: whole
+    click.echo(render_rows(res.summary, "table", cols, width=terminal_width(), keys=2))
     if res.sim_definition:
         from fpr.eval.similarity import SIM_SOURCES
 
@@ -101,8 +105,12 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--run", "runs", required=True, multiple=True,
               help="Run id (repeatable: runs over the same queries are merged; RUN of a multi-encoder query "
                    "stands for all its encoders).")
-@click.option("--metrics", default=",".join(DEFAULT_REPORT_METRICS), show_default=True,
-              help="Columns per encoder: sim, map, cmc@1, cmc@5, cmc@10, minp.")
+@click.option("--metrics", default=None,
+              help="Columns: per encoder sim, map, cmc@1, cmc@5, cmc@10, minp; and scorers (clip-t, or one "
+                   f"metric: clip-t.score). Default: {','.join(READABLE_REPORT_METRICS)} as a table, Markdown or "
+                   f"LaTeX; {','.join(DEFAULT_REPORT_METRICS)} and every scorer as json or csv.")
+@click.option("--all", "all_columns", is_flag=True, help="Every metric and scorer column.")
+@width_options()
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report here (opens offline).")
 @click.option("--confusion", is_flag=True, help="Print the drift diagnosis: per group, intended identity x "
@@ -118,9 +126,11 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help="Output format on stdout (markdown and latex: the paper's tables).")
 @click.pass_context
-def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_stale, by, relevance, fmt) -> None:
-    """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = each
-    metric per encoder (with 95% intervals) plus each scorer's mean."""
+def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusion, top_k, device, allow_stale, by,
+               relevance, fmt) -> None:
+    """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = Sim and mAP
+    per encoder (with 95% intervals), then Sim vs mAP per method and encoder; --metrics / --all add
+    columns (each scorer's mean)."""
     from fpr.render import paper as rep
 
     ws = ctx.obj["workspace"]
@@ -140,8 +150,15 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
         click.echo(rep.render_confusion(data.per_query, "json" if fmt == "json" else
                                         ("csv" if fmt == "csv" else "table")))
         return
+    machine = fmt in ("json", "csv")
+    chosen = [m.strip() for m in (metrics or "").split(",") if m.strip()]
+    if all_columns:
+        from fpr.metrics.specs import summary_labels
+
+        chosen = list(dict.fromkeys([*(chosen or READABLE_REPORT_METRICS), *summary_labels()]))
     data, pivot = api.paper_report(runs, workspace=ws, allow_stale=allow_stale,
-                                   metrics=[m.strip() for m in metrics.split(",") if m.strip()])
+                                   metrics=chosen or (DEFAULT_REPORT_METRICS if machine else READABLE_REPORT_METRICS),
+                                   all_scorers=machine or all_columns)
     if fmt == "json":
         one = len(data.runs) == 1
         click.echo(dumps({"runs": data.runs, "encoders": data.encoders, "summary": data.summary,
@@ -150,28 +167,43 @@ def report_cmd(ctx, runs, metrics, html_path, confusion, top_k, device, allow_st
                           "sim_definition": data.sim_definition,
                           "provenance": data.provenance[data.runs[0]] if one else data.provenance}))
         return
+    cols = table_width(width, wide) if fmt == "table" else None
     if fmt == "table":
-        click.echo(f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
-                   f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
-    click.echo(rep.render(pivot, fmt))
-    if fmt in ("table", "markdown") and data.sim_definition:
-        from fpr.eval.similarity import SIM_SOURCES
+        head = (f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
+                f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
+        click.echo(_wrap(head, cols))
+    click.echo(rep.render(pivot, fmt, width=cols))
+    if fmt == "table":
+        click.echo("\n" + rep.sim_map_chart(data.summary, methods=pivot.methods, encoders=data.encoders,
+                                            width=cols or 100))
+    if fmt not in ("table", "markdown"):
+        return
+    from fpr.eval.similarity import SIM_SOURCES
 
-        click.echo("\nSim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in data.sim_definition.items()))
-    if fmt in ("table", "markdown") and interval_footnote(data.summary):
-        click.echo(interval_footnote(data.summary))
     n_skipped = int((data.per_query["status"] != "ok").sum())
-    if n_skipped and fmt in ("table", "markdown"):
-        click.echo(f"({n_skipped} queries skipped; '--format json' lists them with reasons)")
+    notes = [rep.hidden_note(data.summary, pivot),
+             # one line per definition: each phrase stays whole on its line
+             "\n".join(("Sim: " if k == 0 else "     ") + f"{SIM_SOURCES[src]} ({n} queries)"
+                       for k, (src, n) in enumerate(data.sim_definition.items())) or None,
+             interval_footnote(data.summary),
+             f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
+    for note in filter(None, notes):  # prose wraps at the table's width (never cut)
+        click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))
+
+
+def _wrap(text: str, width: int | None) -> str:
+    """Prose at the table's width, continued lines indented; names (fpr-world-v3) never split at hyphens."""
+    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False) if width else text
 
 
 @cli.group("runs", invoke_without_command=True)
+@width_options()
 @format_option()
 @click.pass_context
-def runs_cmd(ctx, fmt) -> None:
+def runs_cmd(ctx, width, wide, fmt) -> None:
     """List stored runs ('fpr runs delete RUN' deletes one)."""
     if ctx.invoked_subcommand is None:
-        click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt))
+        click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 
 @runs_cmd.command("delete")

@@ -6,7 +6,8 @@ import math
 import click
 
 from fpr.cli.main import (batch_size_option, cli, device_option, engine_options, format_option, parse_options,
-                          ray_settings, scope_option, scorer_option, weights_option, workers_option)
+                          ray_settings, scope_option, scorer_option, table_width, weights_option, width_options,
+                          workers_option)
 from fpr.errors import InputError
 from fpr.files import check_plot_path
 from fpr.render.cells import dumps, render_rows
@@ -19,22 +20,26 @@ def scorers_group() -> None:
 
 
 @scorers_group.command("list")
+@width_options()
 @format_option()
-def scorers_list_cmd(fmt) -> None:
+def scorers_list_cmd(width, wide, fmt) -> None:
     """List scorers: name, what they need, the metrics they store (as <scorer>.<metric>), option names."""
     from fpr import api
 
-    click.echo(render_rows(api.list_scorers(), fmt, ["name", "needs", "metrics", "options", "description"]))
+    click.echo(render_rows(api.list_scorers(), fmt, ["name", "needs", "metrics", "options", "description"],
+                           width=table_width(width, wide)))
 
 
 @scorers_group.command("show")
 @click.argument("name")
+@width_options()
 @format_option()
-def scorers_show_cmd(name, fmt) -> None:
+def scorers_show_cmd(name, width, wide, fmt) -> None:
     """The options of scorer NAME: pass them as --scorer-option NAME.OPTION=VALUE."""
     from fpr import api
 
-    click.echo(render_rows(api.scorer_options(name), fmt, ["option", "type", "default", "choices", "help"]))
+    click.echo(render_rows(api.scorer_options(name), fmt, ["option", "type", "default", "choices", "help"],
+                           width=table_width(width, wide)))
 
 
 # --------------------------------------------------------------------------- ablate

@@ -5,12 +5,17 @@ import csv
 import io
 import json
 import math
+import os
 import re
+import shutil
 from typing import Any, Sequence
 
 from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
 
 FORMATS = ("table", "json", "csv")
+FALLBACK_WIDTH = 100  # off a terminal (a pipe, a file, a test) and no COLUMNS: fold to this many characters
+MIN_WIDTH = 40  # narrower requests fold to this: below it a table of numbers cannot be read anyway
+ELLIPSIS = "…"  # ends a cut cell: a table never drops characters without saying so
 
 
 def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None = math.nan, *,
@@ -48,18 +53,87 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+def terminal_width(width: int | None = None) -> int:
+    """Characters a table may use: ``width`` (``--width``), else ``COLUMNS``, else the terminal's width,
+    else :data:`FALLBACK_WIDTH`; never less than :data:`MIN_WIDTH`."""
+    if width is None:
+        env = os.environ.get("COLUMNS", "")
+        width = int(env) if env.isdigit() and int(env) > 0 else shutil.get_terminal_size((FALLBACK_WIDTH, 24)).columns
+    return max(MIN_WIDTH, int(width))
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= width else text[:max(0, width - 1)] + ELLIPSIS
+
+
+def fit_widths(natural: Sequence[int], floors: Sequence[int], width: int, gap: int = 2) -> list[int]:
+    """Column widths whose line fits ``width``: the widest shrinkable column gives one character at a time,
+    none below its floor (a table that still does not fit stays as narrow as the floors allow)."""
+    widths = list(natural)
+    excess = sum(widths) + gap * (len(widths) - 1) - width
+    while excess > 0:
+        k = max(range(len(widths)), key=lambda i: (widths[i] - floors[i], widths[i]))
+        if widths[k] <= floors[k]:
+            break
+        widths[k] -= 1
+        excess -= 1
+    return widths
+
+
+def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: int | None = None,
+          keys: int = 1) -> str:
+    """Aligned columns. With ``width``, a table wider than that is made to fit: long text cells are cut
+    (ending in an ellipsis, never below :data:`TEXT_FLOOR` characters nor a short column's own width), then,
+    if it still does not fit, the columns fold into blocks, each repeating the first ``keys`` columns (which
+    name the row, and are never cut). Numbers are never cut."""
     if not rows:
         return "(no rows)"
     cols = list(columns or rows[0].keys())
     cells = [[_cell(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    natural = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     numeric = [all(_looks_numeric(row[i]) for row in cells) for i in range(len(cols))]
+    if width is None:
+        return _block(cols, cells, dict(enumerate(natural)), numeric, range(len(cols)))
+    floors = [w if (num or i < keys) else min(w, max(TEXT_FLOOR, len(c)))
+              for i, (c, w, num) in enumerate(zip(cols, natural, numeric))]
+    blocks = fold_columns(floors, width, keys=keys)
+    out = []
+    for block in blocks:
+        widths = fit_widths([natural[i] for i in block], [floors[i] for i in block], width)
+        out.append(_block(cols, cells, dict(zip(block, widths)), numeric, block))
+    return "\n\n".join(out)
 
+
+TEXT_FLOOR = 16  # a long text column keeps at least this many characters (15 and the ellipsis) ...
+#                  ... and its header: cut only what is long, fold the rest
+
+
+def fold_columns(widths: Sequence[int], width: int, gap: int = 2, keys: int = 1) -> list[list[int]]:
+    """Column indices in blocks that each fit ``width`` at the given widths; every block starts with the
+    first ``keys`` columns, and a column too wide for any block gets one of its own."""
+    keys = min(keys, len(widths))
+    start = list(range(keys))
+    key_w = sum(widths[:keys]) + gap * (keys - 1)
+    blocks: list[list[int]] = [start[:]]
+    used = key_w
+    for i in range(keys, len(widths)):
+        if used + gap + widths[i] > width and len(blocks[-1]) > keys:
+            blocks.append(start[:])
+            used = key_w
+        blocks[-1].append(i)
+        used += gap + widths[i]
+    return blocks
+
+
+def _block(cols: Sequence[str], cells: Sequence[Sequence[str]], widths: dict[int, int], numeric: Sequence[bool],
+           which: Sequence[int]) -> str:
+    """The columns ``which`` of the table, column ``i`` padded (or cut) to ``widths[i]``."""
     def fmt(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+        return "  ".join(clip(values[i], widths[i]).rjust(widths[i]) if numeric[i]
+                         else clip(values[i], widths[i]).ljust(widths[i]) for i in which).rstrip()
 
-    lines = [fmt(cols), fmt(["-" * w for w in widths])]
+    lines = [fmt(cols), fmt(["-" * widths.get(i, 0) for i in range(len(cols))])]
     lines += [fmt(row) for row in cells]
     return "\n".join(lines)
 
@@ -100,9 +174,12 @@ def csv_text(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
     return buf.getvalue().rstrip("\n")
 
 
-def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = None) -> str:
+def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = None, *,
+                width: int | None = None, keys: int = 1) -> str:
+    """``width`` folds a table, repeating its first ``keys`` columns (see :func:`table`); JSON and CSV are
+    always whole."""
     if fmt == "json":
         return dumps(list(rows))
     if fmt == "csv":
         return csv_text(rows, columns)
-    return table(rows, columns)
+    return table(rows, columns, width=width, keys=keys)

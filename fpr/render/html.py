@@ -20,17 +20,22 @@ import html
 import io
 import json
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from fpr.errors import FprError
+from fpr.galleries.world import COPY_METHODS
 from fpr.images import load_rgb
 from fpr.render.cells import format_cell, interval_footnote
-from fpr.render.paper import OVERALL, Pivot, confusion_matrices
+from fpr.render.paper import CHART_METRICS, ORACLE, OVERALL, Pivot, confusion_matrices
 
 EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as cards come into view
+# Reference rows rather than methods under test: their cards come after, collapsed (the oracle, and the
+# built-in world's generic individual and copy-like methods).
+DEFAULT_CONTROLS = (ORACLE, "generic", *COPY_METHODS)
 PALETTE = ("#3b6fb6", "#d9822b", "#3a9a5b", "#b6443b", "#7a5cb0", "#8c6d46")
 
 
@@ -88,68 +93,180 @@ def _img(images: _Images, path: str | None, caption: str, cls: str = "") -> str:
 
 # --------------------------------------------------------------------------- sections
 
+def _words(label: str) -> str:
+    """A header that may break between words, never inside one (``fpr-world-v3``, ``drift-0.25``)."""
+    return " ".join(f'<span class="nw">{_e(w)}</span>' for w in label.split(" "))
+
+
+def _number(v: float, lo: float, hi: float) -> str:
+    """A pivot cell: the mean, then its interval (on a line of its own on a narrow screen)."""
+    text = format_cell(v, lo, hi)
+    mean, _, interval = text.partition(" ")
+    return _e(mean) + (f'<span class="iv"> {_e(interval)}</span>' if interval else "")
+
+
 def pivot_html(p: Pivot) -> str:
-    head = "".join(f"<th>{_e(c.label)}</th>" for c in p.columns)
+    """A table per group; each scrolls inside its own box on a narrow screen (the page never does)."""
+    head = "".join(f"<th>{_words(c.label)}</th>" for c in p.columns)
     parts = []
     for g in p.groups:
         rows = [m for m in p.methods if (g, m) in p.n_queries]
         if not rows:
             continue
         body = "".join(
-            f"<tr><td>{_e(m)}</td><td>{p.n_queries[(g, m)]}</td>"
-            + "".join(f"<td>{_e(format_cell(*p.value(g, m, c.key)))}</td>" for c in p.columns) + "</tr>"
+            f'<tr><td class="method">{_e(m)}</td><td>{p.n_queries[(g, m)]}</td>'
+            + "".join(f"<td>{_number(*p.value(g, m, c.key))}</td>" for c in p.columns) + "</tr>"
             for m in rows)
         title = "all groups" if g == OVERALL else g
-        parts.append(f'<h3>{_e(title)}</h3><table class="pivot"><tr><th>method</th><th>n</th>{head}</tr>'
-                     f"{body}</table>")
+        parts.append(f'<h3>{_e(title)}</h3><div class="scroll"><table class="pivot"><tr><th>method</th><th>n</th>'
+                     f"{head}</tr>{body}</table></div>")
     return "".join(parts)
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a chart: mean, 95% interval (NaN: none), colour and the series it belongs to."""
+
+    value: float
+    lo: float
+    hi: float
+    series: int
+    tip: str
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A dashed vertical line across a chart (the oracle's value), in its series' colour."""
+
+    value: float
+    series: int
+    label: str
+
+
+TICK_STEP = 0.25  # 0, 0.25, 0.5, 0.75, 1: more than the two ends, few enough to read at 390 px
+CHAR_PX = 6.2  # width of a character of the 11 px labels, to size the label column
+
+
+def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence[tuple[str, Sequence[Bar]]],
+              refs: Sequence[Reference] = ()) -> str:
+    """Horizontal bars (mean) with whiskers (95% interval), one colour per series, dashed reference lines,
+    a title, a legend, ticks every :data:`TICK_STEP` and a labelled value axis; scales to its box."""
+    vals = [v for _, bars in rows for b in bars for v in (b.value, b.lo, b.hi)] + [r.value for r in refs]
+    finite = [float(v) for v in vals if np.isfinite(v)]
+    lo_axis = min(0.0, math.floor(min(finite, default=0.0) / TICK_STEP) * TICK_STEP)
+    hi_axis = max(1.0, math.ceil(max(finite, default=1.0) / TICK_STEP) * TICK_STEP)
+    bar_h = 9
+    label_w = int(8 + CHAR_PX * max([len(m) for m, _ in rows] + [4]))
+    plot_w = 300
+    top = 38  # title and legend
+    row_h = bar_h * max(1, len(series)) + 6
+    bottom = top + row_h * len(rows)
+    width, height = label_w + plot_w + 16, bottom + 34
+
+    def x(v: float) -> float:
+        return label_w + (float(v) - lo_axis) / (hi_axis - lo_axis) * plot_w
+
+    items = [f'<text x="4" y="14" class="t">{_e(title)}</text>']
+    lx = 4.0
+    for k, name in enumerate(series):
+        items.append(f'<rect x="{lx:.1f}" y="21" width="9" height="9" fill="{PALETTE[k % len(PALETTE)]}"/>'
+                     f'<text x="{lx + 12:.1f}" y="29" class="s">{_e(name)}</text>')
+        lx += 12 + CHAR_PX * len(name) + 10
+    for r in refs:
+        if np.isfinite(r.value):
+            items.append(f'<line x1="{x(r.value):.1f}" y1="{top - 4}" x2="{x(r.value):.1f}" y2="{bottom}" '
+                         f'class="ref" stroke="{PALETTE[r.series % len(PALETTE)]}"><title>{_e(r.label)}</title>'
+                         "</line>")
+    k = 0
+    while lo_axis + k * TICK_STEP <= hi_axis + 1e-9:
+        t = lo_axis + k * TICK_STEP
+        items.append(f'<line x1="{x(t):.1f}" y1="{top - 2}" x2="{x(t):.1f}" y2="{bottom + 3}" class="grid"/>'
+                     f'<text x="{x(t):.1f}" y="{bottom + 14}" class="s" text-anchor="middle">{t:g}</text>')
+        k += 1
+    items.append(f'<text x="{label_w + plot_w / 2:.1f}" y="{height - 4}" class="s" text-anchor="middle">'
+                 f"{_e(axis_label)}</text>")
+    for mi, (method, bars) in enumerate(rows):
+        y0 = top + mi * row_h
+        items.append(f'<text x="{label_w - 4}" y="{y0 + row_h / 2 + 3:.1f}" class="s" text-anchor="end">'
+                     f"{_e(method)}</text>")
+        for b in bars:
+            if not np.isfinite(b.value):
+                continue
+            y = y0 + 3 + b.series * bar_h
+            a, z = sorted((x(0), x(b.value)))
+            items.append(f'<rect x="{a:.1f}" y="{y + 1}" width="{z - a:.1f}" height="{bar_h - 2}" '
+                         f'fill="{PALETTE[b.series % len(PALETTE)]}"><title>{_e(b.tip)}</title></rect>')
+            if np.isfinite(b.lo) and np.isfinite(b.hi):
+                yc = y + bar_h / 2
+                items.append(f'<path d="M{x(b.lo):.1f} {yc:.1f}H{x(b.hi):.1f}M{x(b.lo):.1f} {yc - 3:.1f}V'
+                             f'{yc + 3:.1f}M{x(b.hi):.1f} {yc - 3:.1f}V{yc + 3:.1f}" class="ci"/>')
+    return (f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{_e(title)}"><title>{_e(title)}</title>{"".join(items)}</svg>')
+
+
+def _stat(r: dict | None, metric: str) -> tuple[float, float, float]:
+    r = r or {}
+    return tuple(_num(r.get(k)) for k in (metric, f"{metric}_lo", f"{metric}_hi"))  # type: ignore[return-value]
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def plots_svg(summary: Sequence[dict], metrics: Sequence[tuple[str, str]] = (("map", "mAP"), ("sim", "Sim")),
               methods: Sequence[str] | None = None) -> str:
-    """Per group and metric, horizontal bars (mean) with whiskers (95% interval), one colour per encoder."""
+    """Per group and metric, a bar per method and encoder with its 95% interval; the oracle's value per
+    encoder as a dashed line."""
     encoders = list(dict.fromkeys(r.get("encoder", "") for r in summary))
     methods = list(methods or dict.fromkeys(r["method"] for r in summary))
     groups = sorted({r["group"] for r in summary if r["group"] != OVERALL}) + [OVERALL]
     cell = {(r.get("encoder", ""), r["method"], r["group"]): r for r in summary}
-    legend = "".join(f'<span class="key" style="background:{PALETTE[k % len(PALETTE)]}"></span>{_e(e)} '
-                     for k, e in enumerate(encoders))
-    out = [f'<p class="legend">{legend}</p><div class="plots">']
-    bar_h, label_w, plot_w = 10, 110, 260
+    out = ['<div class="plots">']
     for g in groups:
         for metric, label in metrics:
-            vals = [r.get(k) for r in summary if r["group"] == g for k in (metric, f"{metric}_lo", f"{metric}_hi")]
-            finite = [float(v) for v in vals if v is not None and np.isfinite(float(v))]
-            lo_axis = min(0.0, min(finite, default=0.0))
-            span = max(1.0, max(finite, default=1.0)) - lo_axis
-            x = lambda v: label_w + (float(v) - lo_axis) / span * plot_w  # noqa: E731
-            row_h = bar_h * len(encoders) + 6
-            height = 24 + row_h * len(methods) + 16
-            items = [f'<text x="4" y="14" class="t">{_e("all groups" if g == OVERALL else g)} · {label}</text>',
-                     f'<line x1="{x(0):.1f}" y1="18" x2="{x(0):.1f}" y2="{height - 14}" class="axis"/>',
-                     f'<text x="{x(0):.1f}" y="{height - 2}" class="s">0</text>',
-                     f'<text x="{x(lo_axis + span):.1f}" y="{height - 2}" class="s" text-anchor="end">'
-                     f'{lo_axis + span:.1f}</text>']
-            for mi, m in enumerate(methods):
-                y0 = 22 + mi * row_h
-                items.append(f'<text x="{label_w - 4}" y="{y0 + row_h / 2 + 3:.1f}" class="s" '
-                             f'text-anchor="end">{_e(m)}</text>')
+            rows = []
+            for m in methods:
+                bars = []
                 for k, e in enumerate(encoders):
-                    r = cell.get((e, m, g))
-                    if r is None or r.get(metric) is None or not np.isfinite(float(r[metric])):
-                        continue
-                    v, y = float(r[metric]), y0 + k * bar_h
-                    colour = PALETTE[k % len(PALETTE)]
-                    items.append(f'<rect x="{x(min(0, v)):.1f}" y="{y + 1}" width="{abs(x(v) - x(0)):.1f}" '
-                                 f'height="{bar_h - 2}" fill="{colour}"><title>{_e(m)} {_e(e)} {label} '
-                                 f'{_e(format_cell(v, r.get(metric + "_lo", math.nan), r.get(metric + "_hi", math.nan)))}'
-                                 f'</title></rect>')
-                    lo, hi = r.get(f"{metric}_lo"), r.get(f"{metric}_hi")
-                    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-                        yc = y + bar_h / 2
-                        items.append(f'<path d="M{x(lo):.1f} {yc:.1f}H{x(hi):.1f}M{x(lo):.1f} {yc - 3:.1f}V'
-                                     f'{yc + 3:.1f}M{x(hi):.1f} {yc - 3:.1f}V{yc + 3:.1f}" class="ci"/>')
-            out.append(f'<svg width="{label_w + plot_w + 20}" height="{height}" role="img">{"".join(items)}</svg>')
+                    v, lo, hi = _stat(cell.get((e, m, g)), metric)
+                    bars.append(Bar(v, lo, hi, k, f"{m} · {e} · {label} {format_cell(v, lo, hi)}"))
+                if any(np.isfinite(b.value) for b in bars):
+                    rows.append((m, bars))
+            refs = [Reference(_stat(cell.get((e, ORACLE, g)), metric)[0], k, f"oracle {label} ({e})")
+                    for k, e in enumerate(encoders)]
+            title = f"{label} per method · {'all groups' if g == OVERALL else g}"
+            out.append(bar_chart(title, f"{label}: mean and 95% interval; dashed: oracle", encoders, rows, refs))
+    out.append("</div>")
+    return "".join(out)
+
+
+def sim_map_svg(summary: Sequence[dict], methods: Sequence[str] | None = None, group: str = OVERALL) -> str:
+    """Sim vs mAP per method, one chart per encoder: paired bars with 95% intervals, the oracle's Sim and
+    mAP as dashed reference lines (issue #23: does Sim separate the methods as mAP does?)."""
+    encoders = list(dict.fromkeys(r.get("encoder", "") for r in summary))
+    methods = list(methods or dict.fromkeys(r["method"] for r in summary))
+    cell = {(r.get("encoder", ""), r["method"]): r for r in summary if r["group"] == group}
+    out = ['<div class="plots">']
+    for e in encoders:
+        rows = []
+        for m in methods:
+            if (e, m) not in cell:
+                continue
+            bars = []
+            for k, (metric, label) in enumerate(CHART_METRICS):
+                v, lo, hi = _stat(cell[(e, m)], metric)
+                bars.append(Bar(v, lo, hi, k, f"{m} · {label} {format_cell(v, lo, hi)}"))
+            rows.append((m, bars))
+        oracle = cell.get((e, ORACLE))
+        refs = [Reference(_stat(oracle, metric)[0], k, f"oracle {label}")
+                for k, (metric, label) in enumerate(CHART_METRICS)] if oracle else []
+        title = f"Sim vs mAP · {e} · {'all groups' if group == OVERALL else group}"
+        note = "dashed: oracle" if oracle else "no oracle row (fpr query --oracle)"
+        out.append(bar_chart(title, f"mean and 95% interval; {note}", [lab for _, lab in CHART_METRICS], rows,
+                             refs))
     out.append("</div>")
     return "".join(out)
 
@@ -162,8 +279,8 @@ def confusion_html(per_query: pd.DataFrame) -> str:
             f"<tr><th>{_e(i)}</th>" + "".join(
                 f'<td class="{"diag" if c == i else ("off" if v else "")}">{v if v else ""}</td>'
                 for c, v in zip(m.columns, m.loc[i])) + "</tr>" for i in m.index)
-        parts.append(f'<div class="conf"><h4>{_e(g)} <small>encoder {_e(e)}</small></h4><table>'
-                     f'<tr><th>intended \\ top-1</th>{head}</tr>{body}</table></div>')
+        parts.append(f'<div class="conf"><h4>{_e(g)} <small>encoder {_e(e)}</small></h4><div class="scroll"><table>'
+                     f'<tr><th>intended \\ top-1</th>{head}</tr>{body}</table></div></div>')
     return "".join(parts) or "<p>No evaluated query has stored rankings.</p>"
 
 
@@ -228,23 +345,31 @@ def cards_html(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFram
 # --------------------------------------------------------------------------- the page
 
 CSS = """
-body{font:13px system-ui,sans-serif;margin:16px;color:#222;background:#fafafa}
+body{font:13px system-ui,sans-serif;margin:16px;color:#222;background:#fafafa;overflow-wrap:anywhere}
 h1{font-size:20px}h2{font-size:16px;margin-top:24px;border-bottom:1px solid #ccc}h3{font-size:14px;margin:10px 0 4px}
+nav a{margin-right:10px}.scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin-bottom:8px}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-td:first-child,th:first-child{text-align:left}.pivot td{font-variant-numeric:tabular-nums}
-.plots{display:flex;flex-wrap:wrap;gap:8px}.plots svg{background:#fff;border:1px solid #ddd}
-.t{font-size:12px;font-weight:600}.s{font-size:10px}.axis{stroke:#999}.ci{stroke:#111;stroke-width:1.2;fill:none}
-.key{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}
-.confs{display:flex;flex-wrap:wrap;gap:12px}.conf td{min-width:18px}.diag{background:#cfe8d4}.off{background:#f6c9c4}
-#filters{position:sticky;top:0;background:#fafafa;padding:6px 0;z-index:2;border-bottom:1px solid #ddd}
+td:first-child,th:first-child{text-align:left}.pivot td{font-variant-numeric:tabular-nums;white-space:nowrap}
+.method,.nw{white-space:nowrap;overflow-wrap:normal}
+.plots{display:flex;flex-wrap:wrap;gap:8px}.plots svg{background:#fff;border:1px solid #ddd;max-width:100%;height:auto}
+.t{font-size:12px;font-weight:600}.s{font-size:11px}.grid{stroke:#e3e3e3}.ref{stroke-width:1.5;stroke-dasharray:4 3}
+.ci{stroke:#111;stroke-width:1.2;fill:none}
+.confs{display:flex;flex-wrap:wrap;gap:12px}.conf{max-width:100%}.conf td{min-width:18px}.diag{background:#cfe8d4}
+.off{background:#f6c9c4}
+#filters{position:sticky;top:0;background:#fafafa;padding:6px 0;z-index:2;border-bottom:1px solid #ddd;display:flex;
+flex-wrap:wrap;gap:4px 12px;align-items:center}
+details.controls{margin-top:12px}details.controls>summary{cursor:pointer;font-weight:600;padding:4px 0}
 .card{background:#fff;border:1px solid #ddd;margin:6px 0;padding:6px;content-visibility:auto;
 contain-intrinsic-size:auto 190px}.card[hidden]{display:none}
-.head{margin-bottom:4px}.m{margin-left:10px}.flag{background:#b6443b;color:#fff;border-radius:3px;padding:0 4px;
-margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}
+.head{margin-bottom:4px}.m{margin-left:10px;white-space:nowrap}.flag{background:#b6443b;color:#fff;border-radius:3px;
+padding:0 4px;margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}
 figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84px;height:84px;object-fit:cover;
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
 figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
 .sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
+@media (max-width:600px){body{margin:8px}.iv{display:block;font-size:11px;color:#555}
+figure,figure img,.missing{width:64px}figure img{height:64px}
+.m{margin-left:6px}}
 """
 
 JS = """
@@ -264,6 +389,9 @@ function apply(){let n=0;cards.forEach(function(c){
   const ok=Object.keys(sel).every(function(k){return !sel[k].value||c.dataset[k]===sel[k].value;});
   c.hidden=!ok;if(ok)n++;});count.textContent=n+' of '+cards.length+' queries shown';}
 Object.values(sel).forEach(function(s){s.addEventListener('change',apply);});
+// choosing a control method opens the collapsed controls, where its cards are
+sel.method.addEventListener('change',function(){const d=document.getElementById('controls');
+  if(d&&sel.method.value&&d.querySelector('.card[data-method="'+CSS.escape(sel.method.value)+'"]'))d.open=true;});
 window.fprApply=apply;window.fprLoadAll=function(){cards.forEach(load);};
 apply();
 requestAnimationFrame(function(){window.fprReady=true;});
@@ -281,32 +409,57 @@ def _footnote(summary: list[dict]) -> str:
     return f'<p class="note">{_e(note)}</p>' if note else ""
 
 
+def control_methods(methods: Sequence[str]) -> list[str]:
+    """The methods of a run that are controls, not methods under test: the oracle, the generic individual
+    and the copy-like methods of the built-in world (:data:`DEFAULT_CONTROLS`)."""
+    return [m for m in methods if m in DEFAULT_CONTROLS]
+
+
 def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, items: dict, summary: list[dict],
-           p: Pivot, *, runs: Sequence[str], top_k: int = 10, thumb: int = 96) -> str:
+           p: Pivot, *, runs: Sequence[str], top_k: int = 10, thumb: int = 96, full: Pivot | None = None,
+           controls: Sequence[str] | None = None) -> str:
     """The whole page as one string. ``per_query`` carries run_id, encoder and drift columns;
-    ``items``: run_id -> {item_id: GalleryItem}."""
+    ``items``: run_id -> {item_id: GalleryItem}; ``p`` the summary shown first, ``full`` (every metric and
+    scorer) collapsed under it; the cards of ``controls`` (default :func:`control_methods`) come after the
+    methods under test, collapsed."""
     images = _Images(thumb)
-    cards, n_cards = cards_html(per_query, aux, rankings, items, images, top_k=top_k)
     methods = list(dict.fromkeys(per_query["method"]))
+    controls = control_methods(methods) if controls is None else [m for m in controls if m in methods]
+    is_control = per_query["method"].isin(controls)
+    if is_control.all():  # nothing else to show first: the controls are the report
+        is_control = is_control & False
+    cards, n_tested = cards_html(per_query[~is_control], aux, rankings, items, images, top_k=top_k)
+    control_cards, n_controls = cards_html(per_query[is_control], aux, rankings, items, images, top_k=top_k)
+    n_cards = n_tested + n_controls
+    if n_controls:
+        names = ", ".join(m for m in controls if (per_query["method"] == m).any())
+        cards += (f'<details class="controls" id="controls"><summary>Controls: {_e(names)} ({n_controls} '
+                  f"queries; the reference rows, not methods under test)</summary>{control_cards}</details>")
     groups = sorted(per_query["group"].unique())
     encoders = list(dict.fromkeys(per_query["encoder"]))
     imgs_json = json.dumps(images.urls, separators=(",", ":")).replace("</", "<\\/")
     n_ok = int((per_query["status"] == "ok").sum())
     csp = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
+    everything = (f"<details><summary>Every metric and scorer</summary>{pivot_html(full)}</details>"
+                  if full is not None and [c.key for c in full.columns] != [c.key for c in p.columns] else "")
+    nav = ('<nav><a href="#summary">Summary</a><a href="#sim-map">Sim vs mAP</a><a href="#plots">Plots</a>'
+           '<a href="#drift">Drift</a><a href="#queries">Queries</a></nav>')
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         f"<title>fpr report: {_e(', '.join(runs))}</title><style>{CSS}</style></head><body>"
         f"<h1>fpr report · {_e(', '.join(runs))}</h1>"
         f"<p>{n_cards} queries ({n_ok} evaluated) · encoders {_e(', '.join(encoders))} · "
-        f"intervals: bootstrap 95% over queries</p>"
-        f"<h2>Summary</h2>{pivot_html(p)}{_footnote(summary)}"
-        f"<h2>Plots</h2>{plots_svg(summary, methods=p.methods)}"
-        "<h2>Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery item "
-        "(columns). Off-diagonal cells are queries whose best match is another identity.</p>"
+        f"intervals: bootstrap 95% over queries</p>{nav}"
+        f'<h2 id="summary">Summary</h2>{pivot_html(p)}{_footnote(summary)}{everything}'
+        f'<h2 id="sim-map">Sim vs mAP</h2>{sim_map_svg(summary, methods=p.methods)}'
+        f'<h2 id="plots">Plots</h2>{plots_svg(summary, methods=p.methods)}'
+        '<h2 id="drift">Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery '
+        "item (columns). Off-diagonal cells are queries whose best match is another identity.</p>"
         f'<div class="confs">{confusion_html(per_query)}</div>'
-        f'<h2>Queries <small>(worst AP first)</small></h2><div id="filters">'
-        f'{_select("method", methods)}{_select("group", groups)}{_select("encoder", encoders)}'
+        f'<h2 id="queries">Queries <small>(worst AP first{", controls after" if n_controls else ""})</small></h2>'
+        f'<div id="filters">{_select("method", methods)}{_select("group", groups)}{_select("encoder", encoders)}'
         f'<span id="count"></span></div><div id="cards">{cards}</div>'
         f'<script type="application/json" id="imgs">{imgs_json}</script>'
         f"<script>{JS % {'eager': EAGER_LIMIT}}</script></body></html>")

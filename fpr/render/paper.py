@@ -19,19 +19,22 @@ import csv
 import io
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from fpr.defaults import READABLE_REPORT_METRICS
 from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_labels
 from fpr.metrics.summary import aux_columns, summarize, with_aux
-from fpr.render.cells import format_cell
+from fpr.render.cells import clip, fit_widths, fold_columns, format_cell
 
 # Summary metric -> label in the paper's layout.
 METRIC_LABELS = summary_labels()  # declared in fpr/metrics/specs.py
 DEFAULT_METRICS = DEFAULT_REPORT_METRICS
+READABLE_METRICS = READABLE_REPORT_METRICS  # the terminal's and the HTML page's default: the paper's columns
 FORMATS = ("table", "markdown", "latex", "csv", "json")
 OVERALL = "*"
 
@@ -96,20 +99,35 @@ def encoder_summaries(per_query: pd.DataFrame, aux: pd.DataFrame | None, *, seed
     return rows
 
 
+def scorer_columns(summary: Sequence[dict]) -> list[str]:
+    """The ``scorer.metric`` columns of summary rows, sorted."""
+    return sorted({k for r in summary for k in r if "." in k})
+
+
 def pivot(summary: Sequence[dict], *, metrics: Sequence[str] = DEFAULT_METRICS,
-          methods: Sequence[str] | None = None, encoders: Sequence[str] | None = None) -> Pivot:
-    """The paper's layout of summary rows (each with ``encoder``, ``method``, ``group``)."""
+          methods: Sequence[str] | None = None, encoders: Sequence[str] | None = None,
+          all_scorers: bool = True) -> Pivot:
+    """The paper's layout of summary rows (each with ``encoder``, ``method``, ``group``).
+
+    ``metrics`` are retrieval metrics (``sim``, ``map``, ...: a column per encoder) and scorer selectors
+    (``clip-t`` for all its metrics, ``clip-t.score`` for one); ``all_scorers`` adds every scorer column
+    (the machine formats' default; the readable one shows scorers only when named)."""
     summary = list(summary)
     encoders = list(encoders or dict.fromkeys(r.get("encoder", "") for r in summary))
     methods = list(methods or dict.fromkeys(r["method"] for r in summary))
     groups = sorted({r["group"] for r in summary if r["group"] != OVERALL}) + [OVERALL]
-    unknown = [m for m in metrics if m not in METRIC_LABELS]
+    available = scorer_columns(summary)
+    chosen = {m: [s for s in available if s == m or s.startswith(m + ".")] for m in metrics if m not in METRIC_LABELS}
+    unknown = [m for m, got in chosen.items() if not got]
     if unknown:
         from fpr.errors import InputError
 
-        raise InputError(f"unknown report metric(s) {', '.join(unknown)}", hint=f"valid: {', '.join(METRIC_LABELS)}")
+        raise InputError(f"unknown report metric(s) {', '.join(unknown)}",
+                         hint=f"valid: {', '.join([*METRIC_LABELS, *available])}")
+    metrics = [m for m in metrics if m in METRIC_LABELS]
     columns = [PivotColumn(f"{e} {m}", f"{METRIC_LABELS[m]} {e}", m, e) for e in encoders for m in metrics]
-    scorer_cols = sorted({k for r in summary for k in r if "." in k})
+    named = list(dict.fromkeys(s for got in chosen.values() for s in got))
+    scorer_cols = named + [s for s in available if all_scorers and s not in named]
     columns += [PivotColumn(s, s, s, None) for s in scorer_cols]
     p = Pivot(groups, methods, columns)
     for r in summary:
@@ -140,7 +158,23 @@ def _rows(p: Pivot, g: str, *, latex: bool = False) -> list[list[str]]:
             for m in p.methods if (g, m) in p.n_queries]
 
 
-def render(p: Pivot, fmt: str = "table") -> str:
+def hidden_note(summary: Sequence[dict], p: Pivot) -> str | None:
+    """One line naming what a readable pivot left out, and how to show it (None when nothing was)."""
+    shown = {c.metric for c in p.columns}
+    metrics = [METRIC_LABELS[m] for m in METRIC_LABELS if m not in shown]
+    scorers = [s for s in scorer_columns(summary) if s not in shown]
+    if not metrics and not scorers:
+        return None
+    parts = metrics[:]
+    by_scorer = list(dict.fromkeys(s.split(".", 1)[0] for s in scorers))
+    counts = {sc: sum(1 for s in scorers if s.split(".", 1)[0] == sc) for sc in by_scorer}
+    parts += [f"{sc} ({n} column{'s' if n > 1 else ''})" for sc, n in counts.items()]
+    example = ",".join(["sim", "map", *by_scorer[:1]])
+    return f"(not shown: {', '.join(parts)}; --all shows every column, --metrics {example} chooses)"
+
+
+def render(p: Pivot, fmt: str = "table", *, width: int | None = None) -> str:
+    """``width`` folds an aligned table into blocks of columns, each repeating the method column."""
     if fmt not in FORMATS:
         from fpr.errors import InputError
 
@@ -169,12 +203,23 @@ def render(p: Pivot, fmt: str = "table") -> str:
             out += ["| " + " | ".join(r) + " |" for r in rows]
             out.append("")
         else:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-            line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-            out += [f"{_group_title(g)}", line(header), line(["-" * w for w in widths])]
-            out += [line(r) for r in rows]
-            out.append("")
+            out += [_group_title(g), _aligned(header, rows, width), ""]
+    return "\n".join(out).rstrip("\n")
+
+
+def _aligned(header: list[str], rows: list[list[str]], width: int | None) -> str:
+    """Method left, numbers right; folded to ``width`` (blocks of columns repeating the method) when given."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    blocks = fold_columns(widths, width) if width else [list(range(len(header)))]
+    out = []
+    for block in blocks:
+        # a method name longer than the whole width is the only cell ever cut
+        ws = dict(zip(block, fit_widths([widths[i] for i in block], [widths[i] if i else 8 for i in block],
+                                        width))) if width else dict(enumerate(widths))
+        line = lambda cells: "  ".join(clip(cells[i], ws[i]).ljust(ws[i]) if i == 0  # noqa: E731
+                                      else cells[i].rjust(ws[i]) for i in block).rstrip()
+        out += [line(header), line(["-" * ws.get(i, 0) for i in range(len(header))])] + [line(r) for r in rows]
+        out.append("")
     return "\n".join(out).rstrip("\n")
 
 
@@ -204,6 +249,110 @@ def _latex(p: Pivot, header: list[str]) -> str:
         lines += [" & ".join([_tex(r[0]), r[1], *r[2:]]) + " \\\\" for r in rows]
     lines += ["\\bottomrule", "\\end{tabular}}", "\\end{table}"]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- Sim vs mAP
+
+MIN_BAR = 20  # characters a bar needs to be read beside its numbers
+ORACLE = "oracle"  # the method `fpr query --oracle` adds: the reference images as queries (the ceiling)
+CHART_METRICS = (("sim", "Sim"), ("map", "mAP"))
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A value scale ``[lo, hi]`` drawn over ``width`` characters."""
+
+    lo: float
+    hi: float
+    width: int
+
+    def position(self, v: float) -> float:
+        """``v`` in characters from the left end (0 to ``width``)."""
+        return (v - self.lo) / (self.hi - self.lo) * self.width
+
+    def index(self, v: float) -> int:
+        """The character that holds ``v`` (the last one holds ``hi``)."""
+        return min(self.width - 1, max(0, int(self.position(v))))
+
+
+def chart_axis(values: Sequence[float], width: int) -> Axis:
+    """0 to 1 (mAP's range, and Sim's when no value is negative); down to the next tenth below a negative
+    value (a cosine can be)."""
+    finite = [v for v in values if np.isfinite(v)]
+    lo = min(0.0, math.floor(min(finite, default=0.0) * 10) / 10)
+    return Axis(lo, max(1.0, max(finite, default=1.0)), width)
+
+
+def bar(v: float, lo: float, hi: float, ref: float, axis: Axis) -> str:
+    """``#`` from 0 to the mean, ``[`` and ``]`` at the interval's ends, ``|`` at the reference (oracle)."""
+    chars = [" "] * axis.width
+    if np.isfinite(v):  # the characters whose middle lies between 0 and the mean
+        a, b = sorted((axis.position(0.0), axis.position(v)))
+        for k in range(axis.width):
+            if a < k + 0.5 < b:
+                chars[k] = "#"
+    if np.isfinite(lo) and np.isfinite(hi):
+        i, j = axis.index(lo), axis.index(hi)
+        if i == j:  # an interval inside one character still shows both ends
+            i, j = (i, i + 1) if i + 1 < axis.width else (i - 1, i)
+        chars[i], chars[j] = "[", "]"
+    if np.isfinite(ref):
+        chars[axis.index(ref)] = "|"
+    return "".join(chars).rstrip()
+
+
+def sim_map_chart(summary: Sequence[dict], *, methods: Sequence[str] | None = None,
+                  encoders: Sequence[str] | None = None, group: str = OVERALL, width: int = 100) -> str:
+    """Sim and mAP per method as paired bars with their 95% intervals, the oracle as a reference mark, one
+    chart per encoder (issue #23: does Sim tell the methods apart as mAP does?)."""
+    summary = [r for r in summary if r["group"] == group]
+    encoders = list(encoders or dict.fromkeys(r.get("encoder", "") for r in summary))
+    methods = list(methods or dict.fromkeys(r["method"] for r in summary))
+    cell = {(r.get("encoder", ""), r["method"]): r for r in summary}
+    name_w = max(len(m) for m in methods) if methods else 6
+    texts = {(e, m, key): f"{label} {format_cell(_f(r.get(key)), _f(r.get(f'{key}_lo')), _f(r.get(f'{key}_hi')))}"
+             for (e, m), r in cell.items() for key, label in CHART_METRICS}
+    text_w = max(map(len, texts.values()), default=0)
+    blocks = []
+    for e in encoders:
+        rows = [(m, cell[(e, m)]) for m in methods if (e, m) in cell]
+        if not rows:
+            continue
+        vals = [_f(r.get(k)) for _, r in rows for key, _ in CHART_METRICS for k in (key, f"{key}_lo", f"{key}_hi")]
+        inline = width - name_w - text_w - 4 >= MIN_BAR  # else each bar on a line of its own, under its numbers
+        axis = chart_axis(vals, width - name_w - text_w - 4 if inline else max(MIN_BAR, width - 4))
+        oracle = cell.get((e, ORACLE), {})
+        refs = {key: _f(oracle.get(key)) for key, _ in CHART_METRICS}
+        ref_note = (f"| oracle ({', '.join(f'{lab} {format_cell(refs[k])}' for k, lab in CHART_METRICS)})"
+                    if oracle else f"no '{ORACLE}' row to mark (fpr query --oracle adds it)")
+        lines = textwrap.wrap(f"Sim vs mAP, {_group_title(group)}, encoder {e}: # mean, [ ] 95% interval, "
+                              f"{ref_note}", width, subsequent_indent="  ", break_on_hyphens=False)
+        pad = " " * (name_w + text_w + 4 if inline else 4)
+        lines.append(pad + _ticks(axis))
+        for m, r in rows:
+            for k, (key, label) in enumerate(CHART_METRICS):
+                v, lo, hi = _f(r.get(key)), _f(r.get(f"{key}_lo")), _f(r.get(f"{key}_hi"))
+                drawn = bar(v, lo, hi, refs[key], axis)
+                if inline:
+                    lines.append(f"{(m if k == 0 else ''):<{name_w}}  {texts[(e, m, key)]:<{text_w}}  {drawn}".rstrip())
+                else:
+                    lines += [(f"{m} " if k == 0 else "  ") + texts[(e, m, key)], f"    {drawn}".rstrip()]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _ticks(axis: Axis) -> str:
+    """The scale's ends and its quarter marks, each label starting at its own character."""
+    chars = [" "] * (axis.width + 4)
+    step = 0.25 if axis.hi - axis.lo <= 1.5 else 0.5
+    t = math.ceil(axis.lo / step) * step
+    while t <= axis.hi + 1e-9:
+        label = f"{t:g}"
+        k = axis.index(t) if t < axis.hi else axis.width - len(label)
+        if all(c == " " for c in chars[max(0, k - 1):k + len(label)]):
+            chars[k:k + len(label)] = label
+        t += step
+    return "".join(chars).rstrip()
 
 
 # --------------------------------------------------------------------------- drift diagnosis

@@ -145,13 +145,15 @@ def _drift_from_index(ws: Workspace, run: db.RunRow, qdf: pd.DataFrame, device: 
 
 
 def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = None, allow_stale: bool = False,
-                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = ()):
-    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.render.paper`)."""
+                 metrics: Sequence[str] | None = None, method_order: Sequence[str] = (), all_scorers: bool = True):
+    """(ReportData, Pivot): the paper's layout of one or more runs (see :mod:`fpr.render.paper`); ``metrics``
+    may name scorers, ``all_scorers`` adds every scorer column."""
     from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, drift=False)
     p = rep.pivot(data.summary, metrics=metrics or rep.DEFAULT_METRICS,
-                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders)
+                  methods=rep.method_order(data.per_query, method_order), encoders=data.encoders,
+                  all_scorers=all_scorers)
     return data, p
 
 
@@ -162,9 +164,13 @@ def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | 
     from fpr.render import paper as rep
 
     data = report_data(runs, workspace=workspace, allow_stale=allow_stale, device=device)
-    p = rep.pivot(data.summary, methods=rep.method_order(data.per_query), encoders=data.encoders)
+    order = rep.method_order(data.per_query)
+    # the page opens on the paper's columns; every metric and scorer is one click below them
+    p = rep.pivot(data.summary, metrics=rep.READABLE_METRICS, methods=order, encoders=data.encoders,
+                  all_scorers=False)
+    full = rep.pivot(data.summary, methods=order, encoders=data.encoders)
     text = html.render(data.per_query, data.aux, data.rankings, data.items, data.summary, p, runs=data.runs,
-                       top_k=top_k, thumb=thumb)
+                       top_k=top_k, thumb=thumb, full=full)
     out = Path(out)
     atomic_write(out, lambda fp: fp.write(text.encode("utf-8")))
     return out

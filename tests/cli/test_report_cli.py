@@ -112,7 +112,14 @@ def check_pivot_cells_equal_sql_over_stored_rows(ws):
         lo, hi = cells[(g, r.method, enc, "map")]["lo"], cells[(g, r.method, enc, "map")]["hi"]
         assert lo is None and hi is None  # at most 7 queries: fewer than MIN_QUERIES_FOR_INTERVAL
     table = run(ws, "report", "--run", "R").stdout
-    assert "CMC@10 pixels-16" in table and "mAP fpr-world-v1" in table and "all groups" in table
+    # readable by default (#27 item 6): Sim and mAP per encoder, the rest named and one option away
+    assert "mAP fpr-world-v1" in table and "Sim pixels-16" in table and "all groups" in table
+    assert "CMC@10 pixels-16" not in table and "(not shown: CMC@1, CMC@5, CMC@10, mINP;" in table
+    assert max(len(line) for line in table.splitlines()) <= 100  # click's runner is no terminal: 100
+    # Sim vs mAP for every encoder of the run (#23 item 5); no oracle row here, and the chart says so
+    assert [e for e in ENCODERS if f"Sim vs mAP, all groups, encoder {e}:" in table] == list(ENCODERS)
+    assert "no 'oracle' row to mark" in table
+    assert "CMC@10 pixels-16" in run(ws, "report", "--run", "R", "--all").stdout
     csv = run(ws, "report", "--run", "R", "--format", "csv").stdout.splitlines()
     assert csv[0] == "group,method,n_queries,encoder,metric,value,lo,hi" and len(csv) == 1 + len(out["pivot"])
 

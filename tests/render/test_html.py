@@ -15,11 +15,16 @@ from tests.conftest import make_tree, write_image
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """A pixels-16 run of 12 queries (2 groups x 3 identities x methods a, b) and its HTML report."""
-    tmp = tmp_path_factory.mktemp("html")
-    with pytest.MonkeyPatch.context() as mp:  # module scope runs before the per-test isolation fixture
+    return isolated(tmp_path_factory.mktemp("html"), _make_report)
+
+
+def isolated(tmp, make):
+    """``make(tmp)`` with the cache and weights folders inside ``tmp``: a module-scoped fixture runs before
+    the per-test isolation fixture."""
+    with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FPR_CACHE_DIR", str(tmp / "cache"))
         mp.setenv("FPR_WEIGHTS_DIR", str(tmp / "weights"))
-        return _make_report(tmp)
+        return make(tmp)
 
 
 def _make_report(tmp):
@@ -88,7 +93,8 @@ def test_report_in_headless_chromium(report, tmp_path):
         assert choose("encoder", "") == 3
         choose("method", "")
         assert choose("group", "") == len(queries)
-        assert b.eval("document.querySelectorAll('.plots svg').length") == 2 * 3  # (cats, dogs, all) x (mAP, Sim)
+        # Sim vs mAP (one encoder); (cats, dogs, all) x (mAP, Sim)
+        assert b.eval("document.querySelectorAll('.plots svg').length") == 1 + 2 * 3
         assert b.eval("document.querySelectorAll('.conf table').length") == 2
         b.eval("document.getElementById('filters').scrollIntoView()")
         shot = b.screenshot(tmp_path / "report.png")

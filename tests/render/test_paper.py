@@ -118,3 +118,87 @@ def test_drift_from_scores_best_non_relevant_in_scope():
     ids, vals = rep.drift_from_scores(scores, relevant, in_scope, np.array(["A", "B", "C", "D"], dtype=object))
     assert ids == ["B", None]
     assert vals[0] == 0.8 and np.isnan(vals[1])
+
+
+# --------------------------------------------------------------------------- readable by default (#27 item 6)
+
+def test_scorer_columns_only_when_named_or_all():
+    rows = summary_rows()
+    p = rep.pivot(rows, metrics=("sim", "map"), all_scorers=False)
+    assert [c.label for c in p.columns] == ["Sim clip", "mAP clip", "Sim dino_v2", "mAP dino_v2"]
+    assert rep.hidden_note(rows, p) == ("(not shown: CMC@1, CMC@5, CMC@10, mINP, clip-t (1 column); --all shows "
+                                        "every column, --metrics sim,map,clip-t chooses)")
+    named = rep.pivot(rows, metrics=("sim", "clip-t"), all_scorers=False)
+    assert [c.label for c in named.columns] == ["Sim clip", "Sim dino_v2", "clip-t.score"]
+    assert named.value("*", "faithful", "clip-t.score")[0] == pytest.approx(0.32)
+    one = rep.pivot(rows, metrics=("clip-t.score",), all_scorers=False)
+    assert [c.key for c in one.columns] == ["clip-t.score"]
+    with pytest.raises(Exception, match="unknown report metric.*clip-x") as e:
+        rep.pivot(rows, metrics=("map", "clip-x"))
+    assert "clip-t.score" in e.value.hint  # the hint names the scorer columns too
+
+
+def test_a_wide_pivot_folds_into_blocks_that_repeat_the_method():
+    text = rep.render(rep.pivot(summary_rows(), metrics=("sim", "map"), all_scorers=False), "table", width=60)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 60
+    # per group: [method, n, Sim clip, mAP clip] = 8+2+2+2+17+2+17 = 50; + Sim dino_v2 (19) > 60: a new block
+    first = lines[:lines.index("")]
+    assert first == ["leopard",
+                     "method     n           Sim clip           mAP clip",
+                     "--------  --  -----------------  -----------------",
+                     "faithful  10  0.450 [0.43,0.47]  0.900 [0.80,0.95]",
+                     "generic   10  0.250 [0.23,0.27]  0.500 [0.40,0.55]"]
+    assert lines[6:9] == ["method          Sim dino_v2        mAP dino_v2",
+                          "--------  -----------------  -----------------",
+                          "faithful  0.425 [0.40,0.45]  0.850 [0.75,0.90]"]
+    assert rep.render(rep.pivot(summary_rows()), "table") == rep.render(rep.pivot(summary_rows()), "table",
+                                                                           width=1000)
+
+
+def test_bars_by_hand():
+    axis = rep.Axis(0.0, 1.0, 10)
+    # mean 0.5 fills the 5 characters below it; [ at 0.3 (char 3), ] at 0.7 (char 7), oracle | at 0.9
+    assert rep.bar(0.5, 0.3, 0.7, 0.9, axis) == "###[#  ] |"
+    assert rep.bar(1.0, 1.0, 1.0, float("nan"), axis) == "########[]"  # a one-character interval: both ends
+    assert rep.bar(0.0, float("nan"), float("nan"), 1.0, axis) == "         |"
+    neg = rep.chart_axis([-0.02, 0.5], 11)  # a negative cosine: the scale starts at -0.1
+    assert (neg.lo, neg.hi) == (pytest.approx(-0.1), 1.0)
+    assert rep.bar(-0.1, float("nan"), float("nan"), float("nan"), neg) == "#"  # 0 is at 1.0 character
+    assert rep.bar(0.4, float("nan"), float("nan"), float("nan"), neg) == " ####"  # 0.4 is at 5.0
+
+
+def test_sim_vs_map_chart_has_every_encoder_and_the_oracle_as_reference():
+    rows = summary_rows() + [{"encoder": e, "method": "oracle", "group": "*", "n_queries": 20, "map": 1.0,
+                              "map_lo": 1.0, "map_hi": 1.0, "sim": 0.75, "sim_lo": float("nan"),
+                              "sim_hi": float("nan")} for e in ("clip", "dino_v2")]
+    text = rep.sim_map_chart(rows, width=80)
+    blocks = text.split("\n\n")
+    assert len(blocks) == 2 and "encoder clip" in blocks[0] and "encoder dino_v2" in blocks[1]
+    assert max(map(len, text.splitlines())) <= 80
+    lines = blocks[0].splitlines()
+    assert lines[0] == "Sim vs mAP, all groups, encoder clip: # mean, [ ] 95% interval, | oracle (Sim"
+    assert lines[1] == "  0.750, mAP 1.000)"  # the title wraps at the width
+    name_w, text_w = len("faithful"), len("mAP 0.880 [0.78,0.93]")
+    width = 80 - name_w - text_w - 4  # 47 characters from 0 to 1
+    axis = rep.Axis(0.0, 1.0, width)
+    start = name_w + text_w + 4
+    assert lines[2].rstrip() == ("ticks", lines[2])[1].rstrip() and lines[2][start] == "0"
+    assert lines[2].rstrip().endswith("1") and len(lines[2].rstrip()) == start + width
+    faithful_sim = next(line for line in lines if line.startswith("faithful"))
+    assert faithful_sim == f"faithful  Sim 0.440 [0.42,0.46]  {rep.bar(0.44, 0.42, 0.46, 0.75, axis)}"
+    assert faithful_sim[start + int(0.75 * width)] == "|"  # the oracle's Sim
+    # 0.44 * 47 = 20.7: characters 0-20 are '#', then '[' at int(0.42 * 47) = 19 and ']' at int(0.46 * 47) = 21
+    assert faithful_sim[start:start + 23] == "#" * 19 + "[#]" + " "
+    no_oracle = rep.sim_map_chart(summary_rows(), width=200)
+    assert "no 'oracle' row to mark" in no_oracle and "|" not in no_oracle.replace("| oracle", "")
+
+
+def test_a_narrow_chart_puts_each_bar_under_its_numbers():
+    text = rep.sim_map_chart(summary_rows(), width=40)
+    lines = text.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in text.splitlines()) <= 40
+    k = next(i for i, line in enumerate(lines) if line.startswith("faithful"))
+    assert lines[k] == "faithful Sim 0.440 [0.42,0.46]"
+    assert lines[k + 1] == "    " + rep.bar(0.44, 0.42, 0.46, float("nan"), rep.Axis(0.0, 1.0, 36))
+    assert lines[k + 2] == "  mAP 0.880 [0.78,0.93]"

@@ -47,7 +47,7 @@ def test_query_report_and_score_with_the_judge(small_world, judge_env):
     assert overall["paste"]["map"] > overall["generic"]["map"]
     assert overall["paste"]["dreambench-concept.choice_in_options"] == 1.0
 
-    r = _cli(ws, "report", "--run", "judged")
+    r = _cli(ws, "report", "--run", "judged", "--metrics", "sim,map,dreambench-concept")  # scorers: when named
     assert r.exit_code == 0 and "dreambench-concept.score" in r.output and "mAP" in r.output
     prov = api.load_run("judged", workspace=ws).provenance["scorers"]["dreambench-concept"]
     assert prov["model"] == "judge-test" and prov["base_url"] == judge_env.base_url and prov["seed"] == 0
