@@ -55,9 +55,9 @@ def _fresh_cache(monkeypatch, tmp_path, name: str) -> None:
     monkeypatch.setenv("FPR_CACHE_DIR", str(tmp_path / name))
 
 
-def _same_rows(a: list[dict], b: list[dict]) -> bool:
+def _same_rows(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Summary rows equal value for value (NaN equals NaN: a row without an interval has NaN bounds)."""
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    return a.equals(b)
 
 
 def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspace, monkeypatch):
@@ -161,7 +161,7 @@ def test_query_resumes_after_the_driver_is_killed(setup, ray_runtime, monkeypatc
     loc = api.run_query(INDEX, qfile, run="local", workspace=ws)
     for a, b in zip(_stored(ws, "r1"), _stored(ws, "local")):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert printed["summary"] == json.loads(json.dumps(loc.summary))
+    assert printed["summary"] == json.loads(json.dumps(loc.to_dict()["summary"]))
 
 
 def test_more_pixels_than_the_object_store_holds_stream_through(tmp_path, monkeypatch):
