@@ -29,7 +29,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
                            "delete_run", "run_ids", "runs_document"),
     "fpr.workflows.listing": ("list_runs",),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
-                              "export_run", "compare"),
+                              "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
     "fpr.workflows.embeddings": ("embed",),
     "fpr.workflows.sql": ("sql",),

@@ -181,11 +181,19 @@ def runs_delete_cmd(ctx, run) -> None:
 
 @cli.command("export")
 @click.option("--run", required=True, help="Run id (a multi-encoder run: one row per query and encoder).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
               help=".csv, .tsv or .parquet; .json: the fpr.run-results/1 document with the per-query rows.")
+@click.option("--format", "fmt", type=click.Choice(["json"]), default=None,
+              help="json: print the fpr.run-results/1 document with the per-query rows on stdout (no --out).")
 @click.pass_context
-def export_cmd(ctx, run, out) -> None:
-    """Write a run's per-query table."""
+def export_cmd(ctx, run, out, fmt) -> None:
+    """Write a run's per-query table (or print it as the result document)."""
+    if bool(out) == bool(fmt):
+        raise InputError("give exactly one of --out FILE or --format json",
+                         hint="e.g. fpr export --run R --out per_query.csv, or fpr export --run R --format json")
+    if fmt == "json":
+        click.echo(dumps(api.export_document(run, workspace=ctx.obj["workspace"])))
+        return
     path = api.export_run(run, out, workspace=ctx.obj["workspace"])
     click.echo(str(path))
 

@@ -211,14 +211,32 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
                device: str = "auto") -> Path:
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, encoder, drift diagnosis,
     the queries' extra columns, scores, and scorer notes as ``<scorer>.<metric>.note`` columns. A
-    multi-encoder run gives one row per query and encoder. ``.json``: the ``fpr.run-results/1`` document
-    (:func:`report_document`) with these rows as each run's ``per_query``."""
+    multi-encoder run gives one row per query and encoder. ``.json``: :func:`export_document`."""
     suffix = Path(out).suffix.lower()
     if suffix not in (*TABLE_SUFFIXES, ".json"):
         raise InputError("output must end in .csv, .tsv, .parquet or .json", where=str(out))
+    data, rows = _export_rows(run_id, workspace=workspace, device=device)
+    if suffix == ".json":
+        text = dumps(report_document(data, rows=rows))
+        return atomic_write(Path(out), lambda fp: fp.write(text.encode("utf-8")),
+                            hint="choose an output path in a writable folder")
+    if len(data.runs) == 1:
+        rows = rows.drop(columns="run_id")
+    return write_table(rows, out)
+
+
+def export_document(run_id: str, *, workspace: str | Path | None = None, device: str = "auto") -> dict:
+    """The ``fpr.run-results/1`` document (:func:`report_document`) with the exported rows as each run's
+    ``per_query`` (``fpr export --run R --format json``, or ``--out F.json``)."""
+    data, rows = _export_rows(run_id, workspace=workspace, device=device)
+    return report_document(data, rows=rows)
+
+
+def _export_rows(run_id: str, *, workspace: str | Path | None, device: str) -> tuple[ReportData, pd.DataFrame]:
+    """The run's data and its exported rows, in export column order, with ``run_id``."""
     data = report_data(run_id, workspace=workspace, allow_stale=True, device=device)
     wide = _wide(data)
-    cols = export_columns(wide, data.aux)
+    cols = export_columns(wide, data.aux)  # has run_id: report_data sets it
     aux = data.aux
     noted = aux[aux["note"].notna()] if "note" in aux.columns else aux.iloc[:0]
     if len(noted):  # notes (judge trajectories, reasons for missing values)
@@ -226,13 +244,7 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
             index=["run_id", "query_id"], columns="col", values="note", aggfunc="first")
         wide = wide.merge(notes, left_on=["run_id", "query_id"], right_index=True, how="left")
         cols += sorted(notes.columns)
-    if suffix == ".json":
-        text = dumps(report_document(data, rows=wide[cols]))  # cols has run_id: report_data sets it
-        return atomic_write(Path(out), lambda fp: fp.write(text.encode("utf-8")),
-                            hint="choose an output path in a writable folder")
-    if len(data.runs) == 1:
-        cols = [c for c in cols if c != "run_id"]
-    return write_table(wide[cols], out)
+    return data, wide[cols]
 
 
 def _wide(data: ReportData) -> pd.DataFrame:

@@ -133,8 +133,12 @@ def test_export_json_lists_the_rows_and_api_can_add_them(hand_run, tmp_path):
     assert aps == {q: (1.0 if q.startswith("copy") else 0.5) for q in aps}
     with_rows = validate(api.load_run("hand", workspace=ws).to_dict(per_query=True), RUN_RESULT)
     assert len(with_rows["per_query"]) == 8 and "per_query" not in api.load_run("hand", workspace=ws).to_dict()
+    printed = json.loads(run_cli(ws, "export", "--run", "hand", "--format", "json").stdout)
+    assert printed == json.loads(out.read_text())  # stdout and the file: the same document
     bad = run_cli(ws, "export", "--run", "hand", "--out", str(tmp_path / "hand.xml"), ok=False)
     assert bad.exit_code == 2 and "output must end in .csv, .tsv, .parquet or .json" in bad.stderr
+    bad = run_cli(ws, "export", "--run", "hand", ok=False)
+    assert bad.exit_code == 2 and "give exactly one of --out FILE or --format json" in bad.stderr
 
 
 def test_two_encoder_query_and_report_carry_the_encoder_on_every_row(hand_run):
