@@ -10,7 +10,7 @@ Measured (all bounded in count and time, everything on 127.0.0.1):
   wall time until all are done; baseline: the same runs one after another through
   ``fpr.api.run_query``;
 * ``GET /v1/runs/{run}`` of a done run (status + report JSON), p50/p95 over
-  ``--gets`` requests; baseline: ``fpr.api.report(run).as_json()``.
+  ``--gets`` requests; baseline: ``fpr.api.report(run).to_dict()``.
 
     python benchmarks/bench_serve.py [--submissions 5] [--small-runs 12] [--gets 200] [--workers 1]
 
@@ -185,7 +185,7 @@ def main() -> None:
             get_s.append(time.perf_counter() - t)
         for _ in range(args.gets):
             t = time.perf_counter()
-            api.report("big-http-0", workspace=ws).as_json()
+            api.report("big-http-0", workspace=ws).to_dict()
             rep_s.append(time.perf_counter() - t)
         rows.append(("GET /v1/runs/{run} (done, with report)", get_s, rep_s))
     finally:

@@ -4,7 +4,8 @@
     fpr.import_gallery("leopards", fpr.read_folder("data/leopards"))
     fpr.build_index("leopards", "miewid-msv2")
     result = fpr.run_query("leopards-miewid-msv2", "generated.csv")
-    result.summary   # rows per (method, group), plus group "*" per method
+    result.summary   # a DataFrame: a row per (encoder, method, group), plus group "*" per method
+    result.to_dict() # the fpr.run-result/1 document (fpr/schemas/run-result-v1.json)
 
 Functions take ``workspace=None`` (meaning ``$FPR_WORKSPACE`` or ``./fpr-workspace``).
 
@@ -25,9 +26,10 @@ _OWNERS: dict[str, tuple[str, ...]] = {
                                 "show_gallery", "delete_gallery", "build_preset_gallery", "galleries_from_source"),
     "fpr.workflows.indices": ("IndexInfo", "build_index", "list_indices", "load_index", "delete_index"),
     "fpr.workflows.runs": ("RunResult", "run_query", "run_query_encoders", "read_queries", "load_run", "report",
-                           "delete_run", "run_ids"),
+                           "delete_run", "run_ids", "runs_document"),
     "fpr.workflows.listing": ("list_runs",),
-    "fpr.workflows.reports": ("ReportData", "report_data", "paper_report", "html_report", "export_run", "compare"),
+    "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
+                              "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
     "fpr.workflows.embeddings": ("embed",),
     "fpr.workflows.sql": ("sql",),

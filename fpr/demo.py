@@ -233,7 +233,8 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,
              "queries_per_identity_and_method": config.queries, "methods": list(config.methods),
              "siblings": siblings, "image_size": size, "n_images": build.n_images}
-    return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary, val, timings, world)
+    return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary_records(), val, timings,
+                      world)
 
 
 def paper_table(summary: list[dict], metric: str) -> list[dict]:

@@ -86,7 +86,7 @@ def test_demo_run_is_stored_like_any_run(quick_demo):
     r = runner.invoke(cli, ["--workspace", str(ws), "report", "--run", out["run"], "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
     again = json.loads(r.output)
-    assert {row["method"] for row in again["summary"]} == {row["method"] for row in out["summary"]}
+    assert {row["method"] for row in again["runs"][0]["summary"]} == {row["method"] for row in out["summary"]}
     r = runner.invoke(cli, ["--workspace", str(ws), "sql",
                             "SELECT count(*) AS n FROM query_results WHERE run_id = '" + out["run"] + "'",
                             "--format", "json"], obj={})

@@ -18,24 +18,25 @@ REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 def print_run(res: api.RunResult, fmt: str) -> None:
     if fmt == "json":
-        click.echo(dumps(res.as_json()))
+        click.echo(dumps(res.to_dict()))
         return
     from fpr.metrics.specs import summary_row_columns  # NumPy: imported when a run is printed, not at start-up
 
-    aux = [c for c in (res.summary[0].keys() if res.summary else []) if "." in c]
+    rows = res.summary_records()
+    aux = [c for c in res.summary.columns if "." in c]
     cols = ["method", "group", "n_queries", *summary_row_columns(), *aux]
     if fmt == "csv":
-        click.echo(render_rows(res.summary, "csv", ["encoder"] + cols + ["map_group_mean"]))
+        click.echo(render_rows(rows, "csv", ["encoder"] + cols + ["map_group_mean"]))
         return
     click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
     # folded to the terminal (COLUMNS), each block naming its rows by method and group; csv/json: whole
-    click.echo(render_rows(res.summary, "table", cols, width=terminal_width(), keys=2))
+    click.echo(render_rows(rows, "table", cols, width=terminal_width(), keys=2))
     if res.sim_definition:
         from fpr.eval.similarity import SIM_SOURCES
 
         click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
-    if interval_footnote(res.summary):
-        click.echo(interval_footnote(res.summary))
+    if interval_footnote(rows):
+        click.echo(interval_footnote(rows))
     if res.n_skipped:
         click.echo(f"({res.n_skipped} queries skipped; '--format json' lists them with reasons, "
                    f"'fpr export --run {res.run_id} --out FILE.csv' has their status)")
@@ -83,7 +84,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
             scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
         if fmt == "json":
-            click.echo(dumps({"runs": [r.as_json() for r in results]}))
+            click.echo(dumps(api.runs_document(results)))
             return
         for res in results:
             print_run(res, fmt)
@@ -159,13 +160,8 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     data, pivot = api.paper_report(runs, workspace=ws, allow_stale=allow_stale,
                                    metrics=chosen or (DEFAULT_REPORT_METRICS if machine else READABLE_REPORT_METRICS),
                                    all_scorers=machine or all_columns)
-    if fmt == "json":
-        one = len(data.runs) == 1
-        click.echo(dumps({"runs": data.runs, "encoders": data.encoders, "summary": data.summary,
-                          "pivot": pivot.records(), "n_queries": int(len(data.per_query)),
-                          "n_skipped": int((data.per_query["status"] != "ok").sum()), "skipped": data.skipped,
-                          "sim_definition": data.sim_definition,
-                          "provenance": data.provenance[data.runs[0]] if one else data.provenance}))
+    if fmt == "json":  # fpr.run-results/1: one document per stored run, then the pivot
+        click.echo(dumps(api.report_document(data, pivot=pivot.records())))
         return
     cols = table_width(width, wide) if fmt == "table" else None
     if fmt == "table":
@@ -217,10 +213,19 @@ def runs_delete_cmd(ctx, run) -> None:
 
 @cli.command("export")
 @click.option("--run", required=True, help="Run id (a multi-encoder run: one row per query and encoder).")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help=".csv or .parquet")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help=".csv, .tsv or .parquet; .json: the fpr.run-results/1 document with the per-query rows.")
+@click.option("--format", "fmt", type=click.Choice(["json"]), default=None,
+              help="json: print the fpr.run-results/1 document with the per-query rows on stdout (no --out).")
 @click.pass_context
-def export_cmd(ctx, run, out) -> None:
-    """Write a run's per-query table."""
+def export_cmd(ctx, run, out, fmt) -> None:
+    """Write a run's per-query table (or print it as the result document)."""
+    if bool(out) == bool(fmt):
+        raise InputError("give exactly one of --out FILE or --format json",
+                         hint="e.g. fpr export --run R --out per_query.csv, or fpr export --run R --format json")
+    if fmt == "json":
+        click.echo(dumps(api.export_document(run, workspace=ctx.obj["workspace"])))
+        return
     path = api.export_run(run, out, workspace=ctx.obj["workspace"])
     click.echo(str(path))
 
@@ -257,8 +262,9 @@ def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, 
 def _print_scored(run: str, ws, fmt: str) -> None:
     ids = api.run_ids(run, workspace=ws)
     if ids != [run]:
-        _, pivot = api.paper_report(run, workspace=ws, allow_stale=True)
-        click.echo(dumps(pivot.records()) if fmt == "json" else render_rows(pivot.records(), fmt))
+        data, pivot = api.paper_report(run, workspace=ws, allow_stale=True)
+        click.echo(dumps(api.report_document(data, pivot=pivot.records())) if fmt == "json"
+                   else render_rows(pivot.records(), fmt))
         return
     print_run(api.report(run, workspace=ws, allow_stale=True), fmt)
 

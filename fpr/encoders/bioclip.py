@@ -51,7 +51,12 @@ register(EncoderSpec(
     family="open_clip",
     dim=768,
     preprocessing=BIOCLIP_PREPROCESSING,
-    weights=WeightsSource(kind="hf", repo=BIOCLIP_REPO, files=OPEN_CLIP_FILES, extra_files=(OPEN_CLIP_CONFIG,)),
+    weights=WeightsSource(kind="hf", repo=BIOCLIP_REPO, files=OPEN_CLIP_FILES, extra_files=(OPEN_CLIP_CONFIG,),
+                          # the Hub snapshot a public project's BioCLIP 2 checkpoint registry reads (found with the
+                          # code index: find_string "models--imageomics--bioclip-2/snapshots/": BIOCLIP2_SNAPSHOT =
+                          # ".../models--imageomics--bioclip-2/snapshots/2957b322..."); no citable SHA-256 of
+                          # open_clip_model.safetensors was found, so it stays unverified
+                          revision="2957b322090f9cb17ae72c71981c7218a28d81e0"),
     build=_build,
     build_text=_build_text,
     description="BioCLIP 2 (open_clip ViT-L/14, TreeOfLife-200M); the paper's specialist for CUB species",

@@ -33,6 +33,8 @@ from fpr.encoders.weights import ResolvedWeights, WeightsSource
 from fpr.errors import ConflictError, InputError, NotFoundError
 
 OPEN_CLIP_CONFIG = "open_clip_config.json"
+CLIP_REVISION = "a6f597a30f7b82c51704746581f9a4e41421e878"
+CLIP_SHA256 = "e6d1bd7789aa45192b3bf90570a789b478bae1b74ebcce7eddd908e83a2b7c31"
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 _MODELS: "OrderedDict[tuple, tuple]" = OrderedDict()  # (path, checksum, model name) -> (model, tokenizer name)
@@ -201,7 +203,16 @@ register(EncoderSpec(
     dim=512,
     preprocessing=CLIP_PREPROCESSING,
     weights=WeightsSource(kind="hf", repo="timm/vit_base_patch32_clip_224.openai", files=OPEN_CLIP_FILES,
-                          optional_files=(OPEN_CLIP_CONFIG,)),
+                          optional_files=(OPEN_CLIP_CONFIG,),
+                          # Hub snapshot a6f597a3... and the SHA-256 of its open_clip_model.safetensors (605,143,284
+                          # bytes): the same pair is pinned independently by several public projects (found with
+                          # the code index: find_string "models--timm--vit_base_patch32_clip_224.openai/sn", e.g. a
+                          # snapshot path .../snapshots/a6f597a30f7b82c51704746581f9a4e41421e878/
+                          # open_clip_model.safetensors beside CLIP_SHA256 = "e6d1bd77...", and a model registry
+                          # entry weights_sha256 = "e6d1bd77..." for openclip-vitb32-openai)
+                          revision=CLIP_REVISION, published_sha256=(("open_clip_model.safetensors", CLIP_SHA256),),
+                          published_from=f"timm/vit_base_patch32_clip_224.openai at {CLIP_REVISION[:12]}, as "
+                                         "pinned by public projects (see fpr/encoders/clip.py)"),
     build=_build_clip,
     build_text=_build_clip_text,
     description="OpenAI CLIP ViT-B/32 (open_clip, QuickGELU); general-purpose; text tower for CLIP-T",

@@ -72,7 +72,12 @@ register(EncoderSpec(
     dim=768,
     preprocessing=PREPROCESSING,
     weights=WeightsSource(kind="hf", repo=f"timm/{TIMM_NAME}", files=("model.safetensors", "pytorch_model.bin"),
-                          optional_files=("config.json",)),
+                          optional_files=("config.json",),
+                          # the Hub snapshot a public project loads model.safetensors from (found with the code
+                          # index: find_string "models--timm--vit_base_patch14_dinov2": DINOV2_CACHE =
+                          # ".../models--timm--vit_base_patch14_dinov2.lvd142m/snapshots/4685c99d.../
+                          # model.safetensors"); no citable SHA-256 of the file was found, so it stays unverified
+                          revision="4685c99dabffe5affac90bd99dbffd25801ae58d"),
     build=build_dinov2,
     description="DINOv2 ViT-B/14 (LVD-142M), CLS token at 224 px; general-purpose",
     tags=("general",),

@@ -59,6 +59,9 @@ class WeightsSource:
     # published; empty where no citable value exists (the status is then 'unverified', never guessed)
     published_sha256: tuple[tuple[str, str], ...] = ()
     published_from: str = ""
+    # the Hub commit ``fpr encoders fetch`` downloads (``kind="hf"``): a snapshot hash cited where it is
+    # registered; None where no citable one exists (the repo's current main branch is fetched then)
+    revision: str | None = None
 
 
 VERIFIED, UNVERIFIED, MISMATCH, NO_WEIGHTS = "verified", "unverified", "mismatch", "-"
@@ -83,13 +86,17 @@ def verify_weights(encoder_id: str, source: WeightsSource, resolved: "ResolvedWe
     if source.kind in ("none", "local") or resolved.path is None:
         # "local": the user's own trained encoder; nothing is published to compare it with
         return Verification(NO_WEIGHTS)
-    if not source.published_sha256:
-        return Verification(UNVERIFIED, f"no published checksum is registered for encoder '{encoder_id}'; "
+    # a value is published for one file name (open_clip_model.safetensors, not the .bin beside it): another
+    # file of the same repo is unverified, not a mismatch
+    published = [(n, h) for n, h in source.published_sha256 if n == resolved.path.name]
+    if not published:
+        what = f"'{encoder_id}'" if not source.published_sha256 else f"{resolved.path.name} of '{encoder_id}'"
+        return Verification(UNVERIFIED, f"no published checksum is registered for encoder {what}; "
                                         f"{_verify_hint(encoder_id, source)}")
     digest = _file_digest(resolved.path) if resolved.path.is_file() else None
-    if digest is not None and digest in {h for _, h in source.published_sha256}:
+    if digest is not None and digest in {h for _, h in published}:
         return Verification(VERIFIED)
-    expected = ", ".join(f"{n} sha256 {h[:12]}..." for n, h in source.published_sha256)
+    expected = ", ".join(f"{n} sha256 {h[:12]}..." for n, h in published)
     return Verification(MISMATCH, f"{resolved.path} is not the published file ({expected}"
                                   f"{'; from ' + source.published_from if source.published_from else ''}); "
                                   f"{_verify_hint(encoder_id, source)}")
@@ -342,7 +349,7 @@ def fetch_weights(encoder_id: str, source: WeightsSource, *, overwrite: bool = F
         _probe_hub()
         from huggingface_hub import HfApi, snapshot_download
 
-        present = set(HfApi().list_repo_files(source.repo))
+        present = set(HfApi().list_repo_files(source.repo, revision=source.revision))
         chosen = next((f for f in source.files if f in present), None)
         if chosen is None:
             raise FprError(f"repository {source.repo} has none of the expected files {', '.join(source.files)}")
@@ -352,7 +359,7 @@ def fetch_weights(encoder_id: str, source: WeightsSource, *, overwrite: bool = F
         patterns = [chosen, *source.extra_files, *(f for f in source.optional_files if f in present)]
         tmp = new_temp_dir(dest, hint=WEIGHTS_HINT)
         try:
-            snapshot_download(source.repo, allow_patterns=patterns, local_dir=str(tmp))
+            snapshot_download(source.repo, revision=source.revision, allow_patterns=patterns, local_dir=str(tmp))
             shutil.rmtree(tmp / ".cache", ignore_errors=True)  # huggingface_hub's local-dir metadata
             swap_in_dir(tmp, dest, hint=WEIGHTS_HINT)
         finally:

@@ -263,7 +263,21 @@ def get_run(ws: Workspace, run_id: str) -> RunRow:
             raise NotFoundError(f"no run named '{run_id}'", where=str(ws.root),
                                 hint=f"recent runs: {', '.join(recent) or '(none)'}; 'fpr runs' lists all")
     return RunRow(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else {},
-                  json.loads(r[6]) if r[6] else {}, r[7], r[8], r[9], r[10])
+                  structured_provenance(json.loads(r[6]) if r[6] else {}), r[7], r[8], r[9], r[10])
+
+
+def structured_provenance(provenance: dict) -> dict:
+    """A stored run's provenance with every nested object as an object: runs stored before the result
+    schema (``fpr.run-result/1``) kept the preprocessing protocol as its canonical JSON text."""
+    out = dict(provenance)
+    text = out.get("preprocessing")
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            out["preprocessing"] = json.loads(text)
+        except json.JSONDecodeError as e:  # a damaged record: one line naming the field, not a traceback
+            raise InputError(f"run provenance has an unreadable preprocessing protocol ({e})",
+                             hint="re-run the queries with --overwrite") from e
+    return out
 
 
 # A run made with several encoders (``fpr query --encoders a,b``) is stored as one ordinary run per

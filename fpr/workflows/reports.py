@@ -16,11 +16,13 @@ from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.eval import relevance
 from fpr.files import atomic_write
 from fpr.metrics.summary import aux_columns, paired_comparison, with_aux
+from fpr.render.cells import dumps
+from fpr.render.result import collection_document, run_document, summary_frame
 from fpr.store import records as db
 from fpr.store import schema
 from fpr.store.schema import TABLES
 from fpr.store.workspace import Workspace
-from fpr.tables import write_table
+from fpr.tables import TABLE_SUFFIXES, write_table
 from fpr.workflows.runs import _require_current_index, load_run, run_ids, sim_definition, skip_reasons
 
 
@@ -37,6 +39,7 @@ class ReportData:
     items: dict  # run_id -> {item_id: GalleryItem}
     skipped: dict
     provenance: dict  # run_id -> provenance
+    results: dict  # run_id -> its RunResult as stored (summary empty: ``summary`` above is the report's)
 
     @property
     def encoders(self) -> list[str]:
@@ -55,7 +58,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
 
     ws = Workspace.open(workspace)
     ids = run_ids(runs, workspace=ws.root)
-    parts, auxes, ranks, items, skipped, provenance = [], [], [], {}, {}, {}
+    parts, auxes, ranks, items, skipped, provenance, results = [], [], [], {}, {}, {}, {}
     seed = None
     owner: dict[tuple[str, str], str] = {}
     for rid in ids:
@@ -76,6 +79,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
                                     hint="merge runs that evaluate different methods or encoders")
         parts.append(pq)
         provenance[rid] = res.provenance
+        results[rid] = res
         auxes.append(res.aux.assign(run_id=rid))
         ranks.append(db.run_rankings(ws, rid).assign(run_id=rid))
         items[rid] = {it.item_id: it for it in relevance.gallery_items(ws, row.gallery)} \
@@ -88,7 +92,26 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
     if drift:
         per_query = _with_drift(ws, per_query, rankings, items, device)
     summary = rep.encoder_summaries(per_query, aux, seed=seed or 0)
-    return ReportData(ids, per_query, aux, rankings, summary, items, skipped, provenance)
+    return ReportData(ids, per_query, aux, rankings, summary, items, skipped, provenance, results)
+
+
+def report_document(data: ReportData, *, pivot: Sequence[dict] | None = None,
+                    rows: pd.DataFrame | None = None) -> dict:
+    """The ``fpr.run-results/1`` document of a report: one ``fpr.run-result/1`` per stored run, each with
+    the report's summary rows of its encoder and methods, then the pivot (``fpr report``) or each run's
+    exported rows (``rows`` with a ``run_id`` column: ``fpr export``)."""
+    docs = []
+    for rid in data.runs:
+        res = data.results[rid]
+        methods = set(res.per_query["method"])
+        summary = [r for r in data.summary if r["encoder"] == res.encoder and r["method"] in methods]
+        own = None if rows is None else rows[rows["run_id"] == rid]
+        if own is not None and len(data.runs) == 1:  # one run: the export's columns, which omit run_id
+            own = own.drop(columns="run_id")
+        docs.append(run_document(res.meta, summary_frame(summary, encoder=res.encoder), res.per_query,
+                                 res.provenance, skipped=skip_reasons(res.per_query, res.skipped_reasons),
+                                 sim_definition=sim_definition(res.per_query), rows=own))
+    return collection_document(docs, pivot=pivot)
 
 
 def _with_drift(ws: Workspace, per_query: pd.DataFrame, rankings: pd.DataFrame, items: dict,
@@ -194,10 +217,32 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
                device: str = "auto") -> Path:
     """Write the per-query table (CSV or Parquet by suffix): status, metrics, encoder, drift diagnosis,
     the queries' extra columns, scores, and scorer notes as ``<scorer>.<metric>.note`` columns. A
-    multi-encoder run gives one row per query and encoder."""
+    multi-encoder run gives one row per query and encoder. ``.json``: :func:`export_document`."""
+    suffix = Path(out).suffix.lower()
+    if suffix not in (*TABLE_SUFFIXES, ".json"):
+        raise InputError("output must end in .csv, .tsv, .parquet or .json", where=str(out))
+    data, rows = _export_rows(run_id, workspace=workspace, device=device)
+    if suffix == ".json":
+        text = dumps(report_document(data, rows=rows))
+        return atomic_write(Path(out), lambda fp: fp.write(text.encode("utf-8")),
+                            hint="choose an output path in a writable folder")
+    if len(data.runs) == 1:
+        rows = rows.drop(columns="run_id")
+    return write_table(rows, out)
+
+
+def export_document(run_id: str, *, workspace: str | Path | None = None, device: str = "auto") -> dict:
+    """The ``fpr.run-results/1`` document (:func:`report_document`) with the exported rows as each run's
+    ``per_query`` (``fpr export --run R --format json``, or ``--out F.json``)."""
+    data, rows = _export_rows(run_id, workspace=workspace, device=device)
+    return report_document(data, rows=rows)
+
+
+def _export_rows(run_id: str, *, workspace: str | Path | None, device: str) -> tuple[ReportData, pd.DataFrame]:
+    """The run's data and its exported rows, in export column order, with ``run_id``."""
     data = report_data(run_id, workspace=workspace, allow_stale=True, device=device)
     wide = _wide(data)
-    cols = export_columns(wide, data.aux)
+    cols = export_columns(wide, data.aux)  # has run_id: report_data sets it
     aux = data.aux
     noted = aux[aux["note"].notna()] if "note" in aux.columns else aux.iloc[:0]
     if len(noted):  # notes (judge trajectories, reasons for missing values)
@@ -205,9 +250,7 @@ def export_run(run_id: str, out: str | Path, *, workspace: str | Path | None = N
             index=["run_id", "query_id"], columns="col", values="note", aggfunc="first")
         wide = wide.merge(notes, left_on=["run_id", "query_id"], right_index=True, how="left")
         cols += sorted(notes.columns)
-    if len(data.runs) == 1:
-        cols = [c for c in cols if c != "run_id"]
-    return write_table(wide[cols], out)
+    return data, wide[cols]
 
 
 def _wide(data: ReportData) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from fpr.eval.relevance import SKIP_NO_RELEVANT
 from fpr.index import faiss_index
 from fpr.keys import fingerprint, new_id, utc_now
 from fpr.metrics.summary import aux_columns, summarize, with_aux
+from fpr.render.result import RunMeta, collection_document, run_document, summary_frame, summary_records
 from fpr.scorers import check_scorer_options, parse_scorer_list
 from fpr.store import records as db
 from fpr.store.records import check_name
@@ -38,26 +39,36 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunResult:
+    """One stored run: ``summary`` (a row per encoder, method and group, each with ``encoder``) and
+    ``per_query`` are DataFrames; :meth:`to_dict` is the ``fpr.run-result/1`` document."""
+
     run_id: str
     index: str
     encoder: str
-    summary: list[dict]
+    summary: pd.DataFrame
     per_query: pd.DataFrame
     aux: pd.DataFrame
     provenance: dict
     n_skipped: int = 0
     skipped_reasons: dict = field(default_factory=dict)
+    meta: RunMeta | None = None
 
     @property
     def sim_definition(self) -> dict[str, int]:
         """Which references Sim used (see ``fpr.eval.similarity.SIM_SOURCES``) -> number of queries."""
         return sim_definition(self.per_query)
 
-    def as_json(self) -> dict:
-        return {"run": self.run_id, "index": self.index, "encoder": self.encoder, "summary": self.summary,
-                "n_queries": int(len(self.per_query)), "n_skipped": self.n_skipped,
-                "skipped": skip_reasons(self.per_query, self.skipped_reasons),
-                "sim_definition": self.sim_definition, "provenance": self.provenance}
+    def summary_records(self) -> list[dict]:
+        """The summary rows as dicts (missing values None)."""
+        return summary_records(self.summary)
+
+    def to_dict(self, *, per_query: bool = False) -> dict:
+        """The ``fpr.run-result/1`` document (``fpr/schemas/run-result-v1.json``); ``per_query=True`` also
+        lists the per-query rows."""
+        meta = self.meta or RunMeta(self.run_id, None, self.index, None, self.encoder, None, None, None)
+        return run_document(meta, self.summary, self.per_query, self.provenance,
+                            skipped=skip_reasons(self.per_query, self.skipped_reasons),
+                            sim_definition=self.sim_definition, rows=self.per_query if per_query else None)
 
 
 def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
@@ -110,11 +121,22 @@ def _embedder(enc: Encoder, batch_size: int, workers: int | None):
 def _provenance(enc: Encoder, opened: "relevance.OpenIndex", seed: int, device: str) -> dict:
     card = opened.index.card
     return {"encoder": enc.id, "weights_checksum": enc.weights.checksum, "weights_path": str(enc.weights.path),
-            "preprocessing": enc.preprocessing.key(), "device": str(enc.device), "device_requested": device,
+            "weights_status": _weights_status(enc),
+            # an object, not the protocol's canonical text (fpr.run-result/1)
+            "preprocessing": json.loads(enc.preprocessing.key()), "device": str(enc.device),
+            "device_requested": device,
             **{(k if k.startswith("embedding_") else f"embedding_{k}"): v for k, v in _card_numerics(enc).items()},
             "seed": seed, "index_card": card.name, "index_version": opened.row.version,
             "gallery_fingerprint": card.gallery_fingerprint, "versions": faiss_index.library_versions(),
             "created_at": utc_now()}
+
+
+def _weights_status(enc: Encoder) -> str:
+    """verified, unverified or mismatch; ``not-checked`` when there is nothing published to check against."""
+    from fpr.encoders.weights import NO_WEIGHTS
+
+    status = enc.verification.status
+    return "not-checked" if status == NO_WEIGHTS else status
 
 
 def _weights_verification(enc: Encoder) -> dict:
@@ -232,15 +254,22 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         discard_parts(engine_info["shard_dir"])
     per_query = ev.per_query.copy()
     per_query.insert(0, "run_id", run_id)
-    summary = [{"encoder": enc.id, **r} for r in summarize(with_aux(per_query, ev.aux), seed=seed,
-                                                              aux_cols=aux_columns(ev.aux))]
+    summary = summary_frame(summarize(with_aux(per_query, ev.aux), seed=seed, aux_cols=aux_columns(ev.aux)),
+                            encoder=enc.id)
     n_skipped = len(qdf) - n_ok
     if n_skipped:
         progress.log(f"skipped {n_skipped} of {len(qdf)} queries "
                      f"({int((ev.status == SKIP_NO_RELEVANT).sum())} without relevant gallery images, "
                      f"{int((ev.status == SKIP_UNREADABLE).sum())} unreadable); '--format json' lists them with "
                      f"reasons, 'fpr export --run {run_id} --out FILE.csv' has their status")
-    return RunResult(run_id, index, enc.id, summary, per_query, ev.aux, provenance, n_skipped, ev.reasons)
+    meta = RunMeta(run_id, opened.index.card.gallery, index, opened.row.version, enc.id, scope, where,
+                   provenance["created_at"], _settings_record(params))
+    return RunResult(run_id, index, enc.id, summary, per_query, ev.aux, provenance, n_skipped, ev.reasons, meta)
+
+
+def _settings_record(params: dict) -> dict:
+    """The stored run parameters a reader needs (the skip reasons are listed separately)."""
+    return {k: v for k, v in params.items() if k != "skipped"}
 
 
 def _require_some_evaluated(ev: "pipeline.Evaluation", n: int, where: str) -> None:
@@ -264,11 +293,14 @@ def load_run(run_id: str, *, workspace: str | Path | None = None, summary: bool 
     row = db.get_run(ws, run_id)
     stored, aux = db.run_tables(ws, run_id)
     per_query = frames.expand_extras(stored)
-    rows = [{"encoder": row.encoder, **r} for r in summarize(
-        with_aux(per_query, aux), seed=int(row.params.get("seed", 0)), aux_cols=aux_columns(aux))] if summary else []
+    rows = summarize(with_aux(per_query, aux), seed=int(row.params.get("seed", 0)),
+                     aux_cols=aux_columns(aux)) if summary else []
     n_skipped = int((per_query["status"] != "ok").sum())
-    return RunResult(run_id, row.index_name, row.encoder, rows, per_query, aux, row.provenance, n_skipped,
-                     row.params.get("skipped", {}))
+    meta = RunMeta(run_id, row.gallery, row.index_name, row.index_version, row.encoder, row.scope,
+                   row.queries_file, row.provenance.get("created_at") or row.provenance.get("created"),
+                   _settings_record(row.params))
+    return RunResult(run_id, row.index_name, row.encoder, summary_frame(rows, encoder=row.encoder), per_query, aux,
+                     row.provenance, n_skipped, row.params.get("skipped", {}), meta)
 
 
 def report(run_id: str, *, workspace: str | Path | None = None, allow_stale: bool = False) -> RunResult:
@@ -331,6 +363,11 @@ def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str
                                  overwrite=overwrite, device=device, batch_size=batch_size, workers=workers,
                                  **kwargs))
     return results
+
+
+def runs_document(results: Sequence[RunResult]) -> dict:
+    """The ``fpr.run-results/1`` document of several runs (a multi-encoder query), in order."""
+    return collection_document([r.to_dict() for r in results])
 
 
 def run_ids(runs: Sequence[str] | str, *, workspace: str | Path | None = None) -> list[str]:

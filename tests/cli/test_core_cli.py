@@ -12,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from fpr.cli.main import cli
+from fpr.render.result import RUN_RESULT
 from tests.conftest import run_cli, write_image
+from tests.result_schema import single_run, validate
 
 run = run_cli
 
@@ -35,13 +37,14 @@ def flow(tmp_path, tiny_tree):
 def test_flow_json_report_export_sql(flow, tmp_path):
     ws, queries = flow
     res = run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--run", "r1", "--format", "json")
-    out = json.loads(res.stdout)
-    assert out["run"] == "r1" and out["index"] == "g-pixels-16" and out["encoder"] == "pixels-16"
+    out = validate(json.loads(res.stdout), RUN_RESULT)
+    assert out["run"]["id"] == "r1" and out["run"]["index"] == "g-pixels-16"
+    assert out["run"]["encoders"] == ["pixels-16"]
     overall = [r for r in out["summary"] if r["group"] == "*"][0]
     for key in ("method", "group", "n_queries", "map", "cmc@1", "cmc@5", "minp", "sim"):
         assert key in overall
     assert overall["n_queries"] == 6 and 0 <= overall["map"] <= 1
-    again = json.loads(run(ws, "report", "--run", "r1", "--format", "json").stdout)
+    again = single_run(json.loads(run(ws, "report", "--run", "r1", "--format", "json").stdout))
     assert again["summary"] == out["summary"]
     run(ws, "export", "--run", "r1", "--out", str(tmp_path / "e.parquet"))
     df = pd.read_parquet(tmp_path / "e.parquet")
@@ -74,7 +77,7 @@ def test_python_api_equals_cli(flow):
     ws, queries = flow
     res = api.run_query("g-pixels-16", queries, run="py", workspace=ws)
     cli_out = json.loads(run(ws, "report", "--run", "py", "--format", "json").stdout)
-    assert [r["map"] for r in res.summary] == [r["map"] for r in cli_out["summary"]]
+    assert res.summary["map"].tolist() == [r["map"] for r in single_run(cli_out)["summary"]]
 
 
 def assert_one_line_error(res, *needles):
@@ -103,8 +106,8 @@ def test_query_identity_without_gallery_image_fails_before_embedding(flow, tmp_p
     assert n_runs(ws) == before
     res = run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "bad.csv"),
               "--skip-missing-identities", "--run", "sk", "--format", "json")
-    out = json.loads(res.stdout)
-    assert out["n_skipped"] == 1 and [r for r in out["summary"] if r["group"] == "*"][0]["n_queries"] == 5
+    out = validate(json.loads(res.stdout), RUN_RESULT)
+    assert out["run"]["n_skipped"] == 1 and [r for r in out["summary"] if r["group"] == "*"][0]["n_queries"] == 5
 
 
 def test_unreadable_query_fails_by_default_and_is_skipped_on_request(flow, tmp_path):
@@ -117,7 +120,7 @@ def test_unreadable_query_fails_by_default_and_is_skipped_on_request(flow, tmp_p
                           "broken.png")
     out = json.loads(run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "bad.csv"),
                          "--skip-unreadable", "--run", "s2", "--format", "json").stdout)
-    assert out["n_skipped"] == 1 and "q000002" in out["skipped"]
+    assert out["run"]["n_skipped"] == 1 and "q000002" in out["skipped"]
     ex = tmp_path / "ex.csv"
     run(ws, "export", "--run", "s2", "--out", str(ex))
     assert pd.read_csv(ex)["status"].tolist().count("skipped:unreadable") == 1

@@ -152,7 +152,7 @@ def test_rows_below_the_interval_minimum_print_no_interval_and_say_why(world):  
            "the mean 95% of the time)" in table
     out = json.loads(run(ws, "report", "--run", "r", "--format", "json").stdout)
     assert all(c["lo"] is None and c["hi"] is None for c in out["pivot"] if c["metric"] in ("map", "sim"))
-    assert {r["no_interval"] for r in out["summary"]} == {f"{n} queries, fewer than 10: no 95% interval"
+    assert {r["no_interval"] for r in out["runs"][0]["summary"]} == {f"{n} queries, fewer than 10: no 95% interval"
                                                           for n in (3, 4, 6, 7)}
     assert "6 rows without a 95% interval" in run(ws, "report", "--run", "r").stdout
     run(ws, "report", "--run", "r", "--html", str(ws.parent / "r.html"))

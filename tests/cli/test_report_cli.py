@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from fpr import api
+from fpr.render.result import RUN_RESULT, RUN_RESULTS
 from tests.conftest import run_cli, write_image
+from tests.result_schema import single_run, validate
 
 ENCODERS = ("pixels-16", "fpr-world-v1")
 
@@ -52,10 +54,16 @@ def test_multi_encoder_run_equals_separate_runs_and_pivot_equals_sql(world, tmp_
     ws, queries = world
     res = run(ws, "query", "--gallery", "g", "--encoders", ",".join(ENCODERS), "--queries", str(queries),
               "--run", "R", "--format", "json")
-    runs = json.loads(res.stdout)["runs"]
-    assert [r["run"] for r in runs] == ["R@pixels-16", "R@fpr-world-v1"]
-    assert all(r["encoder"] == e for r, e in zip(runs, ENCODERS))
-    assert all(row["encoder"] == e for r, e in zip(runs, ENCODERS) for row in r["summary"])
+    doc = validate(json.loads(res.stdout), RUN_RESULTS)
+    runs = doc["runs"]
+    assert doc["encoders"] == list(ENCODERS) and "pivot" not in doc
+    assert [r["run"]["id"] for r in runs] == ["R@pixels-16", "R@fpr-world-v1"]
+    assert all(r["run"]["encoders"] == [e] for r, e in zip(runs, ENCODERS))
+    assert all(r["summary"] and row["encoder"] == e for r, e in zip(runs, ENCODERS) for row in r["summary"])
+    # the report of the group: the same documents (and summary rows), then the pivot
+    report = validate(json.loads(run(ws, "report", "--run", "R", "--format", "json").stdout), RUN_RESULTS)
+    assert [r["summary"] for r in report["runs"]] == [r["summary"] for r in runs]
+    assert {c["encoder"] for c in report["pivot"]} == set(ENCODERS)
     indices = {r["name"] for r in api.list_indices(workspace=ws)}
     assert {"g-pixels-16", "g-fpr-world-v1"} <= indices  # built because missing
     merged = export(ws, "R", tmp_path)
@@ -82,9 +90,10 @@ def test_multi_encoder_run_equals_separate_runs_and_pivot_equals_sql(world, tmp_
     # external scores given to the group name go to every encoder's run
     ids = pd.read_csv(queries)["query_id"]
     pd.DataFrame({"query_id": ids, "gpt": np.arange(len(ids), dtype=float)}).to_csv(tmp_path / "e.csv", index=False)
-    out = json.loads(run(ws, "score", "--run", "R", "--from-csv", str(tmp_path / "e.csv"), "--scorer", "ext",
-                         "--format", "json").stdout)
-    assert any(r["metric"] == "ext.gpt" and r["encoder"] == "" and r["group"] == "*" for r in out)
+    out = validate(json.loads(run(ws, "score", "--run", "R", "--from-csv", str(tmp_path / "e.csv"), "--scorer",
+                                  "ext", "--format", "json").stdout), RUN_RESULTS)
+    assert any(r["metric"] == "ext.gpt" and r["encoder"] == "" and r["group"] == "*" for r in out["pivot"])
+    assert all(row["ext.gpt"] is not None for r in out["runs"] for row in r["summary"])
     n = api.sql("SELECT run_id, count(*) AS n, sum(value) AS s FROM aux_scores WHERE scorer = 'ext' GROUP BY 1 "
                 "ORDER BY 1", workspace=ws)
     assert n["run_id"].tolist() == ["R@fpr-world-v1", "R@pixels-16"] and (n["n"] == len(ids)).all()
@@ -133,9 +142,15 @@ def test_report_merges_runs_over_the_same_queries(world, tmp_path):
     run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--run", "both")
     for m in ("a", "b"):
         run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / f"{m}.csv"), "--run", f"only-{m}")
-    merged = json.loads(run(ws, "report", "--run", "only-a", "--run", "only-b", "--format", "json").stdout)
-    whole = json.loads(run(ws, "report", "--run", "both", "--format", "json").stdout)
-    assert merged["runs"] == ["only-a", "only-b"]
+    merged = validate(json.loads(run(ws, "report", "--run", "only-a", "--run", "only-b", "--format", "json").stdout),
+                      RUN_RESULTS)
+    whole = validate(json.loads(run(ws, "report", "--run", "both", "--format", "json").stdout), RUN_RESULTS)
+    assert [r["run"]["id"] for r in merged["runs"]] == ["only-a", "only-b"]
+    # each run's document has its own method's summary rows, equal to the run's own report
+    for doc, m in zip(merged["runs"], ("a", "b")):
+        assert {row["method"] for row in doc["summary"]} == {m}
+        own = single_run(json.loads(run(ws, "report", "--run", f"only-{m}", "--format", "json").stdout))
+        assert doc["summary"] == own["summary"]
     # same seed, same (metric, method, group) bootstrap streams; Sim may differ in the last bit (BLAS batch)
     assert len(merged["pivot"]) == len(whole["pivot"]) == 3 * 2 * 4
     for m, w in zip(merged["pivot"], whole["pivot"]):
@@ -243,11 +258,12 @@ def test_json_lists_every_skip_with_its_reason(world, tmp_path):
     run(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
     out = json.loads(run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "skips.csv"),
                          "--skip-missing-identities", "--skip-unreadable", "--run", "s", "--format", "json").stdout)
-    assert out["n_skipped"] == 2 and set(out["skipped"]) == {q["query_id"][0], q["query_id"][1]}
+    validate(out, RUN_RESULT)
+    assert out["run"]["n_skipped"] == 2 and set(out["skipped"]) == {q["query_id"][0], q["query_id"][1]}
     assert "no gallery image of identity 'cats-9'" in out["skipped"][q["query_id"][0]]
     assert out["skipped"][q["query_id"][1]].startswith("skipped:unreadable: ")
-    again = json.loads(run(ws, "report", "--run", "s", "--format", "json").stdout)
-    assert again["skipped"] == out["skipped"] and again["n_skipped"] == 2
+    again = single_run(json.loads(run(ws, "report", "--run", "s", "--format", "json").stdout))
+    assert again["skipped"] == out["skipped"] and again["run"]["n_skipped"] == 2
     table = run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "skips.csv"),
                 "--skip-missing-identities", "--skip-unreadable", "--run", "s2").stdout
     assert "fpr export --run s2 --out FILE.csv" in table

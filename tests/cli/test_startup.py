@@ -131,9 +131,9 @@ def test_report_computes_each_interval_once(tmp_path, tiny_tree, monkeypatch):
     # is keyed by the metric and the row's set of queries)
     assert len(keys) == len(set(keys)) == 2 * 3 * len(summary.interval_metrics())
     assert {k[0] for k in keys} == set(summary.interval_metrics())
-    rows = {(r["method"], r["group"]): r for r in json.loads(res.output)["summary"]}
+    rows = {(r["method"], r["group"]): r for r in json.loads(res.output)["runs"][0]["summary"]}
     monkeypatch.setattr(summary, "bootstrap_ci", real)
-    for r in fpr.load_run("r1", workspace=str(ws)).summary:
+    for r in fpr.load_run("r1", workspace=str(ws)).summary_records():
         mine = rows[(r["method"], r["group"])]
         assert {k: mine[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")} == \
             {k: r[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")}

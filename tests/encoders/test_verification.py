@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -115,6 +116,60 @@ def test_registered_pretrained_encoders_without_a_published_value_are_unverified
     assert row["status"] == "available" and row["verified"] == "unverified"
     assert "fpr encoders fetch dinov2-vitb14" in row["verification"]
     assert describe(get_spec("clip-vit-b-32"))["verified"] == "-"  # missing weights: nothing to verify
+
+
+def test_a_published_value_is_for_its_file_name_only(tmp_path, monkeypatch):
+    """CLIP's registered SHA-256 is that of open_clip_model.safetensors: a different file of that name is a
+    mismatch, the repo's other weights file (the pickled .bin) is unverified, not a mismatch."""
+    from fpr.encoders.clip import CLIP_REVISION, CLIP_SHA256
+
+    spec = get_spec("clip-vit-b-32")
+    assert spec.weights.published_sha256 == (("open_clip_model.safetensors", CLIP_SHA256),)
+    assert spec.weights.revision == CLIP_REVISION and len(CLIP_REVISION) == 40 and len(CLIP_SHA256) == 64
+    weights = tmp_path / "weights"
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(weights))
+    f = _placeholder_file(weights / "clip-vit-b-32")
+    f.rename(f.with_name("open_clip_model.safetensors"))
+    row = describe(spec)
+    assert row["verified"] == "mismatch" and "e6d1bd7789aa" in row["verification"]
+    (weights / "clip-vit-b-32" / "open_clip_model.safetensors").rename(weights / "clip-vit-b-32" /
+                                                                       "open_clip_pytorch_model.bin")
+    row = describe(spec)
+    assert row["verified"] == "unverified", row
+    assert "open_clip_pytorch_model.bin of 'clip-vit-b-32'" in row["verification"]
+
+
+def test_fetch_downloads_the_registered_revision(tmp_path, monkeypatch):
+    """'fpr encoders fetch' asks the Hub for the pinned snapshot (listing and download), not for main."""
+    import huggingface_hub
+
+    from fpr.encoders import weights as W
+
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "weights"))
+    for var in ("FPR_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(var, "0")
+    monkeypatch.setattr(W, "_probe_hub", lambda: None)  # no network here: the Hub calls are recorded instead
+    asked = []
+
+    class Api:
+        def list_repo_files(self, repo, revision=None):
+            asked.append(("list", repo, revision))
+            return ["model.safetensors", "config.json"]
+
+    def snapshot_download(repo, revision=None, allow_patterns=(), local_dir=None):
+        asked.append(("download", repo, revision))
+        for name in allow_patterns:
+            (Path(local_dir) / name).write_bytes(b"{}")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    spec = get_spec("dinov2-vitb14")
+    dest = W.fetch_weights("dinov2-vitb14", spec.weights)
+    rev = "4685c99dabffe5affac90bd99dbffd25801ae58d"
+    assert asked == [("list", "timm/vit_base_patch14_dinov2.lvd142m", rev),
+                     ("download", "timm/vit_base_patch14_dinov2.lvd142m", rev)]
+    assert sorted(p.name for p in dest.iterdir()) == ["config.json", "model.safetensors"]
+    assert get_spec("miewid-msv2").weights.revision is None  # nothing citable found: the current main
 
 
 def test_cli_list_shows_the_verified_column(tmp_path):

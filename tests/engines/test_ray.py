@@ -27,7 +27,9 @@ from fpr.engines import ray_runtime as ray_rt
 from fpr.galleries.curate import GallerySpec  # noqa: E402
 from fpr.store.workspace import Workspace  # noqa: E402
 from fpr.workflows.filter import filter_queries  # noqa: E402
+from fpr.render.result import RUN_RESULT  # noqa: E402
 from tests.conftest import run_cli, write_image  # noqa: E402
+from tests.result_schema import validate  # noqa: E402
 from tests.workflows.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)
 
 OBJECT_STORE_MB = 80
@@ -55,9 +57,9 @@ def _fresh_cache(monkeypatch, tmp_path, name: str) -> None:
     monkeypatch.setenv("FPR_CACHE_DIR", str(tmp_path / name))
 
 
-def _same_rows(a: list[dict], b: list[dict]) -> bool:
+def _same_rows(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Summary rows equal value for value (NaN equals NaN: a row without an interval has NaN bounds)."""
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    return a.equals(b)
 
 
 def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspace, monkeypatch):
@@ -85,6 +87,7 @@ def test_world_query_and_embed_on_ray_equal_local_bit_for_bit(tmp_path, workspac
         pd.testing.assert_frame_equal(a, b, check_exact=True)  # per-query values, (no) aux scores, rankings
     assert _same_rows(res.summary, loc.summary)
     eng = res.provenance["engine"]
+    assert validate(json.loads(json.dumps(res.to_dict())), RUN_RESULT)["provenance"]["engine"]["engine"] == "ray"
     n = len(queries)
     assert eng["engine"] == "ray" and eng["ray_version"] == ray.__version__ and eng["actors"] == 1
     plan = ray_engine.shard_plan(api.read_queries(queries), relevance.open_index(
@@ -156,12 +159,12 @@ def test_query_resumes_after_the_driver_is_killed(setup, ray_runtime, monkeypatc
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"resuming: {n_done} of 16 shards already done" in out.stderr  # 2 groups x 8 pieces (15 queries)
-    printed = json.loads(out.stdout)  # stdout holds the result only; Ray's progress went to stderr
+    printed = validate(json.loads(out.stdout), RUN_RESULT)  # stdout holds the result only; Ray's progress: stderr
     assert printed["provenance"]["engine"]["shards_resumed"] == n_done
     loc = api.run_query(INDEX, qfile, run="local", workspace=ws)
     for a, b in zip(_stored(ws, "r1"), _stored(ws, "local")):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
-    assert printed["summary"] == json.loads(json.dumps(loc.summary))
+    assert printed["summary"] == json.loads(json.dumps(loc.to_dict()["summary"]))
 
 
 def test_more_pixels_than_the_object_store_holds_stream_through(tmp_path, monkeypatch):

@@ -53,7 +53,7 @@ def test_oracle_rows_equal_a_manual_run_with_the_references_as_queries(indexed):
     np.testing.assert_allclose(orc.loc[man.index, "ap"].astype(float), man["ap"].astype(float), atol=1e-12)
     np.testing.assert_allclose(orc.loc[man.index, "sim"].astype(float), man["sim"].astype(float), atol=1e-12)
     assert (orc["n_references"] == 2).all()
-    summary = {(r["method"], r["group"]): r for r in res.summary}
+    summary = {(r["method"], r["group"]): r for r in res.summary_records()}
     assert summary[("oracle", "*")]["n_queries"] == 18
     assert summary[("oracle", "*")]["map"] == pytest.approx(float(man["ap"].mean()))
 

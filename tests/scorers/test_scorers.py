@@ -232,7 +232,7 @@ def test_query_and_score_join_scores_on_query_id(tmp_path, workspace):
                             str(qfile), "--run", "with-scores", "--scorers", "copy-paste", "--format", "json"])
     assert r.exit_code == 0, r.output
     res = api.load_run("with-scores", workspace=workspace)
-    assert {"copy-paste.flag", "copy-paste.pixel", "copy-paste.appearance"} <= set(res.summary[0])
+    assert {"copy-paste.flag", "copy-paste.pixel", "copy-paste.appearance"} <= set(res.summary.columns)
     flags = res.aux[res.aux["metric"] == "flag"].set_index("query_id")["value"]
     assert flags["resized-copy"] == 1 and flags["pasted-new-background"] == 1 and flags["rerendered-pose"] == 0
 

@@ -15,8 +15,10 @@ import pandas as pd
 import pytest
 from filelock import FileLock
 
+from fpr.render.result import RUN_RESULT
 from fpr.serve.jobs import DONE, FAILED, QUEUED, RUNNING, JobStore
 from fpr.serve.workers import recover
+from tests.result_schema import validate
 from tests.serve.conftest import INDEX, TOKENS, submission, wait_for
 
 COMPARED = ["status", "ap", "first_hit_rank", "last_hit_rank", "n_relevant", "n_scope", "cmc1", "cmc5", "cmc10",
@@ -64,7 +66,7 @@ def test_sixteen_concurrent_clients_equal_api_runs(server, world):
         body, per_query = out
         assert body["status"] == "done", body
         exp = expected[i % 3]
-        report = api.report(f"api-set-{i % 3}", workspace=ws).as_json()
+        report = api.report(f"api-set-{i % 3}", workspace=ws).to_dict()
         assert [r["method"] for r in body["report"]["summary"]] == [r["method"] for r in report["summary"]]
         for a, b in zip(body["report"]["summary"], report["summary"]):
             assert a["map"] == b["map"] and a["n_queries"] == b["n_queries"]
@@ -131,7 +133,10 @@ def test_run_routes(server, world):
     assert r.status_code == 202
     body = wait_for(c, "routes")
     assert body["status"] == DONE and body["n_images"] == 4 and body["error"] is None
-    assert body["report"]["run"] == "routes" and body["report"]["n_queries"] == 4
+    report = validate(body["report"], RUN_RESULT)  # the service's report is the fpr.run-result/1 document
+    assert report["run"]["id"] == "routes" and report["run"]["n_queries"] == 4
+    assert isinstance(report["provenance"]["preprocessing"], dict)
+    assert {row["encoder"] for row in report["summary"]} == {report["run"]["encoders"][0]}
     assert c.post("/v1/runs", data={"index": INDEX, "run": "routes"}, files=submission(queries[8:12])).status_code \
         == 409
     rows = c.get("/v1/runs/routes/queries").json()

@@ -16,6 +16,7 @@ from fpr.cli.main import cli
 from fpr.errors import ConflictError
 from fpr.store import schema
 from fpr.store.workspace import Workspace
+from tests.result_schema import single_run
 
 
 def _columns(db_path) -> list[tuple]:
@@ -59,7 +60,7 @@ def test_old_runs_list_report_and_export_unchanged(old_workspace, tmp_path, monk
     old_report = json.loads((old_workspace / "report_r1.json").read_text())
     res = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", "r1", "--format", "json"])
     assert res.exit_code == 0, res.output
-    new_report = json.loads(res.stdout)
+    new_report = single_run(json.loads(res.stdout))  # now one fpr.run-result/1 in a fpr.run-results/1
     # summary rows now also name their encoder; every 0.1.0 mean and count is unchanged. Intervals are not:
     # since #27 a row's bootstrap stream is keyed by its set of queries (the same queries, the same interval
     # wherever they appear) and a row of fewer than MIN_QUERIES_FOR_INTERVAL queries has none, with the reason.
@@ -77,7 +78,17 @@ def test_old_runs_list_report_and_export_unchanged(old_workspace, tmp_path, monk
                 assert lo is None and hi is None and "no 95% interval" in new_row["no_interval"]
             else:
                 assert lo <= new_row[metric] <= hi
-    assert new_report["provenance"] == old_report["provenance"]
+    # 0.1.0 stored the preprocessing protocol as its JSON text: read back as an object, the rest unchanged
+    old_prov = old_report["provenance"]
+    assert isinstance(old_prov["preprocessing"], str)
+    assert new_report["provenance"] == {**old_prov, "preprocessing": json.loads(old_prov["preprocessing"])}
+    assert new_report["provenance"]["preprocessing"]["name"] == "squash64-unit"
+    assert new_report["run"] == {
+        "id": "r1", "created": old_prov["created_at"], "gallery": "pets", "index": "pets-pixels-16",
+        "index_version": new_report["run"]["index_version"], "encoders": ["pixels-16"], "scope": "group",
+        "queries": new_report["run"]["queries"], "n_queries": 12, "n_evaluated": 12, "n_skipped": 0,
+        "settings": new_report["run"]["settings"]}
+    assert new_report["run"]["settings"]["scorers"] == ["copy-paste"]
     for run in ("r1", "r2"):
         out = api.export_run(run, tmp_path / f"{run}.csv", workspace=ws)
         new = pd.read_csv(out)
@@ -147,7 +158,7 @@ def test_a_new_metric_is_one_declaration_plus_one_migration(old_workspace, monke
     assert len(got) == len(before) == 12
     assert got["hits2"].tolist() == [1.0 if 1 <= r <= 2 else 0.0 for r in got["first_hit_rank"]]
     res = api.load_run("r1", workspace=ws.root)
-    overall = [r for r in res.summary if r["group"] == "*" and r["method"] == "faithful"][0]
+    overall = [r for r in res.summary_records() if r["group"] == "*" and r["method"] == "faithful"][0]
     assert overall["hits@2"] == pytest.approx(got["hits2"][res.per_query["method"].to_numpy() == "faithful"].mean())
     # a new run computes the metric from its declaration (no pipeline edit)
     api.import_gallery("fresh", api.read_folder(tiny_tree), api.GallerySpec(references_per_identity=1),

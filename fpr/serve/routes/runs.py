@@ -53,10 +53,10 @@ def run_status(run: str, request: Request, who: Caller = Depends(reader)) -> dic
     job = ctx.jobs.get(run)
     if job is None:
         res = api.report(run, workspace=ctx.ws)  # a run made with the CLI: 404 if there is none
-        return ctx.scrub_obj(to_jsonable({"run": run, "status": DONE, "report": res.as_json()}))
+        return ctx.scrub_obj(to_jsonable({"run": run, "status": DONE, "report": res.to_dict()}))
     out = {k: job.get(k) for k in PUBLIC_JOB_KEYS}
     if job["status"] == DONE:
-        out["report"] = api.report(run, workspace=ctx.ws).as_json()
+        out["report"] = api.report(run, workspace=ctx.ws).to_dict()
     return ctx.scrub_obj(to_jsonable(out))
 
 

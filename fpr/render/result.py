@@ -1,0 +1,111 @@
+"""The one JSON document of a run's results (``fpr.run-result/1``) and of several runs (``fpr.run-results/1``).
+
+Every emitter builds it here: ``fpr query --format json``, ``fpr report --format json``, ``fpr export --out
+F.json``, the service's run endpoints and :meth:`fpr.RunResult.to_dict`. The JSON Schema (draft 2020-12)
+is the package file ``fpr/schemas/run-result-v1.json``; its version policy is in ``docs/results.md``
+(adding a key keeps the version, removing or renaming one bumps it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+RUN_RESULT = "fpr.run-result/1"
+RUN_RESULTS = "fpr.run-results/1"
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "run-result-v1.json"
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What identifies a stored run: the ``run`` object of the document."""
+
+    id: str
+    gallery: str | None
+    index: str | None
+    index_version: str | None
+    encoder: str
+    scope: str | None
+    queries: str | None  # the queries table the run read
+    created: str | None
+    settings: dict = field(default_factory=dict)  # seed, top_k, scorers, scorer_options, skip flags
+
+
+def value(v: Any) -> Any:
+    """A cell as JSON: NaN/NaT/None -> null, NumPy scalars -> Python, timestamps -> ISO 8601."""
+    if v is None or v is pd.NaT:
+        return None
+    if isinstance(v, (pd.Timestamp, np.datetime64)):
+        return pd.Timestamp(v).isoformat()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [value(x) for x in v]
+    return v
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """A DataFrame's rows as JSON objects (missing values null)."""
+    cols = [str(c) for c in df.columns]
+    return [{c: value(v) for c, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
+
+
+def summary_frame(rows: Sequence[dict], encoder: str | None = None) -> pd.DataFrame:
+    """Summary rows (:func:`fpr.metrics.summary.summarize`) as a DataFrame whose first column is ``encoder``."""
+    df = pd.DataFrame(list(rows))
+    if encoder is not None and "encoder" not in df.columns:
+        df.insert(0, "encoder", encoder)
+    if "encoder" in df.columns and df.columns[0] != "encoder":
+        df = df[["encoder", *[c for c in df.columns if c != "encoder"]]]
+    return df
+
+
+def summary_records(summary: pd.DataFrame) -> list[dict]:
+    """Summary rows as dicts, missing values None; ``map_group_mean`` only on the group ``*`` rows (as
+    :func:`fpr.metrics.summary.summarize` gives it)."""
+    out = records(summary)
+    for r in out:
+        if r.get("group") != "*":
+            r.pop("map_group_mean", None)
+    return out
+
+
+def run_document(meta: RunMeta, summary: pd.DataFrame, per_query: pd.DataFrame, provenance: dict, *,
+                 skipped: dict[str, str], sim_definition: dict[str, int],
+                 rows: pd.DataFrame | None = None) -> dict:
+    """The ``fpr.run-result/1`` document of one stored run. ``per_query`` gives the counts; ``rows``, when
+    given, is listed as ``per_query`` (the rows ``fpr export`` writes)."""
+    status = per_query["status"] if "status" in per_query else pd.Series([], dtype=object)
+    n_ok = int((status == "ok").sum())
+    doc = {"schema": RUN_RESULT,
+           "run": {"id": meta.id, "created": meta.created, "gallery": meta.gallery, "index": meta.index,
+                   "index_version": meta.index_version, "encoders": [meta.encoder], "scope": meta.scope,
+                   "queries": meta.queries, "n_queries": int(len(per_query)), "n_evaluated": n_ok,
+                   "n_skipped": int(len(per_query)) - n_ok, "settings": value(meta.settings)},
+           "summary": summary_records(summary), "skipped": dict(skipped),
+           "sim_definition": {str(k): int(v) for k, v in sim_definition.items()},
+           "provenance": value(provenance)}
+    if rows is not None:
+        doc["per_query"] = records(rows)
+    return doc
+
+
+def collection_document(runs: Sequence[dict], *, pivot: Sequence[dict] | None = None) -> dict:
+    """The ``fpr.run-results/1`` document: run documents in order, their encoders, the pivot if given."""
+    encoders = list(dict.fromkeys(e for d in runs for e in d["run"]["encoders"]))
+    doc = {"schema": RUN_RESULTS, "runs": list(runs), "encoders": encoders}
+    if pivot is not None:
+        doc["pivot"] = [value(r) for r in pivot]
+    return doc
+
+
+__all__ = ["RUN_RESULT", "RUN_RESULTS", "RunMeta", "SCHEMA_FILE", "collection_document", "records",
+           "run_document", "summary_frame", "summary_records", "value"]
