@@ -26,12 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fpr.galleries.world import METHOD_DRIFT  # noqa: E402  (the world's declared drift per method)
+from fpr.galleries.world import METHOD_DRIFT
 
 RESULTS = ROOT / "benchmarks" / "results" / "demo_figures.json"
 GENERATIONS = ("faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic")
 DRIFTED = ("drift-0.1", "drift-0.25", "drift-0.5")
-SECTION = re.compile(r"(<!-- figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+SECTION = re.compile(r"(<!-- figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.DOTALL)
 
 
 def measure(quick: bool) -> dict:
@@ -39,7 +39,7 @@ def measure(quick: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "fpr", "--workspace", str(Path(tmp) / "ws"), "demo", "--format", "json"]
         load0, t0 = os.getloadavg()[0], time.perf_counter()
-        r = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True,
+        r = subprocess.run(cmd + (["--quick"] if quick else []), check=False, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         wall, load1 = time.perf_counter() - t0, os.getloadavg()[0]
     if r.returncode != 0:
@@ -72,7 +72,7 @@ def readme_demo(fig: dict) -> str:
     d, v = full["demo"], full["demo"]["validity"]
     m = {k: r["map"] for k, r in _overall(d, "map").items()}
     copies = [k for k in v["copy_paste_flag_rate"] if k not in GENERATIONS and k != "oracle"]
-    pct = lambda x: f"{100 * x:.0f}"  # noqa: E731
+    pct = lambda x: f"{100 * x:.0f}"
     gen_map, gen_sim = _agreement(d, "generations", "mAP"), _agreement(d, "generations", "Sim")
     t = d["timings"]
     return (
@@ -102,7 +102,7 @@ def paper_demo(fig: dict) -> str:
     d, t = full["demo"], full["demo"]["timings"]
     w, v = d["world"], d["validity"]
     maps, sims = _overall(d, "map"), _overall(d, "sim")
-    cell = lambda r, k: f"{r[k]:.3f} [{r[k + '_lo']:.2f},{r[k + '_hi']:.2f}]"  # noqa: E731
+    cell = lambda r, k: f"{r[k]:.3f} [{r[k + '_lo']:.2f},{r[k + '_hi']:.2f}]"
     rows = "".join(f"| {k} | {'-' if k == 'oracle' else format(METHOD_DRIFT[k], '.2f')} | {cell(maps[k], 'map')} | "
                    f"{cell(sims[k], 'sim')} |\n" for k in ("oracle", *GENERATIONS, "paste"))
     return (f"{full['wall_s']:.0f} s under a load average of {full['load_before']:.0f}-{full['load_after']:.0f} on "

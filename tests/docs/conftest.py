@@ -2,9 +2,10 @@
 
 ``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name),
 beside it the files the docs name: ``data/animals/<group>/<identity>/*.png`` (the demo world's gallery and
-reference images), ``generated.csv`` (three of the demo's methods as generated images), ``textual-inversion.csv`` (two others) and ``queries.csv``
-with ``a.png``/``b.png`` (two of them, for the serve example's upload). Each document
-gets a copy of it as its working folder, and its blocks run there in order, as a reader follows them.
+reference images), ``generated.csv`` (three of the demo's methods as generated images, with the world's
+``drift`` column), ``textual-inversion.csv`` (two other methods) and ``queries.csv`` with ``a.png``/``b.png``
+(two images, for the serve example's upload). Each document gets a copy of it as its working folder (see
+``workdirs``), and its blocks run there in order, as a reader follows them.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def _generated(demo: Path, base: Path, name: str, methods: tuple[str, ...]) -> N
     rel = demo.relative_to(base)
     q["path"] = [str(rel / p) for p in q["path"]]
     q["reference_paths"] = [";".join(str(rel / p) for p in s.split(";")) for s in q["reference_paths"]]
-    q[["query_id", "path", "identity", "group", "method", "prompt", "reference_paths"]].to_csv(
+    q[["query_id", "path", "identity", "group", "method", "prompt", "reference_paths", "drift"]].to_csv(
         base / name, index=False)
 
 
@@ -89,7 +90,8 @@ def docs_world(tmp_path_factory) -> DocsWorld:
     world.base.mkdir()
     ws = world.base / "fpr-workspace"
     r = subprocess.run(["fpr", "--workspace", str(ws), "demo", "--quick", "--run", DEMO_RUN, "--no-copy-paste"],
-                       cwd=world.base, env=world.env(world.base), capture_output=True, text=True, timeout=480)
+                       cwd=world.base, env=world.env(world.base), capture_output=True, text=True, timeout=480,
+                       check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     demo = ws / "demo" / DEMO_GALLERY
     _animals(demo, world.base / "data" / "animals")

@@ -63,7 +63,7 @@ def parse(text: str, path: str) -> list[Block]:
         body: list[str] = []
         i += 1
         while i < len(lines) and not lines[i].lstrip().startswith(fence):
-            body.append(lines[i][len(m.group("indent")):] if lines[i].startswith(m.group("indent")) else lines[i])
+            body.append(lines[i].removeprefix(m.group("indent")))
             i += 1
         if i == len(lines):
             raise ValueError(f"{path}:{start + 1}: code block never closed (its fence is {fence})")

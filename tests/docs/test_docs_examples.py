@@ -29,7 +29,7 @@ SUBSTITUTE: tuple[tuple[str, str, str], ...] = (
 TIMEOUT_S = 420
 # A documented ``fpr ... serve`` line runs in the background on a free loopback port until the block ends (on
 # the same script line, so failures keep their line numbers); the block's 8080 becomes that port.
-SERVE_LINE = re.compile(r"^(?P<cmd>[^#\n]*\bfpr\b[^#\n]*\sserve\s[^#\n]*?)\s*(?P<comment>#.*)?$", re.M)
+SERVE_LINE = re.compile(r"^(?P<cmd>[^#\n]*\bfpr\b[^#\n]*\sserve\s[^#\n]*?)\s*(?P<comment>#.*)?$", re.MULTILINE)
 BLOCKS = all_blocks(ROOT)
 RUN = [b for b in BLOCKS if b.kind != "output"]
 
@@ -53,7 +53,10 @@ def _serving(script: str) -> str:
     port = _free_port()
     script = script.replace("--host 0.0.0.0", "--host 127.0.0.1").replace("8080", str(port))
     health = f"http://127.0.0.1:{port}/v1/health"
-    wait = (f'trap \'kill $FPR_DOCS_SERVER 2>/dev/null; wait $FPR_DOCS_SERVER\' EXIT; for _ in $(seq 600); do '
+    # on exit: stop the server, wait for it, and keep the block's own exit status (not the server's 143)
+    wait = (f'trap \'rc=$?; trap - ERR; kill $FPR_DOCS_SERVER 2>/dev/null; '
+            f'wait $FPR_DOCS_SERVER || true; exit $rc\' EXIT; '
+            f'for _ in $(seq 600); do '
             f'curl -sf {health} | grep -q \'"workers_ready": *[1-9]\' && break; '
             f'kill -0 $FPR_DOCS_SERVER || exit 9; sleep 0.5; done')
     return SERVE_LINE.sub(lambda m: f"{m.group('cmd')} & FPR_DOCS_SERVER=$!; {wait}", script)
@@ -68,7 +71,7 @@ def _run_shell(block: Block, workdir: Path, env: dict) -> str:
     # line 1 of the script is this header, so the block's line k is the script's line k + 1
     header = "set -eo pipefail; trap 'echo \"docs-test: failed at script line $LINENO\" >&2' ERR\n"
     r = subprocess.run(["bash", "-c", header + _serving(_substituted(body))], cwd=workdir, env=env, capture_output=True,
-                       text=True, timeout=TIMEOUT_S)
+                       text=True, timeout=TIMEOUT_S, check=False)
     if r.returncode != 0:
         m = re.search(r"docs-test: failed at script line (\d+)", r.stderr)
         where = f"{block.path}:{block.doc_line(int(m.group(1)) - 1)}" if m else block.id
@@ -81,7 +84,7 @@ def _run_python(block: Block, workdir: Path, env: dict) -> str:
     script = workdir / f"docs-block-{block.line}.py"
     script.write_text(_substituted(block.text))
     r = subprocess.run([sys.executable, str(script)], cwd=workdir, env=env, capture_output=True, text=True,
-                       timeout=TIMEOUT_S)
+                       timeout=TIMEOUT_S, check=False)
     if r.returncode != 0:
         lines = re.findall(rf'File "{re.escape(str(script))}", line (\d+)', r.stderr)
         where = f"{block.path}:{block.doc_line(int(lines[-1]))}" if lines else block.id

@@ -68,3 +68,47 @@ def test_demo_figures_in_the_docs_are_rendered_from_the_results_file():
                                                "benchmarks/results/demo_figures.json; run "
                                                "'PYTHONPATH=. python benchmarks/docs_figures.py --render'")
     assert sorted(names) == sorted(mod.RENDER), names
+
+
+def test_a_failing_shell_line_is_named_by_its_document_line(tmp_path):
+    """The runner's failure names the document line of the failing command (fence on line 5: line 3 of the block
+    is line 8), and a served block keeps the block's exit status, not the stopped server's."""
+    import os
+
+    import pytest
+
+    from tests.docs.test_docs_examples import _run_shell, _serving
+
+    block = parse("a\nb\nc\n\n```bash\necho one\ntrue\nfalse\necho never\n```\n", "x.md")[0]
+    with pytest.raises(pytest.fail.Exception, match=r"^x\.md:8: exit 1"):
+        _run_shell(block, tmp_path, dict(os.environ))
+    script = _serving("X=1 fpr --workspace w serve --host 0.0.0.0 --port 8080  # comment\ncurl localhost:8080/x\n")
+    first, second = script.splitlines()
+    assert first.startswith("X=1 fpr --workspace w serve --host 127.0.0.1 --port ")
+    assert " & FPR_DOCS_SERVER=$!;" in first
+    assert "8080" not in script and second.startswith("curl localhost:") and len(script.splitlines()) == 2
+
+
+def test_demo_figures_agree_with_the_independent_truth_agreement_benchmark():
+    """The demo's agreement figures (fpr's code) in demo_figures.json equal, to the 3 decimals printed, seed 0 of
+    benchmarks/results/truth_agreement.md, which recomputes them by loops over the pairs (a full world without
+    the copy-paste scorer: the agreement does not depend on it)."""
+    import re
+
+    fig = json.loads(_figures_module().RESULTS.read_text())["full"]["demo"]
+    text = (ROOT / "benchmarks" / "results" / "truth_agreement.md").read_text()
+    seed0 = text[text.index("## Seed 0"):text.index("## Seed 1")]
+    rows = {(m.group(1), m.group(2)): m.groups()[2:] for m in re.finditer(
+        r"^\| (generations|with copies) \| (mAP|Sim) \| (\d+) \| ([\d.]+) \| ([\d.]+) \[[^]]*\] \| ([\d.]+) \| "
+        r"([\d.]+) \| ([\d.]+) \|$", seed0, re.MULTILINE)}
+    assert len(rows) == 4, rows
+    for r in fig["validity"]["agreement"]:
+        pairs, spearman, ppa, half, ties, tau = rows[(r["methods"], r["metric"])]
+        assert int(pairs) == r["n_pairs"]
+        got = [r["spearman"], r["ppa"], r["ppa_ties_half"], r["metric_tie_share"], r["kendall_within"]]
+        assert [f"{x:.3f}" for x in got] == [spearman, ppa, half, ties, tau], (r["methods"], r["metric"])
+    share_header, share_values = re.search(r"Share of queries with AP = 1:\n\n(\|.*\|)\n\|[-|]+\|\n(\|.*\|)",
+                                           seed0).groups()
+    shares = dict(zip(share_header.strip("|").split(" | "), share_values.strip("|").split(" | ")))
+    assert {k.strip(): f"{v:.3f}" for k, v in fig["validity"]["ap_one_share"].items()} == \
+        {k.strip(): v.strip() for k, v in shares.items()}
