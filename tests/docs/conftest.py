@@ -1,0 +1,118 @@
+"""The prepared workspace the documented examples run in, built once per session.
+
+``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name),
+beside it the files the docs name: ``data/animals/<group>/<identity>/*.png`` (the demo world's gallery and
+reference images), ``generated.csv`` (three of the demo's methods as generated images, with the world's
+``drift`` column), ``textual-inversion.csv`` (two other methods) and ``queries.csv`` with ``a.png``/``b.png``
+(two images, for the serve example's upload). Each document gets a copy of it as its working folder (see
+``workdirs``), and its blocks run there in order, as a reader follows them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_RUN = "demo-quick"
+DEMO_GALLERY = "world-demo-s0-quick"
+GENERATED_METHODS = ("faithful", "drift-0.5", "paste")
+SECOND_RUN_METHODS = ("drift-0.1", "generic")  # docs/reports.md merges a second run
+FIRST_DOC = "README.md"
+
+
+@dataclass(frozen=True)
+class DocsWorld:
+    """The prepared folder (copied per document), the shims' folder and the environment blocks run with."""
+
+    base: Path
+    bin: Path
+    cache: Path
+    weights: Path
+
+    def env(self, workdir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(PATH=f"{self.bin}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(ROOT),
+                   FPR_WORKSPACE=str(workdir / "fpr-workspace"), FPR_CACHE_DIR=str(self.cache),
+                   FPR_WEIGHTS_DIR=str(self.weights), FPR_OFFLINE="1", HF_HUB_OFFLINE="1",
+                   HF_HOME=str(self.cache / "hf"), FPR_REPO=str(ROOT))
+        return env
+
+
+def _shims(folder: Path) -> Path:
+    """``fpr`` and ``python`` on PATH: this checkout's fpr under the test's interpreter."""
+    folder.mkdir(parents=True)
+    (folder / "fpr").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fpr "$@"\n')
+    (folder / "python").symlink_to(sys.executable)
+    (folder / "fpr").chmod(0o755)
+    return folder
+
+
+def _animals(demo: Path, out: Path) -> None:
+    """data/animals/<group>/<identity>/NN.png from the demo gallery's references and gallery images."""
+    for row in pd.read_csv(demo / "gallery.csv").itertuples():
+        dst = out / row.group / row.identity / f"{row.role[0]}{Path(row.path).stem}.png"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(demo / row.path, dst)
+
+
+def _generated(demo: Path, base: Path, name: str, methods: tuple[str, ...]) -> None:
+    """NAME: the demo's queries of ``methods``, paths relative to the file's folder."""
+    q = pd.read_csv(demo / "queries.csv")
+    q = q[q["method"].isin(methods)].copy()
+    rel = demo.relative_to(base)
+    q["path"] = [str(rel / p) for p in q["path"]]
+    q["reference_paths"] = [";".join(str(rel / p) for p in s.split(";")) for s in q["reference_paths"]]
+    q[["query_id", "path", "identity", "group", "method", "prompt", "reference_paths", "drift"]].to_csv(
+        base / name, index=False)
+
+
+def _upload(demo: Path, base: Path) -> None:
+    """queries.csv, a.png and b.png: two faithful generations, the files README.md's serve example uploads."""
+    q = pd.read_csv(demo / "queries.csv")
+    q = q[q["method"] == "faithful"].drop_duplicates("identity").head(2).copy()
+    for name, src in zip(("a.png", "b.png"), q["path"]):
+        shutil.copyfile(demo / src, base / name)
+    q["path"] = ["a.png", "b.png"]
+    q[["path", "identity", "group", "method"]].to_csv(base / "queries.csv", index=False)
+
+
+@pytest.fixture(scope="session")
+def docs_world(tmp_path_factory) -> DocsWorld:
+    root = tmp_path_factory.mktemp("docs")
+    world = DocsWorld(root / "base", _shims(root / "bin"), root / "cache", root / "weights")
+    world.base.mkdir()
+    ws = world.base / "fpr-workspace"
+    r = subprocess.run(["fpr", "--workspace", str(ws), "demo", "--quick", "--run", DEMO_RUN, "--no-copy-paste"],
+                       cwd=world.base, env=world.env(world.base), capture_output=True, text=True, timeout=480,
+                       check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    demo = ws / "demo" / DEMO_GALLERY
+    _animals(demo, world.base / "data" / "animals")
+    _generated(demo, world.base, "generated.csv", GENERATED_METHODS)
+    _generated(demo, world.base, "textual-inversion.csv", SECOND_RUN_METHODS)
+    _upload(demo, world.base)
+    return world
+
+
+@pytest.fixture(scope="session")
+def workdirs(docs_world, tmp_path_factory):
+    """One working folder per document, made on first use: README.md's a copy of the prepared folder, every
+    other document's a copy of README.md's as its blocks left it (a reader comes from the README, so
+    docs/reports.md may report the run README.md made)."""
+    made: dict[str, Path] = {}
+
+    def get(doc: str) -> Path:
+        if doc not in made:
+            source = docs_world.base if doc == FIRST_DOC else get(FIRST_DOC)
+            made[doc] = tmp_path_factory.mktemp("doc") / "work"
+            shutil.copytree(source, made[doc], symlinks=True)
+        return made[doc]
+
+    return get

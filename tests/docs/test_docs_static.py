@@ -1,0 +1,114 @@
+"""Fast checks of the docs that need no workspace (default suite): skip markers have reasons and sit on runnable
+blocks, commands are in shell blocks (so test_docs_examples.py runs them), and the demo figures the docs quote
+are the rendering of benchmarks/results/demo_figures.json."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from tests.docs.conftest import ROOT
+from tests.docs.extract import SKIP, all_blocks, parse, untagged_commands
+
+BLOCKS = all_blocks(ROOT)
+
+
+def _figures_module():
+    spec = importlib.util.spec_from_file_location("docs_figures", ROOT / "benchmarks" / "docs_figures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_skip_marker_has_a_reason(capsys):
+    bare = [b.id for b in BLOCKS if b.skip_marker and not b.skip_reason]
+    assert not bare, f"docs-test skip markers without a reason: {bare}"
+    run = [b for b in BLOCKS if b.kind != "output"]
+    skipped = [b for b in run if b.skip_marker]
+    with capsys.disabled():
+        print(f"\ndocs examples: {len(run) - len(skipped)} run, {len(skipped)} skipped with a reason, "
+              f"{len(BLOCKS) - len(run)} output blocks not run")
+
+
+def test_skip_markers_sit_only_on_blocks_that_would_run():
+    """A marker on an output block hides nothing, and one not directly above a fence skips nothing."""
+    assert not [b.id for b in BLOCKS if b.skip_marker and b.kind == "output"]
+    for f in sorted({b.path for b in BLOCKS}):
+        lines = (ROOT / f).read_text(encoding="utf-8").splitlines()
+        starts = {b.line - 1 for b in BLOCKS if b.path == f and b.skip_marker}
+        stray = [n for n, line in enumerate(lines, 1) if SKIP.match(line) and n not in starts]
+        assert not stray, f"{f}: docs-test markers not directly above a code block: lines {stray}"
+
+
+def test_command_blocks_say_they_are_shell():
+    """A block of commands without a shell language would silently escape the docs test: it must be tagged."""
+    found = [f"{b.path}:{b.doc_line(n)}" for b in BLOCKS for n in untagged_commands(b)]
+    assert not found, f"commands in blocks without a shell language (tag them ```bash): {found}"
+
+
+def test_extractor_on_a_known_document():
+    text = ("intro\n<!-- docs-test: skip (needs a GPU (cuda)) -->\n```bash\nfpr a\n```\n\n```\nfpr b\n```\n"
+            "<!-- docs-test: skip -->\n```python\nx = 1\n```\n```text\nout\n```\n")
+    a, b, c, d = parse(text, "x.md")
+    assert (a.id, a.kind, a.text, a.skip_marker, a.skip_reason) == ("x.md:3", "shell", "fpr a\n", True,
+                                                                     "needs a GPU (cuda)")
+    assert (b.id, b.kind, untagged_commands(b)) == ("x.md:7", "output", [1])
+    assert (c.id, c.kind, c.skip_marker, c.skip_reason) == ("x.md:11", "python", True, "")
+    assert (d.kind, untagged_commands(d), a.doc_line(1)) == ("output", [], 4)
+
+
+def test_demo_figures_in_the_docs_are_rendered_from_the_results_file():
+    """Edit the figures by regenerating them (benchmarks/docs_figures.py), never by hand."""
+    mod = _figures_module()
+    fig = json.loads(mod.RESULTS.read_text())
+    names = []
+    for doc in mod.documents():
+        text = doc.read_text(encoding="utf-8")
+        names += [m.group("name") for m in mod.SECTION.finditer(text)]
+        assert mod.render(text, fig) == text, (f"{doc.relative_to(ROOT)}: a figures section differs from "
+                                               "benchmarks/results/demo_figures.json; run "
+                                               "'PYTHONPATH=. python benchmarks/docs_figures.py --render'")
+    assert sorted(names) == sorted(mod.RENDER), names
+
+
+def test_a_failing_shell_line_is_named_by_its_document_line(tmp_path):
+    """The runner's failure names the document line of the failing command (fence on line 5: line 3 of the block
+    is line 8), and a served block keeps the block's exit status, not the stopped server's."""
+    import os
+
+    import pytest
+
+    from tests.docs.test_docs_examples import _run_shell, _serving
+
+    block = parse("a\nb\nc\n\n```bash\necho one\ntrue\nfalse\necho never\n```\n", "x.md")[0]
+    with pytest.raises(pytest.fail.Exception, match=r"^x\.md:8: exit 1"):
+        _run_shell(block, tmp_path, dict(os.environ))
+    script = _serving("X=1 fpr --workspace w serve --host 0.0.0.0 --port 8080  # comment\ncurl localhost:8080/x\n")
+    first, second = script.splitlines()
+    assert first.startswith("X=1 fpr --workspace w serve --host 127.0.0.1 --port ")
+    assert " & FPR_DOCS_SERVER=$!;" in first
+    assert "8080" not in script and second.startswith("curl localhost:") and len(script.splitlines()) == 2
+
+
+def test_demo_figures_agree_with_the_independent_truth_agreement_benchmark():
+    """The demo's agreement figures (fpr's code) in demo_figures.json equal, to the 3 decimals printed, seed 0 of
+    benchmarks/results/truth_agreement.md, which recomputes them by loops over the pairs (a full world without
+    the copy-paste scorer: the agreement does not depend on it)."""
+    import re
+
+    fig = json.loads(_figures_module().RESULTS.read_text())["full"]["demo"]
+    text = (ROOT / "benchmarks" / "results" / "truth_agreement.md").read_text()
+    seed0 = text[text.index("## Seed 0"):text.index("## Seed 1")]
+    rows = {(m.group(1), m.group(2)): m.groups()[2:] for m in re.finditer(
+        r"^\| (generations|with copies) \| (mAP|Sim) \| (\d+) \| ([\d.]+) \| ([\d.]+) \[[^]]*\] \| ([\d.]+) \| "
+        r"([\d.]+) \| ([\d.]+) \|$", seed0, re.MULTILINE)}
+    assert len(rows) == 4, rows
+    for r in fig["validity"]["agreement"]:
+        pairs, spearman, ppa, half, ties, tau = rows[(r["methods"], r["metric"])]
+        assert int(pairs) == r["n_pairs"]
+        got = [r["spearman"], r["ppa"], r["ppa_ties_half"], r["metric_tie_share"], r["kendall_within"]]
+        assert [f"{x:.3f}" for x in got] == [spearman, ppa, half, ties, tau], (r["methods"], r["metric"])
+    share_header, share_values = re.search(r"Share of queries with AP = 1:\n\n(\|.*\|)\n\|[-|]+\|\n(\|.*\|)",
+                                           seed0).groups()
+    shares = dict(zip(share_header.strip("|").split(" | "), share_values.strip("|").split(" | ")))
+    assert {k.strip(): f"{v:.3f}" for k, v in fig["validity"]["ap_one_share"].items()} == \
+        {k.strip(): v.strip() for k, v in shares.items()}
