@@ -64,6 +64,8 @@ def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, 
               help="Weight of the dual-encoder (CLIP-T analogue) loss.")
 @click.option("--full-reference", type=click.FloatRange(min=0.0, max=1.0), default=0.5, show_default=True,
               help="Share of triplets whose reference is the whole frame instead of the subject crop.")
+@click.option("--reference-scene", is_flag=True,
+              help="Variant: the reference's scene vector also feeds the head (learns scene matching as identity).")
 @click.option("--identity-encoder", default="fpr-world-v3", show_default=True,
               help="Frozen identity tower (an fpr encoder id).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -73,7 +75,8 @@ def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, 
 @click.option("--id", "model_id", default=None, help="Model id in the card (default: the folder's name).")
 @click.option("--overwrite", is_flag=True, help="Replace a model already in --out.")
 @format_option()
-def refvnli_train_cmd(data, out, val_data, epochs, batch_size, lr, clip_weight, full_reference, identity_encoder,
+def refvnli_train_cmd(data, out, val_data, epochs, batch_size, lr, clip_weight, full_reference, reference_scene,
+                      identity_encoder,
                       seed, device, threads, model_id, overwrite, fmt) -> None:
     """Train a RefVNLI-recipe model (one pass per triplet: textual alignment and subject preservation)."""
     from fpr.encoders.train import command_line
@@ -82,7 +85,8 @@ def refvnli_train_cmd(data, out, val_data, epochs, batch_size, lr, clip_weight, 
 
     settings = TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, clip_weight=clip_weight,
                              full_reference=full_reference, seed=seed, device=device, threads=threads)
-    res = train_refvnli(data, out, settings=settings, net_config=NetConfig(identity_encoder=identity_encoder),
+    res = train_refvnli(data, out, settings=settings, net_config=NetConfig(identity_encoder=identity_encoder,
+                                                                         reference_scene=reference_scene),
                         val_data=val_data, model_id=model_id or "", command=command_line(), overwrite=overwrite)
     row = res.as_row()
     click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))

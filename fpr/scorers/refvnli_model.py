@@ -10,15 +10,17 @@ model:
   target. Frozen because identity is what that encoder was trained for; the head
   only learns how to read it (``card["identity_encoder"]`` records the weights'
   checksum, and loading refuses other weights).
-- **scene tower**: a small CNN shared by reference and target (``NetConfig.widths``,
-  flattened 4x4 map, so left/right facing survives), trained from scratch: the
-  identity encoder is by design blind to pose, light and background, which is what
-  a prompt describes.
+- **scene tower**: a small CNN (``NetConfig.widths``, flattened 4x4 map, so left/right
+  facing survives), trained from scratch: the identity encoder is by design blind to
+  pose, light and background, which is what a prompt describes. It reads the target;
+  the reference too only in the variant ``reference_scene=True`` (one tower shared by
+  both), which the validation showed to learn scene matching as identity.
 - **text tower**: hashed unigrams and bigrams of the prompt (``zlib.crc32``, stable
   across processes) in an ``EmbeddingBag`` -- the world's prompt vocabulary is tiny.
 - **fused head**: an MLP over identity agreement (product, absolute difference,
-  cosine), both scene vectors, the text vector and its product with the target's
-  scene vector -> two logits, ``ORDER = ("ta", "sp")`` as the paper's two digits.
+  cosine), the target's scene vector (and the reference's in the variant), the text
+  vector and its product with the target's scene vector -> two logits,
+  ``ORDER = ("ta", "sp")`` as the paper's two digits.
 - **dual-encoder read-out** (:meth:`RefvnliNet.clip_t`): the cosine between the
   target's scene vector and the text vector through two linear projections, trained
   with a pairwise sigmoid loss on the same TA labels. It is the honest same-backbone
@@ -67,6 +69,10 @@ class NetConfig:
     dim: int = 64  # scene and text vectors
     buckets: int = 2048  # hashed n-gram table
     hidden: int = 128
+    # The reference's scene vector as a head input. Off: the paper's positives are two frames of one
+    # scene and its negatives another scene, so a head that sees both scenes learns "same background,
+    # same subject" -- and rates a layout copy with drift above the subject in a new scene.
+    reference_scene: bool = False
 
     @classmethod
     def from_dict(cls, d: dict) -> "NetConfig":
@@ -144,24 +150,28 @@ class RefvnliNet(nn.Module):
         self.scene = nn.Sequential(*stages, nn.Flatten(), nn.Linear(cin * 16, cfg.dim), nn.ReLU(inplace=True))
         self.text = nn.EmbeddingBag(cfg.buckets, cfg.dim, mode="mean")
         self.text_out = nn.Sequential(nn.Linear(cfg.dim, cfg.dim), nn.ReLU(inplace=True))
-        fused = 2 * cfg.identity_dim + 1 + 4 * cfg.dim
+        fused = 2 * cfg.identity_dim + 1 + (4 if cfg.reference_scene else 3) * cfg.dim
         self.head = nn.Sequential(nn.Linear(fused, cfg.hidden), nn.ReLU(inplace=True), nn.Linear(cfg.hidden, 2))
         self.img_proj = nn.Linear(cfg.dim, cfg.dim)
         self.txt_proj = nn.Linear(cfg.dim, cfg.dim)
         self.clip_scale = nn.Parameter(torch.tensor(10.0))  # pairwise sigmoid: scale * cos + bias
         self.clip_bias = nn.Parameter(torch.tensor(-5.0))
 
-    def fuse(self, id_ref: torch.Tensor, id_tgt: torch.Tensor, s_ref: torch.Tensor, s_tgt: torch.Tensor,
+    def fuse(self, id_ref: torch.Tensor, id_tgt: torch.Tensor, s_ref: torch.Tensor | None, s_tgt: torch.Tensor,
              ids: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, 2) in :data:`ORDER`, dual-encoder cosine (B,)) from the towers' outputs."""
         t = self.text_out(self.text(ids, offsets))
         agree = id_ref * id_tgt
-        fused = torch.cat([agree, (id_ref - id_tgt).abs(), agree.sum(1, keepdim=True), s_ref, s_tgt, t, s_tgt * t], 1)
+        parts = [agree, (id_ref - id_tgt).abs(), agree.sum(1, keepdim=True)]
+        parts += ([s_ref] if self.cfg.reference_scene else []) + [s_tgt, t, s_tgt * t]
+        fused = torch.cat(parts, 1)
         return self.head(fused), self.cosine(s_tgt, t)
 
     def forward(self, id_ref: torch.Tensor, id_tgt: torch.Tensor, x_ref: torch.Tensor, x_tgt: torch.Tensor,
                 ids: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass per triplet: (logits (B, 2) in :data:`ORDER`, dual-encoder cosine (B,))."""
+        if not self.cfg.reference_scene:
+            return self.fuse(id_ref, id_tgt, None, self.scene(x_tgt), ids, offsets)
         scenes = self.scene(torch.cat([x_ref, x_tgt]))  # one tower, both images
         return self.fuse(id_ref, id_tgt, scenes[:len(x_ref)], scenes[len(x_ref):], ids, offsets)
 

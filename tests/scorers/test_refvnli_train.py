@@ -126,7 +126,15 @@ def test_components_are_world_sets(tiny_data):
     assert sorted(np.concatenate(groups).tolist()) == list(range(len(data.ref)))
 
 
-def test_scorer_over_a_trained_folder_matches_the_training_forward(tiny_model, tiny_data):
+@pytest.fixture(scope="module")
+def tiny_variant(tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rvvariant") / "v"
+    rt.train_refvnli(tiny_data, out, settings=_settings(epochs=1), net_config=rm.NetConfig(reference_scene=True))
+    return out
+
+
+@pytest.mark.parametrize("which", ["tiny_model", "tiny_variant"])
+def test_scorer_over_a_trained_folder_matches_the_training_forward(which, tiny_data, request):
     """The scorer path (PIL images, one pass per triplet) and the training path (cached vectors, each image of a
     batch through the scene tower once) are two implementations of one function."""
     import pandas as pd
@@ -134,14 +142,15 @@ def test_scorer_over_a_trained_folder_matches_the_training_forward(tiny_model, t
     from fpr.scorers.encoding import cached_encoder
 
     table = pd.read_parquet(tiny_data / "triplets.parquet")
+    folder = request.getfixturevalue(which)
     data = rt.read_data(tiny_data, cached_encoder("fpr-world-v3", "cpu"), rm.NetConfig())
-    model = rm.load_model(tiny_model, "cpu")
+    model = rm.load_model(folder, "cpu")
     probs, cos = rt.predict(model.net, data, torch.device("cpu"))
     rows = [0, 7, 31, 59]
     paths = [(str(tiny_data / table.reference_path[r]), str(tiny_data / table.target_path[r])) for r in rows]
     batch = QueryBatch([f"q{r}" for r in rows], [t for _, t in paths], ["x"] * 4, ["g"] * 4,
                        [table.prompt[r] for r in rows], [[ref] for ref, _ in paths], device="cpu",
-                       options={"refvnli.model": str(tiny_model)})
+                       options={"refvnli.model": str(folder)})
     out = run_scorers(["refvnli"], batch).set_index(["query_id", "metric"])["value"]
     for k, r in enumerate(rows):
         assert out[(f"q{r}", "ta")] == pytest.approx(probs[r, 0], abs=1e-5)
@@ -187,3 +196,36 @@ def test_cards_must_match_their_weights(tiny_model, tmp_path):
     (bad / rm.CARD_NAME).write_text(json.dumps(card))
     with pytest.raises(Exception, match="size mismatch|do not match"):
         rm.load_model(bad, "cpu")
+
+
+# --------------------------------------------------------------------------- the shipped model
+
+def test_the_shipped_model_is_small_recorded_and_the_default():
+    from fpr.scorers import refvnli
+
+    folder = rm.builtin_dir()
+    assert refvnli.model_source(None) == ("fpr", str(folder)) == refvnli.model_source("builtin")
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size < 3 * 2 ** 20
+    card = rm.read_card(folder)
+    assert card["id"] == rm.BUILTIN_ID and card["command"].startswith("fpr refvnli train ")
+    assert card["train_seconds"] <= 600 and card["machine"]["load_average_1_5_15_at_start"]
+    assert card["data"]["source"]["source"] == "world" and len(card["data"]["fingerprint"]) == 64
+    assert card["net"]["reference_scene"] is False
+
+
+def test_the_shipped_model_separates_on_a_held_out_seed(tmp_path):
+    """A small version of benchmarks/refvnli_validation.py on world seed 23 (the table used seeds 11 and 12)."""
+    from fpr.workflows.refvnli_validate import data_ta, world_sp
+
+    torch.set_num_threads(1)
+    sp, q = world_sp("builtin", tmp_path, seed=23, identities=3, queries=2, n_boot=50)
+    got = {(s.scorer, s.negative): s.auroc for s in sp}
+    assert got[("refvnli_sp", "generic")] >= 0.85
+    assert got[("refvnli_sp", "drift-0.5")] >= 0.7
+    assert got[("sim_pixels-16", "drift-0.5")] <= 0.75  # the general stand-in does not see identity
+    assert q.refvnli_sp.between(0, 1).all()
+    wr.build_refvnli_data(tmp_path / "ta", world=wr.WorldFrames(sets=2, seed=123))
+    ta, _ = data_ta("builtin", tmp_path / "ta", n_boot=50)
+    got = {(s.scorer, s.negative): s.auroc for s in ta}
+    assert got[("refvnli_ta", "swapped")] >= 0.7
