@@ -15,7 +15,8 @@ def refvnli_group() -> None:
 @refvnli_group.command("data")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (images + manifest).")
 @click.option("--source", default="world", show_default=True,
-              help="'world' (training identities of the built-in world) or a frames manifest (CSV/Parquet: "
+              help="'world' (training identities of the built-in world), a folder (<identity>/*.png or "
+                   "<scene>/<entity>/*.png) or a frames manifest (CSV/Parquet: "
                    "path,entity,subject,scene,set,details, mask or box[,noun]).")
 @click.option("--species", default="zebra,leopard,giraffe", show_default=True, help="World only: species.")
 @click.option("--sets", type=click.IntRange(min=1), default=2, show_default=True,

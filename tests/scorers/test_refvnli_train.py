@@ -215,17 +215,21 @@ def test_the_shipped_model_is_small_recorded_and_the_default():
 
 
 def test_the_shipped_model_separates_on_a_held_out_seed(tmp_path):
-    """A small version of benchmarks/refvnli_validation.py on world seed 23 (the table used seeds 11 and 12)."""
+    """A small version of benchmarks/refvnli_validation.py on world seed 23 (the table used seeds 11 and 12).
+
+    Measured at the commit: sp 0.963 (generic), 0.753 (drift-0.5), 0.506 (near-copy); pixels-16 Sim 0.500
+    (drift-0.5), 0.000 (near-copy); ta 0.880 (swapped), 0.788 (changed detail); 18 / 24 per side."""
     from fpr.workflows.refvnli_validate import data_ta, world_sp
 
     torch.set_num_threads(1)
     sp, q = world_sp("builtin", tmp_path, seed=23, identities=3, queries=2, n_boot=50)
     got = {(s.scorer, s.negative): s.auroc for s in sp}
     assert got[("refvnli_sp", "generic")] >= 0.85
-    assert got[("refvnli_sp", "drift-0.5")] >= 0.7
-    assert got[("sim_pixels-16", "drift-0.5")] <= 0.75  # the general stand-in does not see identity
+    assert got[("refvnli_sp", "drift-0.5")] >= 0.65
+    assert got[("sim_pixels-16", "drift-0.5")] <= 0.7  # the general stand-in does not see identity
+    assert got[("sim_pixels-16", "near-copy")] <= 0.2  # and a copied layout flatters it
     assert q.refvnli_sp.between(0, 1).all()
     wr.build_refvnli_data(tmp_path / "ta", world=wr.WorldFrames(sets=2, seed=123))
     ta, _ = data_ta("builtin", tmp_path / "ta", n_boot=50)
     got = {(s.scorer, s.negative): s.auroc for s in ta}
-    assert got[("refvnli_ta", "swapped")] >= 0.7
+    assert got[("refvnli_ta", "swapped")] >= 0.75 and got[("refvnli_ta", "changed-detail")] >= 0.65
