@@ -169,6 +169,19 @@ class RefVNLI(Scorer):
     options = (Option("model", str, BUILTIN, "builtin (fpr-refvnli-world-v1, shipped), a folder from "
                                              "`fpr refvnli train`, or a fine-tuned PaliGemma folder / cached repo id"),)
 
+    def provenance(self, batch: QueryBatch) -> dict:
+        """Which model made the values: its kind, place, and for fpr models the id and weights' SHA-256."""
+        import hashlib
+
+        from fpr.scorers import refvnli_model as rm
+
+        kind, model = model_source(self.option_values(batch.options)["model"])
+        out = {"kind": kind, "model": model}
+        if kind == "fpr" and rm.is_checkpoint(Path(model)):
+            out["id"] = rm.read_card(Path(model)).get("id", "")
+            out["weights_sha256"] = hashlib.sha256((Path(model) / rm.WEIGHTS_NAME).read_bytes()).hexdigest()
+        return out
+
     def score(self, batch: QueryBatch) -> pd.DataFrame:
         kind, model = model_source(self.option_values(batch.options)["model"])
         extras = batch.extras or [{}] * len(batch)

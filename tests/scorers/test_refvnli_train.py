@@ -212,6 +212,11 @@ def test_the_shipped_model_is_small_recorded_and_the_default():
     assert card["train_seconds"] <= 600 and card["machine"]["load_average_1_5_15_at_start"]
     assert card["data"]["source"]["source"] == "world" and len(card["data"]["fingerprint"]) == 64
     assert card["net"]["reference_scene"] is False
+    import hashlib
+
+    prov = refvnli.RefVNLI().provenance(QueryBatch([], [], [], [], [], [], device="cpu"))
+    assert prov == {"kind": "fpr", "model": str(folder), "id": rm.BUILTIN_ID,
+                    "weights_sha256": hashlib.sha256((folder / rm.WEIGHTS_NAME).read_bytes()).hexdigest()}
 
 
 def test_the_shipped_model_separates_on_a_held_out_seed(tmp_path):
