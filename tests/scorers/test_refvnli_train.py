@@ -157,6 +157,18 @@ def test_scorer_over_a_trained_folder_matches_the_training_forward(which, tiny_d
         assert out[(f"q{r}", "sp")] == pytest.approx(probs[r, 1], abs=1e-5)
 
 
+def test_the_train_command_writes_a_loadable_folder(tiny_data, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fpr", "refvnli", "train", "--data", str(tiny_data), "--out",
+                           str(tmp_path / "m"), "--epochs", "1", "--threads", "1", "--device", "cpu", "--format",
+                           "json"], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    row = json.loads(proc.stdout)
+    assert row["out"] == str(tmp_path / "m") and row["epochs"] == 1
+    card = rm.read_card(tmp_path / "m")
+    assert card["command"].startswith("fpr refvnli train --data ") and card["id"] == "m"
+    assert rm.load_model(tmp_path / "m", "cpu").net.cfg == rm.NetConfig()
+
+
 def test_cuda_without_a_gpu_is_one_line(tiny_data, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
