@@ -9,13 +9,14 @@ from fpr.render.cells import dumps, render_rows
 
 @cli.group("refvnli")
 def refvnli_group() -> None:
-    """RefVNLI: training data for the (reference, prompt, target) judge."""
+    """RefVNLI: training data and training for the (reference, prompt, target) judge."""
 
 
 @refvnli_group.command("data")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder (images + manifest).")
 @click.option("--source", default="world", show_default=True,
-              help="'world' (training identities of the built-in world) or a frames manifest (CSV/Parquet: "
+              help="'world' (training identities of the built-in world), a folder (<identity>/*.png or "
+                   "<scene>/<entity>/*.png) or a frames manifest (CSV/Parquet: "
                    "path,entity,subject,scene,set,details, mask or box[,noun]).")
 @click.option("--species", default="zebra,leopard,giraffe", show_default=True, help="World only: species.")
 @click.option("--sets", type=click.IntRange(min=1), default=2, show_default=True,
@@ -45,5 +46,48 @@ def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, 
     settings = Settings(seed=seed, patches=patches, patch_fraction=patch_fraction, corruptions=not no_corruptions)
     res = build_refvnli_data(out, source=source, world=world, settings=settings, manifest_format=manifest_format,
                              overwrite=overwrite)
+    row = res.as_row()
+    click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))
+
+
+@refvnli_group.command("train")
+@click.option("--data", required=True, type=click.Path(file_okay=False),
+              help="A folder written by `fpr refvnli data` (its triplets are the training set).")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Checkpoint folder to write (model.safetensors + fpr-refvnli.json).")
+@click.option("--val-data", type=click.Path(file_okay=False), default=None,
+              help="Another `fpr refvnli data` folder (e.g. another --seed): SP/TA AUROC logged every epoch.")
+@click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=2), default=240, show_default=True,
+              help="Triplets per step (whole groups of connected images: a world set is 60).")
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=2e-3, show_default=True)
+@click.option("--clip-weight", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="Weight of the dual-encoder (CLIP-T analogue) loss.")
+@click.option("--full-reference", type=click.FloatRange(min=0.0, max=1.0), default=0.5, show_default=True,
+              help="Share of triplets whose reference is the whole frame instead of the subject crop.")
+@click.option("--reference-scene", is_flag=True,
+              help="Variant: the reference's scene vector also feeds the head (learns scene matching as identity).")
+@click.option("--identity-encoder", default="fpr-world-v3", show_default=True,
+              help="Frozen identity tower (an fpr encoder id).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="PyTorch CPU threads (default: PyTorch's; 1 on a crowded machine).")
+@click.option("--id", "model_id", default=None, help="Model id in the card (default: the folder's name).")
+@click.option("--overwrite", is_flag=True, help="Replace a model already in --out.")
+@format_option()
+def refvnli_train_cmd(data, out, val_data, epochs, batch_size, lr, clip_weight, full_reference, reference_scene,
+                      identity_encoder,
+                      seed, device, threads, model_id, overwrite, fmt) -> None:
+    """Train a RefVNLI-recipe model (one pass per triplet: textual alignment and subject preservation)."""
+    from fpr.encoders.train import command_line
+    from fpr.scorers.refvnli_model import NetConfig
+    from fpr.workflows.refvnli_train import TrainSettings, train_refvnli
+
+    settings = TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, clip_weight=clip_weight,
+                             full_reference=full_reference, seed=seed, device=device, threads=threads)
+    res = train_refvnli(data, out, settings=settings, net_config=NetConfig(identity_encoder=identity_encoder,
+                                                                         reference_scene=reference_scene),
+                        val_data=val_data, model_id=model_id or "", command=command_line(), overwrite=overwrite)
     row = res.as_row()
     click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))

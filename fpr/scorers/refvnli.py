@@ -1,18 +1,23 @@
 """``refvnli``: RefVNLI (Slobodkin et al., 2025) -- textual alignment and subject preservation in one pass.
 
-RefVNLI is PaliGemma (3B, the multi-image variant) fine-tuned on (reference image,
-prompt, target image) triplets to generate two digits: textual alignment, then subject
-preservation, ``1`` = yes. The prompt marks the subject with ``<u>`` ... ``</u>``. At
-inference each score is ``P('1') / (P('0') + P('1'))`` of its generated token: ``ta``
-from the first, ``sp`` from the second (conditioned on the first, taken greedily
-among ``0``/``1``).
+RefVNLI scores a (reference image, prompt, target image) triplet twice: *textual
+alignment* (``ta``: does the prompt describe the target?) and *subject preservation*
+(``sp``: is the reference's subject the target's?), each a probability of "yes". The
+prompt marks the subject with ``<u>`` ... ``</u>``.
 
-The checkpoint loads through ``transformers``' own classes (``AutoProcessor``,
-``PaliGemmaForConditionalGeneration``), from local files only and without remote code:
-``refvnli.model`` is a folder in the Hugging Face layout (``config.json``,
-``*.safetensors``, tokenizer and processor files) or a repo id already in the local
-Hugging Face cache; by default the folder ``$FPR_WEIGHTS_DIR/refvnli``. Nothing is
-downloaded.
+``refvnli.model`` picks the model:
+
+- ``builtin`` (the default): ``fpr-refvnli-world-v1``, shipped inside fpr
+  (``fpr/scorers/weights/``): a small model trained by ``fpr refvnli train`` on
+  triplets built from the world by the paper's rules (:mod:`fpr.scorers.refvnli_model`).
+  It is a RefVNLI-*recipe* model for world-like images, **not** the authors' model.
+- a folder written by ``fpr refvnli train`` (it holds ``fpr-refvnli.json``).
+- a fine-tuned PaliGemma checkpoint (the authors' setup): a folder in the Hugging
+  Face layout (``config.json``, ``*.safetensors``, tokenizer and processor files) or a
+  repo id already in the local Hugging Face cache, loaded through ``transformers``'
+  own classes from local files only, without remote code. The model generates two
+  digits, ``ta`` then ``sp``, ``1`` = yes; each score is ``P('1') / (P('0') + P('1'))``
+  of its token, ``sp`` conditioned on the first digit taken greedily among ``0``/``1``.
 
 Per query: the target is the query image, the reference each of its references (the
 values are the mean over them; ``note`` says how many). The subject markup: kept if the
@@ -39,10 +44,25 @@ OPEN, CLOSE = "<u>", "</u>"
 _MODELS: dict[tuple[str, str], tuple] = {}
 
 
-def default_model_dir() -> Path:
-    from fpr.encoders.weights import weights_dir
+BUILTIN = "builtin"
 
-    return weights_dir() / "refvnli"
+
+def model_source(value: str | None) -> tuple[str, str]:
+    """(kind, where) of a ``refvnli.model`` value: ``("fpr", folder)`` or ``("paligemma", folder or repo id)``.
+
+    A folder that does not exist is a one-line error naming it and how to make one."""
+    from fpr.scorers import refvnli_model as rm
+
+    if value in (None, "", BUILTIN):
+        return "fpr", str(rm.builtin_dir())
+    where = Path(value).expanduser()
+    if where.is_dir():
+        return ("fpr" if rm.is_checkpoint(where) else "paligemma"), str(where)
+    if "/" in value and not where.is_absolute() and not value.startswith((".", "~")) and value.count("/") == 1:
+        return "paligemma", value  # a Hugging Face repo id, looked up in the local cache only
+    raise NotFoundError(f"no RefVNLI checkpoint folder at {where}",
+                        hint="train one with `fpr refvnli train --data DATA --out FOLDER`, pass a fine-tuned "
+                             "PaliGemma folder, or use --scorer-option refvnli.model=builtin")
 
 
 def mark_subject(prompt: str, subject: str | None = None) -> tuple[str, str]:
@@ -71,18 +91,14 @@ def load_refvnli(model: str, device: str = "auto"):
 
     where = Path(model).expanduser()
     source = str(where) if where.is_dir() else model
-    if not where.is_dir() and "/" not in model:
-        raise NotFoundError(f"no RefVNLI checkpoint folder at {where}",
-                            hint="put the published RefVNLI checkpoint (Hugging Face layout) there, or pass "
-                                 "--scorer-option refvnli.model=FOLDER_OR_CACHED_REPO_ID")
     try:
         proc = AutoProcessor.from_pretrained(source, local_files_only=True, trust_remote_code=False)
         net = PaliGemmaForConditionalGeneration.from_pretrained(source, local_files_only=True,
                                                                 trust_remote_code=False).eval()
     except OSError as exc:
         raise NotFoundError(f"cannot load the RefVNLI checkpoint '{model}' offline: {str(exc).splitlines()[0][:200]}",
-                            hint="put the checkpoint folder at $FPR_WEIGHTS_DIR/refvnli or pass "
-                                 "--scorer-option refvnli.model=FOLDER") from None
+                            hint="pass --scorer-option refvnli.model=FOLDER (a PaliGemma checkpoint folder or one "
+                                 "written by `fpr refvnli train`), or refvnli.model=builtin") from None
     dev = pick_device(device)
     net = net.to(dev)
     ids = [proc.tokenizer.convert_tokens_to_ids(t) for t in ("0", "1")]
@@ -120,19 +136,58 @@ def score_triplet(loaded, reference, target, prompt: str) -> tuple[float, float]
     return ta, sp
 
 
+def _fpr_scores(model: str, device: str):
+    """A ``score(reference, target, prompt) -> (ta, sp)`` over a model written by ``fpr refvnli train``."""
+    from fpr.scorers import refvnli_model as rm
+
+    key = (model, device)
+    if key not in _MODELS:
+        _MODELS.clear()
+        _MODELS[key] = rm.load_model(model, device)
+    loaded = _MODELS[key]
+
+    def score(references: list, target, prompt: str) -> np.ndarray:
+        probs, _ = loaded.score(references, [target] * len(references), [prompt] * len(references))
+        return probs  # (n, 2): ta, sp
+    return score, f"{loaded.card.get('id', '')} ({loaded.folder})"
+
+
+def _paligemma_scores(model: str, device: str):
+    loaded = load_refvnli(model, device)
+
+    def score(references: list, target, prompt: str) -> np.ndarray:
+        return np.array([score_triplet(loaded, r, target, prompt) for r in references])
+    return score, loaded[3]
+
+
 class RefVNLI(Scorer):
     name = "refvnli"
-    description = "RefVNLI: textual alignment (ta) and subject preservation (sp) of (reference, prompt, image)"
+    description = "RefVNLI: subject preservation (sp) and textual alignment (ta) of (reference, prompt, image)"
     needs = frozenset({"image", "references", "prompt"})
     metrics = ("sp", "ta")
     primary_metric = "sp"
-    options = (Option("model", str, None, "checkpoint folder or cached HF repo id (none: $FPR_WEIGHTS_DIR/refvnli)"),)
+    options = (Option("model", str, BUILTIN, "builtin (fpr-refvnli-world-v1, shipped), a folder from "
+                                             "`fpr refvnli train`, or a fine-tuned PaliGemma folder / cached repo id"),)
+
+    def provenance(self, batch: QueryBatch) -> dict:
+        """Which model made the values: its kind, place, and for fpr models the id and weights' SHA-256."""
+        import hashlib
+
+        from fpr.scorers import refvnli_model as rm
+
+        kind, model = model_source(self.option_values(batch.options)["model"])
+        out = {"kind": kind, "model": model}
+        if kind == "fpr" and rm.is_checkpoint(Path(model)):
+            out["id"] = rm.read_card(Path(model)).get("id", "")
+            out["weights_sha256"] = hashlib.sha256((Path(model) / rm.WEIGHTS_NAME).read_bytes()).hexdigest()
+        return out
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:
-        model = str(self.option_values(batch.options)["model"] or default_model_dir())
+        kind, model = model_source(self.option_values(batch.options)["model"])
         extras = batch.extras or [{}] * len(batch)
         todo = [i for i in range(len(batch)) if batch.prompts[i] and batch.reference_paths[i]]
-        loaded = load_refvnli(model, batch.device) if todo else None
+        scorer, label = (None, "") if not todo else (
+            _fpr_scores(model, batch.device) if kind == "fpr" else _paligemma_scores(model, batch.device))
         rows = []
         for i in progress.bar(range(len(batch)), desc="refvnli", unit="query"):
             qid = batch.query_ids[i]
@@ -143,9 +198,8 @@ class RefVNLI(Scorer):
             subject = extras[i].get("subject")
             subject = None if subject is None or (isinstance(subject, float) and math.isnan(subject)) else str(subject)
             prompt, how = mark_subject(str(batch.prompts[i]), subject)
-            target = load_rgb(batch.paths[i])
-            scores = np.array([score_triplet(loaded, load_rgb(r), target, prompt) for r in batch.reference_paths[i]])
-            note = (f"model {loaded[3]}; mean over {len(scores)} reference(s); subject: {how}; prompt: {prompt}")
+            scores = scorer([load_rgb(r) for r in batch.reference_paths[i]], load_rgb(batch.paths[i]), prompt)
+            note = (f"model {label}; mean over {len(scores)} reference(s); subject: {how}; prompt: {prompt}")
             rows += [(qid, "sp", float(scores[:, 1].mean()), note), (qid, "ta", float(scores[:, 0].mean()), note)]
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])
 

@@ -8,6 +8,9 @@ Sources of frames (:class:`fpr.scorers.refvnli_data.Frame`):
   its own pose. The subject mask is the rendered animal where the occluder does not
   hide it; the description (:func:`describe_view`) is read off the view: facing,
   visibility, light, size in the frame, setting.
+- a folder: ``<folder>/<identity>/*.png`` (each identity a scene of the folder's entity) or
+  video frames ``<folder>/<scene>/<entity>/*.png`` (:func:`folder_frames`); the whole image
+  is the subject's mask and prompts carry no details.
 - a manifest (CSV/Parquet) with ``path,entity,subject,scene,set,details`` and ``mask``
   or ``box``: ``mask`` an image whose non-zero pixels are the subject, ``box``
   ``x0,y0,x1,y1`` in pixels (ends exclusive; the box is then the subject's mask: crops
@@ -180,6 +183,58 @@ def manifest_frames(path: str | Path) -> list[rd.Frame]:
     return out
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+
+
+def _pair_scenes(scenes: list[tuple[str, str, list[Path]]], entity: str, root: Path) -> list[rd.Frame]:
+    """Scenes (scene, subject, images) of one entity, sorted, in sets of two (an odd last one joins the last set).
+
+    The subject mask is the whole image (a folder carries no masks): the crop is the frame itself, and
+    the corruption patches fall anywhere in it. Prompts are ``a photo of <u>entity</u>``: with no details
+    there is no changed-detail or swapped prompt (rule 4 leaves out a negative it cannot make)."""
+    short = [f"{s[0]} ({len(s[2])})" for s in scenes if len(s[2]) < 2]
+    if short:
+        raise InputError(f"scenes with fewer than 2 images: {', '.join(short[:3])}", where=str(root),
+                         hint="a positive pair needs two frames of a scene: add images or remove the folder")
+    if len(scenes) < 2:
+        raise InputError(f"entity '{entity}' has {len(scenes)} scene(s); a set needs 2", where=str(root),
+                         hint="a negative pair needs a second scene of the same entity")
+    n_sets = len(scenes) // 2
+    out = []
+    for k, (scene, subject, images) in enumerate(scenes):
+        set_id = f"{entity}-set{min(k // 2, n_sets - 1):03d}"
+        for path in images:
+            image = _read_rgb(str(path))
+            out.append(rd.Frame(f"{set_id}-{scene}-{path.stem}".replace("/", "-"), set_id, entity, subject, scene,
+                                image, np.ones(image.shape[:2], bool), rd.Description(entity, ())))
+    return out
+
+
+def folder_frames(path: str | Path, entity: str | None = None) -> list[rd.Frame]:
+    """Frames from a folder: ``<folder>/<identity>/*.png`` (one entity, named ``entity`` or after the folder;
+    each identity one scene) or video frames ``<folder>/<scene>/<entity>/*.png`` (each scene's entity one
+    subject; scenes of an entity paired into sets)."""
+    root = Path(path).expanduser()
+    images = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    depths = sorted({len(p.relative_to(root).parts) for p in images})
+    if not images:
+        raise InputError("no images in the folder", where=str(root),
+                         hint="lay it out as <folder>/<identity>/*.png or <folder>/<scene>/<entity>/*.png")
+    if len(depths) != 1 or depths[0] not in (2, 3):
+        raise InputError(f"images at depths {depths} below the folder; expected all at 2 (<identity>/x.png) "
+                         "or all at 3 (<scene>/<entity>/x.png)", where=str(root))
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for p in images:
+        groups.setdefault(p.relative_to(root).parts[:-1], []).append(p)
+    if depths[0] == 2:
+        name = entity or root.name
+        return _pair_scenes([(ident, ident, groups[(ident,)]) for (ident,) in sorted(groups)], name, root)
+    by_entity: dict[str, list[tuple[str, str, list[Path]]]] = {}
+    for scene, ent in sorted(groups):
+        by_entity.setdefault(ent, []).append((scene, f"{scene}/{ent}", groups[(scene, ent)]))
+    return [f for ent, scenes in sorted(by_entity.items()) for f in _pair_scenes(scenes, ent, root)]
+
+
 def _png(image: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(image, "RGB").save(buf, format="PNG", compress_level=6)
@@ -242,6 +297,9 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
         frames = world_frames(world)
         settings = replace(settings, slots={**world_slots(), **settings.slots})
         described = {"source": "world", **asdict(world)}
+    elif Path(source).expanduser().is_dir():
+        frames = folder_frames(source)
+        described = {"source": "folder", "path": str(Path(source).expanduser().resolve())}
     else:
         frames = manifest_frames(source)
         described = {"source": "manifest", "path": str(Path(source).resolve())}
@@ -280,5 +338,5 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
     return RefvnliData(out, out / name, len(table), len(frames), counts, time.perf_counter() - start)
 
 
-__all__ = ["RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view", "manifest_frames", "triplet_table",
-           "world_frames", "world_slots"]
+__all__ = ["RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view", "folder_frames", "manifest_frames",
+           "triplet_table", "world_frames", "world_slots"]

@@ -85,8 +85,18 @@ def test_refvnli_on_a_tiny_checkpoint_matches_generate(tmp_path, tiny_checkpoint
     assert out.loc[("q0", "sp"), "value"] == pytest.approx(np.mean(sp), abs=1e-5)
 
 
-def test_missing_checkpoint_is_a_clear_error(tmp_path):
+def test_missing_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
+    from fpr.scorers import refvnli_model
+
     p = str(write_image(tmp_path / "a.png", seed=1))
-    batch = QueryBatch(["q"], [p], ["x"], ["g"], ["a [V] dog"], [[p]], device="cpu")
-    with pytest.raises(NotFoundError, match="RefVNLI checkpoint"):
+    batch = QueryBatch(["q"], [p], ["x"], ["g"], ["a [V] dog"], [[p]], device="cpu",
+                       options={"refvnli.model": str(tmp_path / "none")})
+    with pytest.raises(NotFoundError, match="RefVNLI checkpoint folder") as e:
         run_scorers(["refvnli"], batch)
+    assert "fpr refvnli train" in e.value.hint
+    # the built-in model missing (a stripped install): the folder and the train command, one line
+    monkeypatch.setattr(refvnli_model, "builtin_dir", lambda: tmp_path / "stripped")
+    batch.options = {}
+    with pytest.raises(NotFoundError, match="stripped") as e:
+        run_scorers(["refvnli"], batch)
+    assert "fpr refvnli train" in e.value.hint

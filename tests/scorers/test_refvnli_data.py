@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -309,3 +310,56 @@ def test_cli_builds_and_bad_input_is_one_line(tmp_path):
     assert '"triplets": 60' in ok.stdout
     bad = subprocess.run(run[:-6] + ["--species", "cat", "--out", str(tmp_path / "p")], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown world species 'cat'" in bad.stderr
+
+
+# --------------------------------------------------------------------------- folder sources
+
+def _noise(path: Path, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(path)
+
+
+def test_identity_folders_pair_into_sets_and_build(tmp_path):
+    root = tmp_path / "dogs"
+    for i, ident in enumerate(["a", "b", "c"]):  # three identities: one set of 3 scenes (no identity left out)
+        for k in range(2):
+            _noise(root / ident / f"{k}.png", 10 * i + k)
+    frames = wr.folder_frames(root)
+    assert {f.entity for f in frames} == {"dogs"} and {f.set_id for f in frames} == {"dogs-set000"}
+    assert sorted({(f.scene, f.subject) for f in frames}) == [("a", "a"), ("b", "b"), ("c", "c")]
+    assert all(f.mask.all() and f.mask.shape == (40, 48) for f in frames)
+    res = wr.build_refvnli_data(tmp_path / "out", source=str(root))
+    t = pd.read_parquet(res.manifest)
+    # 6 frames: each crop vs 5 others (1 same scene, 4 other scenes) -> 6 positive + 24 negative scene pairs,
+    # 6 + 6 corruption pairs; one prompt each (no details: no swapped or changed-detail prompt)
+    assert res.counts == {"scene-positive/positive": 6, "scene-negative/positive": 24,
+                          "corruption-positive/positive": 6, "corruption-negative/positive": 6}
+    assert set(t.prompt) == {"a photo of <u>dogs</u>"}
+    assert json.loads((tmp_path / "out" / "refvnli-data.json").read_text())["source"]["source"] == "folder"
+
+
+def test_video_folders_make_one_subject_per_scene_and_entity(tmp_path):
+    root = tmp_path / "video"
+    for s, scene in enumerate(["s1", "s2", "s3", "s4"]):
+        for e, entity in enumerate(["cat", "dog"]):
+            for k in range(2):
+                _noise(root / scene / entity / f"f{k}.png", 100 * s + 10 * e + k)
+    frames = wr.folder_frames(root)
+    sets = Counter((f.entity, f.set_id) for f in frames)
+    assert sets == {("cat", "cat-set000"): 4, ("cat", "cat-set001"): 4, ("dog", "dog-set000"): 4,
+                    ("dog", "dog-set001"): 4}
+    assert {f.subject for f in frames if f.set_id == "cat-set000"} == {"s1/cat", "s2/cat"}
+    rd.check_sets(frames)
+
+
+def test_bad_folders_are_one_line(tmp_path):
+    with pytest.raises(InputError, match="no images"):
+        wr.folder_frames(tmp_path)
+    _noise(tmp_path / "a" / "0.png", 1)
+    _noise(tmp_path / "b" / "0.png", 2)
+    _noise(tmp_path / "b" / "1.png", 3)
+    with pytest.raises(InputError, match=r"fewer than 2 images: a \(1\)"):
+        wr.folder_frames(tmp_path)
+    _noise(tmp_path / "x" / "y" / "z.png", 4)
+    with pytest.raises(InputError, match="depths"):
+        wr.folder_frames(tmp_path)
