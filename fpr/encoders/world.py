@@ -32,7 +32,7 @@ SHIPPED_SHA256 = {
     "fpr-world-v1": "8f97e54afe3b323ced2b559940e6721bf3fe0433f580fa0768740aa7d1f364d6",
     "fpr-world-v2": "798e368c2c6333dc89ae49f3e5600a85453b48681caab4bbe7b72335600ad207",
     "fpr-world-v3": "0ae44860848b1a55e37a1eb6b6ff0f58ab0afae17d48de26e3d75e4ea493d930",
-    "fpr-general-v1": "d7b7c9b4d2a65ce93e6e3e340b5ee7c802ec2bce3754844125de30a4c87ec9d9",
+    "fpr-general-v1": "c6f69ea73401ca9f170cda032352a5753670ced214cd859bc2ec85420eae4214",
 }
 
 
