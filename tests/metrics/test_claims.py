@@ -92,3 +92,25 @@ def test_two_by_two_means_and_ap1_share():
     assert np.isclose(t.loc["a", "general_sim"], 0.7) and np.isclose(t.loc["a", "specialist_map"], 0.75)
     assert t.loc["a", "specialist_ap1_share"] == 0.5 and t.loc["b", "specialist_ap1_share"] == 1.0
     assert t.loc["a", "n"] == 2
+
+
+def test_claims_frame_joins_the_two_runs_and_carries_the_context_into_cross_context_verdicts():
+    """A world with a ``context`` column (the contexts x drift world): the verdicts use cross-context pairs only."""
+    from fpr.workflows.meta import claims_frame, encoder_claims
+
+    rows = []
+    for i in range(12):
+        for k, (ctx, drift) in enumerate([("new-scene", 0.0), ("new-scene", 0.5), ("ref-pose", 1.0), ("ref-pose", 0.0)]):
+            rows.append({"query_id": f"{i}/{k}", "method": f"{ctx}@{drift:g}", "group": "g", "identity": f"i{i}",
+                         "drift": drift, "context": ctx, "status": "ok", "ap": 1.0 - drift + 0.01 * (k == 3),
+                         "sim": 0.5})
+    spec = pd.DataFrame(rows)
+    gen = spec[["query_id", "status"]].assign(ap=0.3, sim=np.linspace(0, 1, len(spec)))
+    frame = claims_frame(spec, gen, seed=4)
+    assert frame["query_id"].str.startswith("4:").all() and set(frame["seed"]) == {4}
+    assert list(frame.columns[-4:]) == ["specialist_map", "specialist_sim", "general_map", "general_sim"]
+    res = encoder_claims(frame, n_boot=100)
+    assert res.info["pairs"] == CROSS_CONTEXT
+    # per identity: new-scene {0, 0.5} x ref-pose {1, 0}, drift differing: (0,1), (0.5,1), (0.5,0) -> 3 pairs
+    assert all(v["n_pairs"] == 12 * 3 for v in res.verdicts)
+    assert res.verdicts[0]["ppa_a"] == 1.0  # specialist AP orders all three right
