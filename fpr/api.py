@@ -35,7 +35,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.sql": ("sql",),
     "fpr.workflows.encoders": ("list_encoders", "fetch_weights", "import_weights"),
     "fpr.workflows.training": ("training_source", "train_encoder"),
-    "fpr.workflows.meta": ("meta", "meta_imagenhub"),
+    "fpr.workflows.meta": ("meta", "meta_imagenhub", "meta_claims", "encoder_claims", "claims_frame"),
     "fpr.workflows.scorers": ("list_scorers", "scorer_options"),
     "fpr.workflows.ablate": ("ablate", "ablate_backgrounds"),
     "fpr.workflows.ablate_official": ("ablate_official",),

@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,10 @@ import pandas as pd
 from fpr import progress
 
 DEMO_ENCODER = "fpr-world-v3"
+# The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
+# other half of the paper's Figure 3 2x2, and the world seeds the full demo pools the two claims' verdicts over.
+GENERAL_ENCODER = "fpr-general-v1"
+CLAIM_SEEDS = 3
 KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.md documents
 # Method sets the agreement table judges (every statistic of a row on the same set). The copy-like
 # methods carry the world's declared drift (fpr.galleries.world.METHOD_DRIFT): 0 for paste, paste-mirror,
@@ -52,11 +56,14 @@ class DemoResult:
     validity: dict
     timings: dict = field(default_factory=dict)
     world: dict = field(default_factory=dict)
+    claims: dict | None = None  # ClaimsResult.as_json(): the 2x2 per seed and method, both verdicts
+    general_runs: dict = field(default_factory=dict)  # world seed -> (specialist run, general run)
 
     def as_json(self) -> dict:
         return {"run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
                 "images": self.images_dir, "world": self.world, "summary": self.summary,
-                "validity": self.validity, "timings": self.timings}
+                "validity": self.validity, "timings": self.timings, "claims": self.claims,
+                "general_runs": self.general_runs}
 
 
 def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
@@ -188,13 +195,50 @@ def _method_order(methods) -> list[str]:
     return known + sorted(set(methods) - set(known))
 
 
+def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: str, seed: int, device: str):
+    """The generations (copies left out: their truth is the copy-paste scorer's business) and the oracle under the
+    general-purpose encoder: the other half of the 2x2."""
+    from fpr import api
+    from fpr.galleries.world import COPY_METHODS
+
+    idx = api.build_index(gallery, general, name=f"{gallery}-{general}", workspace=ws_root, device=device,
+                          overwrite=True)
+    gen = queries[~queries["method"].isin(COPY_METHODS)]
+    return api.run_query(idx.name, gen, workspace=ws_root, seed=seed, device=device, oracle=True, scorers=[])
+
+
+def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str) -> tuple[pd.DataFrame, tuple]:
+    """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
+    encoders and the pipeline; the copies and their scorer are the primary seed's)."""
+    from fpr import api
+    from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.world import COPY_METHODS, World
+    from fpr.workflows.meta import claims_frame
+
+    config = replace(config, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
+    name = f"world-demo-s{config.seed}-claims"
+    progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
+    build = World(config).write(ws_root / "demo" / name)
+    api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
+                       overwrite=True)
+    idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
+    queries = pd.DataFrame(build.queries)
+    spec = api.run_query(idx.name, queries, workspace=ws_root, seed=config.seed, device=device, oracle=True,
+                         scorers=[])
+    gen = _general_run(ws_root, name, queries, general, config.seed, device)
+    return claims_frame(spec.per_query, gen.per_query, seed=config.seed), (spec.run_id, gen.run_id)
+
+
 def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool = False, out: str | Path | None = None,
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
-             run: str | None = None, copy_paste: bool = True, config: dict | None = None) -> DemoResult:
+             run: str | None = None, copy_paste: bool = True, config: dict | None = None,
+             general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None) -> DemoResult:
     """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
 
     ``copy_paste``: also run the copy-paste scorer (flag rates, keep-rule shares);
-    ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes.
+    ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes;
+    ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
+    ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``).
     """
     from fpr import api
     from fpr.galleries.curate import GallerySpec
@@ -228,13 +272,29 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
     val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)
+    claims, general_runs = None, {}
+    if general:
+        from fpr.workflows.meta import claims_frame, encoder_claims
+
+        t = time.perf_counter()
+        gen = _general_run(ws.root, name, queries, general, seed, device)
+        frames = [claims_frame(res.per_query, gen.per_query, seed=seed)]
+        general_runs[seed] = (res.run_id, gen.run_id)
+        n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
+        for extra in range(seed + 1, seed + n_seeds):
+            frame, runs = _claims_seed(ws.root, replace(config, seed=extra), encoder, general, device)
+            frames.append(frame)
+            general_runs[extra] = runs
+        claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()
+        claims["info"].update({"general": general, "specialist": encoder})
+        timings["claims_s"] = round(time.perf_counter() - t, 2)
     timings["total_s"] = round(time.perf_counter() - t0, 2)
     world = {"seed": seed, "species": list(config.species), "identities_per_species": config.identities,
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,
              "queries_per_identity_and_method": config.queries, "methods": list(config.methods),
              "siblings": siblings, "image_size": size, "n_images": build.n_images}
-    return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary_records(), val, timings,
-                      world)
+    return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary_records(), val, timings, world,
+                      claims, general_runs)
 
 
 def paper_table(summary: list[dict], metric: str) -> list[dict]:

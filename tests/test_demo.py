@@ -170,3 +170,81 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
     share = next(line for line in lines if line.startswith("AP = 1"))
     assert all(f"{m} {v:.2f}" in share for m, v in out["validity"]["ap_one_share"].items())
+
+
+# --------------------------------------------------------------------------- the paper's 2x2 and its two claims
+
+def _loop_strict_ppa(frame, col: str) -> tuple[int, float]:
+    """Strict PPA of ``col`` against -drift over the pairs of an identity's queries of different drift, by loops."""
+    from itertools import combinations
+
+    right = n = 0
+    for _, g in frame.groupby(["group", "identity"]):
+        for (ma, da), (mb, db) in combinations(zip(g[col].astype(float), g["drift"].astype(float)), 2):
+            if da != db:
+                n += 1
+                right += (ma - mb) * (db - da) > 0
+    return n, right / n
+
+
+def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
+    """The 2x2 and both verdicts come from the specialist run and the general-purpose encoder's run of the same
+    generations; every PPA equals loops, the verdict is the side of 0 its interval lies on."""
+    import numpy as np
+
+    import fpr.api as api
+
+    ws, out = quick_demo
+    claims = out["claims"]
+    assert claims["info"]["general"] == "fpr-general-v1" and claims["info"]["seeds"] == [0]
+    assert "no context column" in claims["info"]["pairs"]  # this world has no context column yet: all pairs
+    spec_run, gen_run = out["general_runs"]["0"]
+    assert spec_run == out["run"]
+    spec = api.load_run(spec_run, workspace=ws).per_query
+    gen_res = api.load_run(gen_run, workspace=ws)
+    assert gen_res.encoder == "fpr-general-v1"
+    gen = gen_res.per_query
+    both = spec.merge(gen[["query_id", "ap", "sim"]], on="query_id", suffixes=("", "_g"))
+    judged = both[both["drift"].notna()]
+    assert set(judged["method"]) == {"faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"}
+    cols = {"specialist_map": "ap", "specialist_sim": "sim", "general_sim": "sim_g"}
+    for v in claims["verdicts"]:
+        for key, metric in (("ppa_a", v["metric_a"]), ("ppa_b", v["metric_b"])):
+            n, ppa = _loop_strict_ppa(judged, cols[metric])
+            assert v["n_pairs"] == n and v[key] == pytest.approx(ppa, abs=1e-12)
+        assert v["diff_lo"] <= v["diff"] <= v["diff_hi"]
+        want = "supports" if v["diff_lo"] > 0 else "contradicts" if v["diff_hi"] < 0 else "inconclusive"
+        assert v["verdict"] == want
+    table = {r["method"]: r for r in claims["table"]}
+    oracle = both[both["method"] == "oracle"]
+    assert table["oracle"]["general_map"] == pytest.approx(float(oracle["ap_g"].astype(float).mean()), abs=1e-12)
+    for m in ("faithful", "generic"):
+        g = both[both["method"] == m]
+        assert table[m]["specialist_ap1_share"] == pytest.approx(float(np.mean(g["ap"].astype(float) == 1.0)))
+    # the stand-in sees far less identity than the specialist: its Sim moves less between faithful and generic
+    spread = {k: table["faithful"][k] - table["generic"][k] for k in ("general_sim", "specialist_sim")}
+    assert 0 < spread["general_sim"] < spread["specialist_sim"], spread
+
+
+def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, monkeypatch):
+    import fpr.demo as demo
+
+    ws, out = quick_demo
+    res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
+                          out["validity"], out["timings"], out["world"], out["claims"],
+                          {int(k): tuple(v) for k, v in out["general_runs"].items()})
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
+    assert r.exit_code == 0, r.output
+    last = r.output.rstrip().splitlines()[-2:]
+    for line, v in zip(last, out["claims"]["verdicts"]):
+        assert line.startswith(f"  claim {v['claim']}:") and line.endswith(v["verdict"].upper())
+        assert f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]" in line
+    spec_run, gen_run = out["general_runs"]["0"]
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--truth", "drift", "--general",
+                                 gen_run, "--format", "json"], obj={})
+    assert r.exit_code == 0, r.output
+    again = json.loads(r.output)
+    assert again["verdicts"] == out["claims"]["verdicts"]
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
+    assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output

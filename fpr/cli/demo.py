@@ -18,15 +18,18 @@ from fpr.render.cells import dumps, format_cell, render_rows
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
 @device_option()
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
+@click.option("--general", default="fpr-general-v1", show_default=True,
+              help="General-purpose encoder of the paper's 2x2 and the two claims' verdicts ('' = skip them).")
 @format_option()
 @click.pass_context
-def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, fmt) -> None:
+def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, general, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
     from fpr.render.cells import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
-                   siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste)
+                   siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste,
+                   general=general or None)
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
@@ -74,3 +77,18 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (a table per species, "
                f"a column per metric and scorer): fpr report --run {res.run_id} --metrics sim,map; "
                f"browsable: fpr report --run {res.run_id} --html report.html")
+    if res.claims:
+        _print_claims(res)
+
+
+def _print_claims(res) -> None:
+    """Last: the paper's 2x2 per seed and method, and the two verdicts (whatever they say)."""
+    from fpr.cli.meta import claims_lines
+    from fpr.workflows.meta import ClaimsResult
+
+    c = ClaimsResult(res.claims["table"], res.claims["verdicts"], res.claims["info"])
+    spec_run, gen_run = res.general_runs[min(res.general_runs)]
+    click.echo(f"\ngeneral-purpose encoder {c.info['general']} (a stand-in for CLIP/DINOv2, not them), specialist "
+               f"{res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
+    for line in claims_lines(c):
+        click.echo(line)

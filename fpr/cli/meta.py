@@ -37,13 +37,16 @@ def _names(text: str | None) -> list[str]:
 @click.option("--compare", default=None, metavar="A,B", help="Paired test between two metrics, e.g. ap,sim.")
 @click.option("--pair-within", default="group,identity", show_default=True,
               help="Keys queries share to be paired when pairs come from ratings or the truth ('' = all pairs).")
+@click.option("--general", "general_run", default=None,
+              help="With --truth: a run of the same queries with a general-purpose encoder (the demo's fpr-general-v1 "
+                   "run): print the paper's 2x2 (general/specialist x Sim/mAP) per method and a verdict per claim.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--n-boot", type=int, default=1000, show_default=True, help="Bootstrap resamples for the intervals.")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write a figure (PNG/PDF).")
 @format_option()
 @click.pass_context
-def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, methods, lower_better, compare, pair_within, seed,
-             n_boot, plot_file, fmt) -> None:
+def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, methods, lower_better, compare,
+             pair_within, general_run, seed, n_boot, plot_file, fmt) -> None:
     """PPA, Spearman, Kendall and Krippendorff's alpha of every per-query value against the judgments."""
     from fpr import api
     from fpr.workflows.meta import plot
@@ -60,6 +63,19 @@ def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, me
         raise InputError("--n-boot must be at least 1")
     if plot_file:
         check_plot_path(plot_file)
+    if general_run:
+        if truth is None:
+            raise InputError("--general needs --truth (the claims are judged against a truth column)",
+                             hint="e.g. fpr meta --run R --truth drift --general R-general")
+        claims = api.meta_claims(run, general_run, truth=truth, workspace=ctx.obj["workspace"], seed=seed,
+                                 n_boot=n_boot, methods=_names(methods) or None,
+                                 truth_lower_better=not truth_higher_better)
+        if fmt == "json":
+            click.echo(dumps(claims.as_json()))
+        else:
+            for line in claims_lines(claims, fmt):
+                click.echo(line)
+        return
     res = api.meta(run, list(human) or None, truth, workspace=ctx.obj["workspace"], seed=seed,
                    metrics=_names(metrics) or None, lower_better=_names(lower_better), compare=pair,
                    truth_lower_better=not truth_higher_better, pair_within=_names(pair_within), n_boot=n_boot,
@@ -108,3 +124,23 @@ def _imagenhub(ctx, run, folder, human, truth, metrics, fmt) -> None:
         click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task: over all its "
                    "models' samples (pooled), per model, and the per-model values' Fisher-z mean; "
                    "(mean): the plain mean over tasks")
+
+
+def claims_lines(claims, fmt: str = "table") -> list[str]:
+    """The 2x2 of the paper's Figure 3 per (seed, method), then one verdict line per claim."""
+    from fpr.metrics.claims import TWO_BY_TWO
+
+    cols = ["seed", "method", *TWO_BY_TWO, "specialist_ap1_share", "n"]
+    rows = [{k: (round(r[k], 3) if isinstance(r[k], float) else r[k]) for k in cols} for r in claims.table]
+    lines = ["the paper's Figure 3 as a 2x2 per method: general-purpose / specialist encoder x Sim / mAP "
+             "(specialist_ap1_share: queries whose specialist AP is exactly 1)", render_rows(rows, fmt, cols)]
+    if fmt != "table":
+        return lines[1:]
+    i = claims.info
+    lines.append(f"\nverdicts: strict PPA against the truth '{i['truth']}' on {i['pairs']}; difference with a paired 95% "
+                 f"bootstrap interval over queries ({i['n_boot']} resamples, world seeds "
+                 f"{', '.join(map(str, i['seeds']))})")
+    for v in claims.verdicts:
+        lines.append(f"  claim {v['claim']}: PPA {v['ppa_a']:.3f} vs {v['ppa_b']:.3f}, difference {v['diff']:+.3f} "
+                     f"[{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}] over {v['n_pairs']} pairs -> {v['verdict'].upper()}")
+    return lines

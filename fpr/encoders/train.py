@@ -31,7 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ from fpr.encoders.trained import CARD_FORMAT, CARD_NAME, WEIGHTS_NAME, build_net
 from fpr.encoders.weights import weights_dir
 from fpr.keys import utc_now
 from fpr.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fpr.encoders.blend import BlendSpec
 
 ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
@@ -294,9 +297,15 @@ def _card(encoder_id: str, source: TrainSource, config: TrainConfig, preprocess,
 
 def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str | Path | None = None,
           flat: bool = False, family: str | None = None, command: str | None = None,
-          overwrite: bool = False, description: str | None = None, evaluate: Evaluator | None = None) -> TrainResult:
-    """Train, validate every epoch with ``evaluate`` (if given), and write weights + card."""
+          overwrite: bool = False, description: str | None = None, evaluate: Evaluator | None = None,
+          blend: "BlendSpec | None" = None) -> TrainResult:
+    """Train, validate every epoch with ``evaluate`` (if given), and write weights + card.
+
+    ``blend``: after training, mix in a declared share of a partner encoder's embedding, calibrated on the
+    validation images to an oracle mAP target (:mod:`fpr.encoders.blend`)."""
     config.check()
+    if blend is not None:
+        blend.check()
     _check_id(encoder_id)
     folder = Path(out).expanduser() if out else weights_dir() / encoder_id
     weights_path = folder / (f"{encoder_id}.safetensors" if flat else WEIGHTS_NAME)
@@ -350,20 +359,48 @@ def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str
     finally:
         torch.set_num_threads(n_threads)
         del loader  # stops persistent workers
+    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    blend_fields = None
+    if blend is not None:
+        state, blend_fields = _calibrate_blend(net, val, preprocess, device, evaluate, blend, config.dim)
     seconds = time.perf_counter() - start
-    final = history[-1] if history else {}
     card = _card(encoder_id, source, config, preprocess, family, description, command, init, history, seconds,
                  device)
-    _write_outputs(net, card, folder, weights_path, card_path)
+    if blend_fields is not None:
+        card["metrics"]["val_map_general"] = card["metrics"]["val_map"]
+        card["metrics"]["val_map"] = blend_fields["val_map"]
+        card["dim"] = blend_fields["general_dim"] + blend_fields["partner_dim"]
+        card["blend"] = blend_fields
+    _write_outputs(state, card, folder, weights_path, card_path)
     progress.log(f"wrote {weights_path} and {card_path.name} ({seconds:.0f} s)")
-    return TrainResult(encoder_id, card, card_path, weights_path, final.get("val_map"), seconds, history)
+    return TrainResult(encoder_id, card, card_path, weights_path, card["metrics"]["val_map"], seconds, history)
 
 
-def _write_outputs(net: nn.Module, card: dict, folder: Path, weights_path: Path, card_path: Path) -> None:
+def _calibrate_blend(net: nn.Module, val: list, preprocess: Preprocessing, device: torch.device,
+                     evaluate: Evaluator | None, spec: "BlendSpec", dim: int) -> tuple[dict, dict]:
+    """The weights-file state and card fields of ``net`` blended with ``spec.partner`` (share calibrated on ``val``)."""
+    from fpr.encoders import blend
+
+    if not val or evaluate is None:
+        raise InputError("--blend needs validation images to calibrate the identity share on",
+                         hint="train on the world or a source with held-out identities")
+    partner, partner_prep, checksum = blend.partner_network(spec.partner, device=str(device))
+    blend.check_same_protocol(preprocess.name, partner_prep, spec.partner)
+    images, keys, groups = [v[0] for v in val], [v[1] for v in val], [v[2] for v in val]
+    a = embed_images(net, images, preprocess, device)
+    s = embed_images(partner, images, preprocess, device)
+    w, reached, steps = blend.calibrate_share(a, s, lambda v: evaluate(v, keys, groups)["*"], spec.target)
+    progress.log(f"blend with {spec.partner}: identity share {w:.4f} -> val mAP {reached:.3f} "
+                 f"(general alone {steps[0]['val_map']:.3f}, {spec.partner} alone {steps[1]['val_map']:.3f})")
+    return (blend.share_state(net, w),
+            blend.blend_card_fields(spec, w, reached, steps, checksum, dim, int(s.shape[1])))
+
+
+def _write_outputs(state: dict[str, torch.Tensor], card: dict, folder: Path, weights_path: Path,
+                   card_path: Path) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     tmp_w = weights_path.with_name(weights_path.name + ".tmp")
     # One metadata key: safetensors writes a multi-key metadata map in a random order, and the
     # file's bytes (its checksum, part of every cache key) must be the same for the same weights.

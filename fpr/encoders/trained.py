@@ -155,12 +155,30 @@ def load_network(card: dict, weights_path: str | Path) -> EmbeddingNet:
     """Build the card's network and load its safetensors weights with a strict key match."""
     from safetensors.torch import load_file
 
-    net = build_network(card["architecture"], int(card["dim"]))
     try:
         state = load_file(str(weights_path))
     except Exception as exc:
         raise InputError(f"cannot read weights of encoder '{card['id']}' ({type(exc).__name__}: {exc})",
                          where=str(weights_path)) from None
+    if "blend" in card:
+        return _load_blend(card, state, str(weights_path))
+    return _strict_load(build_network(card["architecture"], int(card["dim"])), card, state, weights_path)
+
+
+def _load_blend(card: dict, state: dict, where: str) -> nn.Module:
+    """A blend card (:mod:`fpr.encoders.blend`): its general network from ``state``, the partner by id."""
+    from fpr.encoders import blend
+
+    rest, share = blend.split_state(state, where)
+    general = _strict_load(build_network(card["architecture"], int(card["blend"]["general_dim"])), card, rest, where)
+    partner, _, checksum = blend.partner_network(card["blend"]["partner"])
+    if checksum != card["blend"]["partner_checksum"]:
+        raise ConflictError(f"blend partner '{card['blend']['partner']}' has other weights than the blend was "
+                            f"calibrated with ({checksum[:12]} vs {card['blend']['partner_checksum'][:12]})", where=where)
+    return blend.BlendNet(general, partner, share).eval()
+
+
+def _strict_load(net: EmbeddingNet, card: dict, state: dict, weights_path) -> EmbeddingNet:
     own = net.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

@@ -7,6 +7,7 @@ without importing the encoders layer: ``preprocess`` is any callable image -> te
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from typing import Sequence
@@ -17,6 +18,8 @@ from PIL import Image
 
 from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
+from fpr.galleries.world.render import FAMILIES
+from fpr.keys import keyed_rng
 
 # Twin classes draw their redrawn share from pattern families far above any evaluation world's seed.
 TWIN_FAMILY_BASE = 10_000_000
@@ -41,6 +44,60 @@ class _WorldEpochs(torch.utils.data.Dataset):
                               size=self.render_size, poses=self.poses, siblings=self.twins if twin else 0.0,
                               family=TWIN_FAMILY_BASE + ident)
         return self.preprocess(img), c
+
+
+# What a general-purpose encoder (CLIP, DINOv2) sees in a world image and what an attribute-labelled
+# trainer may learn: never the identity. Values in a fixed order: a class is one tuple of them.
+ATTRIBUTES = {
+    "species": None,  # filled from the source's species
+    "background": FAMILIES,
+    "facing": ("right", "left"),
+    "pose": ("real", "novel"),
+}
+
+
+def parse_labels(labels: str | Sequence[str]) -> tuple[str, ...]:
+    """``identity`` (the default) or a comma list of :data:`ATTRIBUTES` names, e.g. ``species,background,facing``."""
+    names = tuple(x.strip() for x in (labels.split(",") if isinstance(labels, str) else labels) if x.strip())
+    if names == ("identity",):
+        return names
+    bad = [n for n in names if n not in ATTRIBUTES]
+    if not names or bad or len(set(names)) != len(names):
+        raise InputError(f"--labels must be 'identity' or a comma list of {', '.join(ATTRIBUTES)} without repeats, "
+                         f"got '{','.join(names)}'", hint="e.g. --labels species,background,facing")
+    return names
+
+
+def _view_attributes(species: str, view, poses: str) -> dict[str, str]:
+    return {"species": species, "background": view.family, "facing": "left" if view.mirror else "right",
+            "pose": poses}
+
+
+class _WorldAttributeEpochs(torch.utils.data.Dataset):
+    """Training identities rendered afresh every epoch; the class is the image's attribute tuple."""
+
+    def __init__(self, items: list[tuple[str, int]], per_identity: int, seed: int, render_size: int, preprocess,
+                 labels: tuple[str, ...], class_index: dict[tuple[str, ...], int]):
+        self.items, self.k, self.seed, self.render_size = items, per_identity, seed, render_size
+        self.preprocess, self.labels, self.class_index = preprocess, labels, class_index
+
+    def __len__(self) -> int:
+        return len(self.items) * self.k
+
+    def __getitem__(self, index: tuple[int, int]):
+        from fpr.galleries.world import identity_markings, identity_view
+        from fpr.galleries.world.render import render_view
+
+        epoch, i = index
+        c, k = divmod(i, self.k)
+        species, ident = self.items[c]
+        # the pose set is drawn here (not inside identity_view) so that it can be a label
+        key = f"train-attr|{self.seed}|{epoch}|{k}"
+        poses = "novel" if keyed_rng("pose", species, ident, key).random() < 0.5 else "real"
+        view = identity_view(species, ident, key, size=self.render_size, families=FAMILIES, poses=poses)
+        attrs = _view_attributes(species, view, poses)
+        img = render_view(identity_markings(species, ident), view)
+        return self.preprocess(img), self.class_index[tuple(attrs[n] for n in self.labels)]
 
 
 class WorldSource:
@@ -178,3 +235,35 @@ class RecordsSource:
         for line in self._hashes:
             h.update(line.encode() + b"\n")
         return "sha256:" + h.hexdigest()
+
+
+class WorldAttributesSource(WorldSource):
+    """The built-in world labelled by what a general-purpose encoder sees (``labels``: species, background
+    family, facing, pose set), *never* by identity: a stand-in for CLIP/DINOv2 on the world.
+
+    Images are the training identities' (TRAIN_RANGE) rendered afresh every epoch on every background
+    family (the generations' novel ones too: a web-trained encoder has seen snow and beaches); a class is
+    one combination of the label values, so identities of a species share all their classes. Validation
+    is the identity oracle mAP on held-out identities, as for an identity-trained encoder: how much
+    identity the attribute features carry by accident.
+    """
+
+    def __init__(self, *, labels: Sequence[str] = ("species", "background", "facing"), **kw):
+        if kw.get("twins"):
+            raise InputError("--twins needs identity labels", hint="drop --twins or use --labels identity")
+        super().__init__(**kw)
+        self.labels = parse_labels(labels)
+        if self.labels == ("identity",):  # pragma: no cover - the workflow picks WorldSource then
+            raise InputError("WorldAttributesSource needs attribute labels")
+        values = [self.species if n == "species" else ATTRIBUTES[n] for n in self.labels]
+        self.classes = ["/".join(t) for t in itertools.product(*values)]
+        self._class_index = {tuple(c.split("/")): i for i, c in enumerate(self.classes)}
+        self.attr_items = [(sp, i) for sp, i, _twin in self.items]
+
+    def dataset(self, preprocess, seed):
+        return _WorldAttributeEpochs(self.attr_items, self.per_identity, seed, self.render_size, preprocess,
+                                     self.labels, self._class_index)
+
+    def describe(self):
+        return {**super().describe(), "labels": list(self.labels), "identity_labels": False,
+                "train_backgrounds": list(FAMILIES)}

@@ -4,6 +4,7 @@ Reads the judgment files and the run; the statistics are :mod:`fpr.metrics.agree
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -176,3 +177,70 @@ def meta_imagenhub(run_id: str, ratings: str | Path, *, workspace: str | Path | 
     chosen = list(metrics) if metrics else ([m for m in available if m.startswith("cigeval.")] or available)
     rows = imagenhub.per_task_spearman(imagenhub.match_run(df, humans, run_id), chosen)
     return [r.as_row() for r in rows + imagenhub.mean_over_tasks(rows)]
+
+
+# --------------------------------------------------------------------------- the paper's two claims (Figure 3)
+
+@dataclass
+class ClaimsResult:
+    """The 2x2 of Figure 3 per (seed, method) and a verdict per claim (:mod:`fpr.metrics.claims`)."""
+
+    table: list[dict]
+    verdicts: list[dict]
+    info: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return {"info": self.info, "table": self.table, "verdicts": self.verdicts}
+
+
+def claims_frame(specialist: pd.DataFrame, general: pd.DataFrame, *, seed: int = 0, truth: str = "drift"
+                 ) -> pd.DataFrame:
+    """One row per query both runs evaluated: the specialist's and the general encoder's AP and Sim, the truth,
+    group, identity, method, ``seed`` (world seed; query ids are prefixed with it) and ``context`` if present."""
+    keep = ["query_id", "method", "group", "identity", truth] + (["context"] if "context" in specialist else [])
+    missing = [c for c in keep if c not in specialist.columns]
+    if missing:
+        raise InputError(f"the specialist run's queries have no '{missing[0]}' column",
+                         hint="the claims need the world's truth column, e.g. a demo run's drift")
+
+    def ok(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["status"] == "ok"] if "status" in df else df
+
+    s = ok(specialist)[keep + ["ap", "sim"]].rename(columns={"ap": "specialist_map", "sim": "specialist_sim"})
+    g = ok(general)[["query_id", "ap", "sim"]].rename(columns={"ap": "general_map", "sim": "general_sim"})
+    out = s.merge(g, on="query_id", how="inner")
+    out.insert(0, "seed", seed)
+    out["query_id"] = f"{seed}:" + out["query_id"].astype(str)
+    return out
+
+
+def encoder_claims(frame: pd.DataFrame, *, truth: str = "drift", seed: int = 0, n_boot: int = 1000,
+                   lower_better: bool = True) -> ClaimsResult:
+    """The 2x2 per (seed, method) over every query of ``frame`` (:func:`claims_frame`, several seeds concatenated)
+    and both verdicts over the queries with a truth value."""
+    from fpr.metrics.claims import claim_verdicts, two_by_two
+
+    if frame.empty:
+        raise InputError("no query was evaluated by both encoders", hint="run the same queries file with both")
+    judged = frame[pd.to_numeric(frame[truth], errors="coerce").notna()]
+    verdicts = claim_verdicts(judged, truth, seed=seed, n_boot=n_boot, lower_better=lower_better)
+    table = two_by_two(frame).to_dict("records")
+    info = {"seeds": sorted(int(s) for s in frame["seed"].unique()), "n_queries": int(len(judged)),
+            "truth": truth, "n_boot": n_boot, "bootstrap_seed": seed, "statistic": "strict PPA (VISTAR's)",
+            "pairs": verdicts[0].basis if verdicts else ""}
+    return ClaimsResult(table, [v.as_row() for v in verdicts], info)
+
+
+def meta_claims(run_id: str, general_run: str, *, truth: str = "drift", workspace: str | Path | None = None,
+                seed: int = 0, n_boot: int = 1000, methods: Sequence[str] | None = None,
+                truth_lower_better: bool = True) -> ClaimsResult:
+    """``fpr meta --run R --truth drift --general G``: the claims on two stored runs of the same queries, R with the
+    specialist encoder and G with a general-purpose one (e.g. the demo's ``fpr-general-v1`` run)."""
+    spec = load_run(run_id, workspace=workspace, summary=False).per_query
+    gen = load_run(general_run, workspace=workspace, summary=False).per_query
+    if methods:
+        spec = _only_methods(spec, methods, run_id)
+    out = encoder_claims(claims_frame(spec, gen, truth=truth), truth=truth, seed=seed, n_boot=n_boot,
+                         lower_better=truth_lower_better)
+    out.info.update({"run": run_id, "general_run": general_run})
+    return out

@@ -69,7 +69,7 @@ from fpr.galleries.world.render import (
 from fpr.keys import keyed_rng
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
-           "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
+           "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
            "identity_name", "parse_identity", "build_world", "WorldBuild", "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
 
 EVAL_RANGE = range(0, 100_000)
@@ -149,11 +149,18 @@ def render_identity(species: str, ident: int, seed, *, size: int = 96, families=
     ``poses``: "real" (photographs), "novel" (generations' new views) or "mixed" (either, half
     each: what the trainer renders, so the encoder knows the poses of both).
     """
+    return render_view(identity_markings(species, ident, siblings=siblings, family=family),
+                       identity_view(species, ident, seed, size=size, families=families, poses=poses))
+
+
+def identity_view(species: str, ident: int, seed, *, size: int = 96, families=GALLERY_FAMILIES,
+                  poses: str = "mixed") -> View:
+    """The nuisance parameters :func:`render_identity` draws for these arguments (its background family and
+    facing are the labels of a trainer that learns what a general-purpose encoder sees, not identity)."""
     rng = keyed_rng("view", species, int(ident), seed, size)
     if poses == "mixed":
         poses = "novel" if rng.random() < 0.5 else "real"
-    return render_view(identity_markings(species, ident, siblings=siblings, family=family),
-                       sample_view(rng, size, families, poses=poses))
+    return sample_view(rng, size, families, poses=poses)
 
 
 @dataclass(frozen=True)
