@@ -185,3 +185,17 @@ def test_timing_check_on_a_known_document():
     text = ("Took 1.1 s here.\n\nTook 2 min (`benchmarks/results/x.md`).\n\n| a | 3 ms |\n| b | 4 ms, "
             "`benchmarks/results/y.md` |\n\n<!-- docs-test: skip (5 s) -->\nA 12-px sign, 3 queries.\n")
     assert [u.split(": ")[1] for u in unchecked_timings("x.md", text)] == ["['1.1 s'] in", "['3 ms'] in"]
+
+
+def test_the_judge_block_is_rewritten_to_the_loopback_test_judge():
+    """docs/judges.md's judge block runs against tests/scorers/judges/server.py: every documented endpoint, key
+    and model name of it is replaced (a leftover would send the docs test to api.openai.com or fail on '...')."""
+    from tests.docs.test_docs_examples import _needs_judge, _substituted
+    from tests.scorers.judges.server import API_KEY, MODELS
+
+    blocks = [b for b in BLOCKS if b.kind == "shell" and _needs_judge(b)]
+    assert [b.path for b in blocks] == ["docs/judges.md"] and not blocks[0].skip_marker
+    script = _substituted(blocks[0].text, "http://127.0.0.1:1/v1")
+    assert "OPENAI_BASE_URL=http://127.0.0.1:1/v1 " in script and f"OPENAI_API_KEY={API_KEY} " in script
+    assert f"FPR_JUDGE_MODEL={MODELS[0]} " in script and f"hwpq.model={MODELS[1]}" in script
+    assert "..." not in script and "gpt-4o" not in script and "Qwen" not in script
