@@ -115,7 +115,15 @@ def paper_demo(fig: dict) -> str:
             f"{v['spearman_ap_drift_queries']:.3f} per query.)\n")
 
 
-RENDER = {"demo-readme": readme_demo, "demo-paper": paper_demo}
+def world_timing(fig: dict) -> str:
+    full, quick = fig["full"], fig["quick"]
+    return (f"Wall time (`benchmarks/results/demo_figures.json`, the shared {full['cores']}-core machine): `fpr demo` "
+            f"{full['wall_s']:.0f} s under a load average of {full['load_before']:.0f}-{full['load_after']:.0f} "
+            f"(the queries with the copy-paste scorer {full['demo']['timings']['query_s']:.0f} s of it), "
+            f"`fpr demo --quick` {quick['wall_s']:.0f} s (load {quick['load_before']:.0f}-{quick['load_after']:.0f}).\n")
+
+
+RENDER = {"demo-readme": readme_demo, "demo-paper": paper_demo, "demo-world-timing": world_timing}
 
 
 def render(text: str, fig: dict) -> str:

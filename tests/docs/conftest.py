@@ -48,9 +48,11 @@ class DocsWorld:
 def _shims(folder: Path) -> Path:
     """``fpr`` and ``python`` on PATH: this checkout's fpr under the test's interpreter."""
     folder.mkdir(parents=True)
+    # scripts, not symlinks: a venv's python found through a symlink in another folder loses the venv's packages
     (folder / "fpr").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m fpr "$@"\n')
-    (folder / "python").symlink_to(sys.executable)
-    (folder / "fpr").chmod(0o755)
+    (folder / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    for name in ("fpr", "python"):
+        (folder / name).chmod(0o755)
     return folder
 
 
@@ -98,6 +100,8 @@ def docs_world(tmp_path_factory) -> DocsWorld:
     _generated(demo, world.base, "generated.csv", GENERATED_METHODS)
     _generated(demo, world.base, "textual-inversion.csv", SECOND_RUN_METHODS)
     _upload(demo, world.base)
+    # a reader runs the docs' `python benchmarks/...` lines from a checkout: the scripts are where they would be
+    (world.base / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
     return world
 
 

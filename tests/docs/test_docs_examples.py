@@ -18,6 +18,9 @@ import pytest
 
 from tests.docs.conftest import ROOT
 from tests.docs.extract import Block, all_blocks, console_commands
+from tests.scorers.judges.server import API_KEY as JUDGE_API_KEY
+from tests.scorers.judges.server import MODELS as JUDGE_MODELS
+from tests.scorers.judges.server import JudgeServer
 
 pytestmark = pytest.mark.docs
 
@@ -25,6 +28,14 @@ pytestmark = pytest.mark.docs
 SUBSTITUTE: tuple[tuple[str, str, str], ...] = (
     ("miewid-msv2", "fpr-world-v3", "MiewID weights cannot be downloaded here; the shipped encoder stands in"),
     ("world-demo-s0-fpr-world-v3", "world-demo-s0-quick-fpr-world-v3", "the prepared demo is --quick"),
+)
+# The judge block of docs/judges.md runs against tests/scorers/judges/server.py's loopback judge (a real HTTP server
+# speaking the OpenAI protocol, deterministic replies): its URL, key and model names replace the documented ones.
+JUDGE_URL = "http://127.0.0.1:8000/v1"
+JUDGE_SUBSTITUTE: tuple[tuple[str, str], ...] = (
+    ("OPENAI_API_KEY=...", f"OPENAI_API_KEY={JUDGE_API_KEY}"),
+    ("FPR_JUDGE_MODEL=gpt-4o ", f"FPR_JUDGE_MODEL={JUDGE_MODELS[0]} "),
+    ("hwpq.model=Qwen2.5-VL-7B-Instruct", f"hwpq.model={JUDGE_MODELS[1]}"),
 )
 TIMEOUT_S = 420
 # A documented ``fpr ... serve`` line runs in the background on a free loopback port until the block ends (on
@@ -34,10 +45,23 @@ BLOCKS = all_blocks(ROOT)
 RUN = [b for b in BLOCKS if b.kind != "output"]
 
 
-def _substituted(text: str) -> str:
+def _substituted(text: str, judge_url: str | None = None) -> str:
     for doc, here, _ in SUBSTITUTE:
         text = text.replace(doc, here)
+    if judge_url is not None:
+        for doc, here in ((JUDGE_URL, judge_url), *JUDGE_SUBSTITUTE):
+            text = text.replace(doc, here)
     return text
+
+
+def _needs_judge(block: Block) -> bool:
+    return f"OPENAI_BASE_URL={JUDGE_URL}" in block.text
+
+
+@pytest.fixture(scope="session")
+def judge_server():
+    with JudgeServer() as server:
+        yield server
 
 
 def _free_port() -> int:
@@ -66,11 +90,11 @@ def _tail(text: str, n: int = 40) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
-def _run_shell(block: Block, workdir: Path, env: dict) -> str:
+def _run_shell(block: Block, workdir: Path, env: dict, judge_url: str | None = None) -> str:
     body = console_commands(block.text) if block.lang == "console" else block.text
     # line 1 of the script is this header, so the block's line k is the script's line k + 1
     header = "set -eo pipefail; trap 'echo \"docs-test: failed at script line $LINENO\" >&2' ERR\n"
-    r = subprocess.run(["bash", "-c", header + _serving(_substituted(body))], cwd=workdir, env=env, capture_output=True,
+    r = subprocess.run(["bash", "-c", header + _serving(_substituted(body, judge_url))], cwd=workdir, env=env, capture_output=True,
                        text=True, timeout=TIMEOUT_S, check=False)
     if r.returncode != 0:
         m = re.search(r"docs-test: failed at script line (\d+)", r.stderr)
@@ -93,9 +117,13 @@ def _run_python(block: Block, workdir: Path, env: dict) -> str:
 
 
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
-def test_docs_example_runs(block: Block, docs_world, workdirs):
+def test_docs_example_runs(block: Block, docs_world, workdirs, request):
     if block.skip_marker:
         pytest.skip(f"{block.id}: {block.skip_reason}")
     workdir = workdirs(block.path)
     env = docs_world.env(workdir)
-    (_run_shell if block.kind == "shell" else _run_python)(block, workdir, env)
+    if block.kind == "python":
+        _run_python(block, workdir, env)
+    else:
+        judge_url = request.getfixturevalue("judge_server").base_url if _needs_judge(block) else None
+        _run_shell(block, workdir, env, judge_url)
