@@ -28,7 +28,15 @@ def auroc(pos, neg) -> float:
     return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
 
 
+def thumbnail(images) -> np.ndarray:
+    """A context-sensitive stand-in: the 8x8 colour thumbnail, centred and unit-normalised (background dominates)."""
+    x = np.stack([np.asarray(im.resize((8, 8)), np.float64).ravel() for im in images])
+    x = x - x.mean(1, keepdims=True)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
 def embedder():
+    """The shipped specialist (fpr-world-v3) on the CPU: images -> unit vectors."""
     import torch
 
     from fpr.encoders import registry
@@ -44,16 +52,20 @@ def embedder():
     return embed
 
 
-def probe(world, methods, embed) -> list[ProbeRow]:
-    """Every query of ``methods`` (methods, old names or profiles) for every identity of ``world``."""
+def probe(world, methods, embed, *, with_ap: bool = True) -> list[ProbeRow]:
+    """Every query of ``methods`` (methods, old names or profiles) for every identity of ``world``.
+
+    ``embed``: images -> unit vectors (rows); ``with_ap=False`` skips the gallery (AP is NaN), for Sim only.
+    """
     from fpr.metrics.ranking import average_precision
 
     c = world.config
     rows = []
     for sp in c.species:
         ids = world.ids[sp]
-        gal = embed([world.real_image(sp, i, "gallery", k) for i in ids for k in range(c.gallery)])
-        labels = np.repeat(ids, c.gallery)
+        if with_ap:
+            gal = embed([world.real_image(sp, i, "gallery", k) for i in ids for k in range(c.gallery)])
+            labels = np.repeat(ids, c.gallery)
         refs = embed([world.real_image(sp, i, "reference", k) for i in ids for k in range(c.references)])
         ref_mean = refs.reshape(len(ids), c.references, -1).mean(1)
         jobs = [(m, i, k) for m in methods for i in ids for k in range(c.queries)]
@@ -61,5 +73,6 @@ def probe(world, methods, embed) -> list[ProbeRow]:
         q = embed([world._render_query(s, sp, i, k) for s, (m, i, k) in zip(specs, jobs)])
         for (m, i, k), s, v in zip(jobs, specs, q):
             sim = float(v @ ref_mean[ids.index(i)])
-            rows.append(ProbeRow(m, s.context, s.drift, sp, i, k, sim, average_precision(gal @ v, labels == i)))
+            ap = average_precision(gal @ v, labels == i) if with_ap else float("nan")
+            rows.append(ProbeRow(m, s.context, s.drift, sp, i, k, sim, ap))
     return rows
