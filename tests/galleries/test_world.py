@@ -346,3 +346,28 @@ def test_home_background_leaves_the_world_as_it_was_when_off_and_repeats_the_sce
     at_home = [half._view(sp, i, "gallery", k, W.GALLERY_FAMILIES).bg_seed == half.home(sp, i)[1]
                for i in half.ids[sp] for k in range(10)]
     assert 0.35 < np.mean(at_home) < 0.65
+
+
+def test_occlusion_stress_hides_the_drifted_region():
+    """With ``occlusion`` every graded query gets an occluder over the region its drift 0.25 redraws: on average
+    88% of the pixels that drift changes in the image are hidden (6% by the ordinary random occluders)."""
+    from fpr.galleries.world.render import animal_layer, occluder_alpha
+
+    hidden = {}
+    for occ in (False, True):
+        w = W.World(W.WorldConfig(seed=0, identities=4, queries=3, occlusion=occ))
+        shares = []
+        for sp in W.SPECIES:
+            for i in w.ids[sp]:
+                for k in range(3):
+                    for m in ("new-scene@0.25", "ref-pose@0.25", "ref-scene@0.25"):
+                        v = w.query_view(w.query_spec(m, sp, i, k), sp, i, k)
+                        a, b = (animal_layer(mk, v) for mk in (w.markings(sp, i), w.drifted_markings(sp, i, k, 0.25)))
+                        changed = (np.abs(a[..., :3] - b[..., :3]).max(-1) > 0.2) & (a[..., 3] > 0.5)
+                        if changed.sum() >= 5:  # (a region turned away or out of frame has nothing to hide)
+                            shares.append(float((occluder_alpha(v)[changed] > 0.5).mean()))
+        hidden[occ] = float(np.mean(shares))
+    assert hidden[True] == pytest.approx(0.878, abs=0.005) and hidden[False] == pytest.approx(0.061, abs=0.005), hidden
+    # real images never get it: the gallery is the one the specialist was trained on
+    w = W.World(W.WorldConfig(seed=0, occlusion=True))
+    assert _digest(w.real_image("zebra", w.ids["zebra"][0], "gallery", 0)) == GALLERY_GOLDEN[("zebra", "gallery", 0)]

@@ -1,6 +1,7 @@
 """The built-in world with the shipped specialist (fpr-world-v3), on held-out seeds 0, 1, 2: drift levels
-separate in every context, look-alike siblings raise a generic generation's Sim, and a gallery with home
-backgrounds (camera sites) moves a background-sensitive embedding's mAP but not the specialist's.
+separate in every context, look-alike siblings raise a generic generation's Sim, a gallery with home
+backgrounds (camera sites) moves a background-sensitive embedding's mAP but not the specialist's, and drift
+hidden by an occluder is invisible to it.
 
 Golden values were measured with ``benchmarks/world_contexts.py`` (``benchmarks/results/world_contexts.md``)."""
 from __future__ import annotations
@@ -71,3 +72,20 @@ def test_home_background_biases_a_context_sensitive_embedding_not_the_specialist
     thumb, spec = HOME_MAP[seed]
     assert (maps[("thumb", 0.0)], maps[("thumb", 1.0)]) == pytest.approx(thumb, abs=0.002)
     assert (maps[("spec", 0.0)], maps[("spec", 1.0)]) == pytest.approx(spec, abs=0.002)
+
+
+# Sim AUROC of new-scene@0 over new-scene@0.25, occlusion stress off -> on
+OCCLUDED_AUROC = {0: (0.7309, 0.5217), 1: (0.7567, 0.5156), 2: (0.8172, 0.5623)}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_occlusion_hides_drift_from_the_specialist(specialist, seed):
+    """An occluder over the drifted region (the same place at every drift level of a query) leaves the
+    specialist nothing to see: drift 0 and drift 0.25 become nearly indistinguishable by Sim."""
+    got = []
+    for occ in (False, True):
+        rows = probe(W.World(W.WorldConfig(seed=seed, occlusion=occ)), ["new-scene@0", "new-scene@0.25"], specialist,
+                     with_ap=False)
+        got.append(auroc(_by(rows, "new-scene@0"), _by(rows, "new-scene@0.25")))
+    assert got[1] < 0.6 < got[0], got
+    assert tuple(got) == pytest.approx(OCCLUDED_AUROC[seed], abs=0.002)

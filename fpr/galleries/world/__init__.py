@@ -51,7 +51,8 @@ Stress conditions (off by default; the gallery then renders as in version 2):
 ``siblings`` (0..1) makes a group's gallery identities share that fraction of their
 markings with one common pattern (look-alikes); ``home_background`` (0..1) takes that
 share of an identity's real images at its own home background, as camera sites do
-in real re-identification data.
+in real re-identification data; ``occlusion`` puts an occluder over the region a graded
+query's drift redraws (drift hidden from any encoder).
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ from fpr.galleries.world.render import (
     View,
     animal_layer,
     compose,
+    covering_occluder,
     place_layer,
     render_view,
     sample_view,
@@ -254,6 +256,7 @@ class WorldConfig:
     profiles: tuple[str, ...] = ()  # named method profiles (PROFILES), each a method of the world
     shared_view: bool = False  # control: query k of a context has one view for every drift level
     home_background: float = 0.0  # stress: share of real images taken at the identity's home background
+    occlusion: bool = False  # stress: an occluder over the region query k's drift 0.25 redraws (drift hidden)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.species if s not in SPECIES]
@@ -379,6 +382,13 @@ class World:
         if spec.context == COPY_CONTEXT:
             rng = keyed_rng("query", c.seed, spec.rendered, species, ident, k)
             return self._copy_image(spec.rendered, self.markings(species, ident), species, ident, ref_k, rng)
+        view = self.query_view(spec, species, ident, k)
+        return render_view(self.drifted_markings(species, ident, k, spec.drift), view)
+
+    def query_view(self, spec: QuerySpec, species: str, ident: int, k: int) -> View:
+        """The view of graded query ``k`` (pose, scene, light, occluder) for its context."""
+        c = self.config
+        ref_k = int(k % c.references)
         # Views differ per method (a profile is one method), so a query's context never lines up with
         # another method's; the shared_view control gives query k of every drift level one view (world
         # version 2's paired design: its new-scene images are those of version 2's faithful/drift-*/generic).
@@ -387,16 +397,28 @@ class World:
                         else keyed_rng("query-view", c.seed, spec.context, species, ident, k))
         else:
             view_rng = keyed_rng("query-view", c.seed, spec.profile or spec.rendered, species, ident, k)
-        m = self.drifted_markings(species, ident, k, spec.drift)
         if spec.context == "ref-scene":
             ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
-            return render_view(m, replace(ref_view, noise_seed=int(view_rng.integers(2 ** 31))))
-        view = sample_view(view_rng, c.size, NOVEL_FAMILIES, poses="novel")
+            view = replace(ref_view, noise_seed=int(view_rng.integers(2 ** 31)))
+        else:
+            view = sample_view(view_rng, c.size, NOVEL_FAMILIES, poses="novel")
         if spec.context == "ref-pose":  # the reference's layout (pose, size, position, facing), a new scene
             r = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
             view = replace(view, angle=r.angle, scale=r.scale, shift=r.shift, persp=r.persp, mesh=r.mesh,
                            mirror=r.mirror)
-        return render_view(m, view)
+        if c.occlusion:
+            view = replace(view, occlusion=self._hiding_occluder(species, ident, k, view))
+        return view
+
+    def _hiding_occluder(self, species: str, ident: int, k: int, view: View) -> tuple:
+        """Stress ``occlusion``: an occluder over the body region that query ``k``'s drift 0.25 redraws.
+
+        The same region for every drift level of the query (the levels are nested, so it holds all of 0.1
+        and 0.25 and part of 0.5), so the occluder's presence does not itself tell the drift apart.
+        """
+        base = self.markings(species, ident).labels()
+        region = self.drifted_markings(species, ident, k, 0.25).labels() != base
+        return covering_occluder(region, view, keyed_rng("hide", self.config.seed, species, ident, k))
 
     def _copy_image(self, method: str, base: Markings, species: str, ident: int, ref_k: int,
                     rng: np.random.Generator) -> Image.Image:
