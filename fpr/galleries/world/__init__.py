@@ -81,9 +81,11 @@ from fpr.galleries.world.render import (
 from fpr.keys import keyed_rng
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "METHOD_CONTEXT", "METHOD_ALIASES", "CONTEXTS",
-           "COPY_CONTEXT", "DRIFT_LEVELS", "GRADED_METHODS", "PROFILES", "Profile", "QuerySpec", "method_name", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
-           "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
-           "identity_name", "parse_identity", "build_world", "WorldBuild", "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
+           "COPY_CONTEXT", "DRIFT_LEVELS", "GRADED_METHODS", "PROFILES", "Profile", "QuerySpec", "method_name",
+           "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE", "VAL_RANGE", "COPY_METHODS", "WorldConfig", "World",
+           "train_identities", "val_identities", "WORLD_VERSION", "Markings", "render_identity",
+           "identity_markings", "check_disjoint", "identity_name", "parse_identity", "build_world", "WorldBuild",
+           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
 
 EVAL_RANGE = range(0, 100_000)
 GALLERY_RANGE = range(0, 50_000)
@@ -124,7 +126,6 @@ METHODS = GRADED_METHODS + COPY_METHODS
 # the target), the rows keep the name asked for.
 METHOD_ALIASES = {"faithful": "new-scene@0", "drift-0.1": "new-scene@0.1", "drift-0.25": "new-scene@0.25",
                   "drift-0.5": "new-scene@0.5", "generic": "new-scene@1", "near-copy": "ref-scene@0.25"}
-NEAR_COPY_DRIFT = 0.25  # share of the markings a near-copy (ref-scene@0.25) redraws
 # The declared ground-truth drift is identity-wise: a copy of a reference image (paste, paste-mirror,
 # paste-rescale, edit) shows the identity's own markings unchanged, so 0; a graded method's drift is the
 # share of the markings it redraws, whatever its context. That copies and reference layouts are not novel
