@@ -106,7 +106,8 @@ def test_methods_have_ground_truth_drift_and_paste_copies_a_reference():
         c = {m: corr(m) for m in ("edit", "ref-scene@0.25", "paste", "paste-mirror", "new-scene@0", "new-scene@1",
                                   "ref-pose@0")}
         assert c["edit"] >= 0.85 and c["ref-scene@0.25"] >= 0.5, (sp, c)
-        assert min(c["paste"], c["paste-mirror"]) >= 0.7 and max(c["new-scene@0"], c["new-scene@1"]) <= 0.5, (sp, c)  # chance: best of 49 shifts
+        # new views line up with the reference only by chance (the best of 49 shifts reached 0.34)
+        assert min(c["paste"], c["paste-mirror"]) >= 0.7 and max(c["new-scene@0"], c["new-scene@1"]) <= 0.5, (sp, c)
         # the reference's layout, re-lit on a new background: its pixels line up with the reference's animal
         assert c["ref-pose@0"] >= 0.5, (sp, c)
 
@@ -173,6 +174,13 @@ def test_world_write(tmp_path):
     q = normalize_queries(tmp_path / "moved" / "queries.csv")
     assert all(Path(p).is_file() for p in q["path"]) and all(Path(p).is_file() for r in q["reference_list"]
                                                              for p in r)
+
+
+def test_unknown_query_method_is_one_line_error():
+    w = W.World(W.WorldConfig(identities=2, size=64))
+    with pytest.raises(InputError) as exc:
+        w.query_image("new-scene@0.3", "zebra", w.ids["zebra"][0], 0)
+    assert "\n" not in exc.value.one_line() and "new-scene@0.3" in exc.value.one_line()
 
 
 @pytest.mark.parametrize("kwargs", [dict(species=("unicorn",)), dict(methods=("perfect",)), dict(size=20),
@@ -337,7 +345,8 @@ def test_profile_rows_carry_the_drawn_context_and_drift(tmp_path):
 
 def test_home_background_leaves_the_world_as_it_was_when_off_and_repeats_the_scene_when_on():
     off = W.World(W.WorldConfig(seed=0, home_background=0.0))
-    assert _digest(off.real_image("zebra", off.ids["zebra"][0], "gallery", 0)) == GALLERY_GOLDEN[("zebra", "gallery", 0)]
+    first = off.real_image("zebra", off.ids["zebra"][0], "gallery", 0)
+    assert _digest(first) == GALLERY_GOLDEN[("zebra", "gallery", 0)]
     on = W.World(W.WorldConfig(seed=0, identities=2, home_background=1.0))
     sp, (a, b) = "zebra", on.ids["zebra"]
     views = [on._view(sp, a, "gallery", k, W.GALLERY_FAMILIES) for k in range(4)]

@@ -355,6 +355,10 @@ class World:
             rendered = mixture[int(draw)][0]
             return QuerySpec(method, rendered, METHOD_CONTEXT[rendered], METHOD_DRIFT[rendered], method)
         rendered = METHOD_ALIASES.get(method, method)
+        if rendered not in METHOD_CONTEXT:
+            raise InputError(f"unknown world method '{method}'",
+                             hint="a method of fpr.galleries.world.METHODS, an old name or a profile "
+                                  f"({', '.join(PROFILES)})")
         return QuerySpec(method, rendered, METHOD_CONTEXT[rendered], METHOD_DRIFT[rendered])
 
     def drifted_markings(self, species: str, ident: int, k: int, drift: float) -> Markings:
