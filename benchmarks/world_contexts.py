@@ -1,6 +1,6 @@
 """The world's contexts crossed with drift, its profiles and stress conditions, scored by the shipped specialist.
 
-    PYTHONPATH=. python benchmarks/world_contexts.py measure --seeds 0   # per-query CSVs (about 7 min under load 15)
+    PYTHONPATH=. python benchmarks/world_contexts.py measure --seeds 0 1 2   # per-query CSVs (1 min per seed under load 4, 7 under 15)
     PYTHONPATH=. python benchmarks/world_contexts.py table               # benchmarks/results/world_contexts.md
 
 ``measure`` renders, per seed, the full world (3 species x 10 identities, 10 gallery and 3 reference
