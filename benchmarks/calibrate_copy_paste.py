@@ -33,14 +33,18 @@ import numpy as np
 import pandas as pd
 
 COPY_LIKE = ("paste", "paste-mirror", "paste-rescale", "edit")
+V2_METHODS = ("faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic", *COPY_LIKE, "near-copy")
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def world_queries(seed: int, identities: int, folder: Path) -> pd.DataFrame:
-    from fpr.galleries.world import METHODS, World, WorldConfig
+    from fpr.galleries.world import World, WorldConfig
 
+    # world version 2's method set and paired views (the shared_view control renders its faithful, drift
+    # levels and generic bit-identically; the copies are unchanged), so the calibration reproduces
     build = World(WorldConfig(seed=seed, identities=identities, gallery=1, references=3, queries=3,
-                              methods=METHODS)).write(folder / f"world-{seed}", progress_desc=f"world seed {seed}")
+                              methods=V2_METHODS, shared_view=True)).write(folder / f"world-{seed}",
+                                                                           progress_desc=f"world seed {seed}")
     q = pd.DataFrame(build.queries)
     q["seed"] = seed
     return q

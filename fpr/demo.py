@@ -11,11 +11,11 @@
    (across methods, and per query) should be strongly negative; the agreement table
    (:func:`truth_agreement`: Spearman, VISTAR's strict PPA, ties-half PPA, the metric's
    tie share and tau-b within identity, from ``fpr meta --truth drift``) gives each
-   statistic on one method set at a time; the copy-like
-   methods (``paste``, ``paste-mirror``, ``paste-rescale``, ``edit``,
-   ``near-copy``) show what retrieval alone rewards, and the copy-paste flag
-   rates and the documented keep-rule (:data:`KEEP_RULE`) show that the filter
-   keeps faithful generations and drops the copies.
+   statistic on one method set at a time; the copy controls
+   (``paste``, ``paste-mirror``, ``paste-rescale``, ``edit``) and the reference-layout
+   generations (``ref-pose@1``, ``ref-scene@0.25``) show what retrieval alone rewards, and the
+   copy-paste flag rates and the documented keep-rule (:data:`KEEP_RULE`) show that the filter
+   keeps faithful generations (``new-scene@0``) and drops the copies.
 """
 from __future__ import annotations
 
@@ -34,15 +34,20 @@ DEMO_ENCODER = "fpr-world-v3"
 GENERAL_ENCODER = "fpr-general-v1"
 CLAIM_SEEDS = 3
 KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.md documents
-# Method sets the agreement table judges (every statistic of a row on the same set). The copy-like
-# methods carry the world's declared drift (fpr.galleries.world.METHOD_DRIFT): 0 for paste, paste-mirror,
+# Method sets the agreement table judges (every statistic of a row on the same set). The copy controls
+# carry the world's declared drift (fpr.galleries.world.METHOD_DRIFT): 0 for paste, paste-mirror,
 # paste-rescale and edit (the identity's own markings copied from a reference image: identity-wise
-# nothing drifted; that they copy is the copy-paste scorer's business), 0.25 for near-copy (a quarter of
-# the markings redrawn by construction). The oracle has no drift value and is in neither set.
+# nothing drifted; that they copy is the copy-paste scorer's business). The oracle has no drift value
+# and is in neither set.
 AGREEMENT_SETS = ("generations", "with copies")
 AGREEMENT_METRICS = (("mAP", "ap"), ("Sim", "sim"))
-FULL = dict(identities=10, gallery=10, references=3, queries=3)
-QUICK = dict(identities=5, gallery=6, references=2, queries=2)
+# The drift ladder in new scenes, the two reference-layout failures (the IP-Adapter-Plus behaviour of the
+# paper's appendix C: the reference's layout with the subject lost; its whole scene, a quarter redrawn) and
+# the copy controls: 11 methods (world version 2 had 10), so the demo's run time grows by about a tenth.
+DEMO_METHODS = ("new-scene@0", "new-scene@0.1", "new-scene@0.25", "new-scene@0.5", "new-scene@1", "ref-pose@1",
+                "ref-scene@0.25", "paste", "paste-mirror", "paste-rescale", "edit")
+FULL = dict(identities=10, gallery=10, references=3, queries=3, methods=DEMO_METHODS)
+QUICK = dict(identities=5, gallery=6, references=2, queries=2, methods=DEMO_METHODS)
 
 
 @dataclass
@@ -77,7 +82,7 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
     """
     from scipy.stats import spearmanr
 
-    from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT
+    from fpr.galleries.world import COPY_METHODS, DRIFT_LEVELS, METHOD_DRIFT, method_name
 
     df = per_query[per_query["status"] == "ok"].copy() if "status" in per_query else per_query.copy()
     df["drift"] = pd.to_numeric(df["drift"], errors="coerce")
@@ -99,15 +104,15 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
     out["spearman_sim_drift_queries"] = rho(gen["drift"].to_numpy(), gen["sim"].to_numpy())
     out["n_queries"] = int(len(gen))
     maps = by_method["map"].to_dict()
-    order = [m for m in METHOD_DRIFT if m in maps and m not in COPY_METHODS]
+    order = [m for m in (method_name("new-scene", d) for d in DRIFT_LEVELS) if m in maps]  # the ladder
     out["ordering_holds"] = all(maps[a] > maps[b] for a, b in zip(order, order[1:]))
     out["map_by_method"] = {m: float(v) for m, v in maps.items()}
     paste = df[df["method"] == "paste"]
     if len(paste):
         out["paste_map"] = float(paste["ap"].mean())
         out["paste_sim"] = float(paste["sim"].mean())
-        if "faithful" in maps:
-            out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["faithful"])
+        if "new-scene@0" in maps:  # (key kept from world version 2, where new-scene@0 was "faithful")
+            out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["new-scene@0"])
     out["ap_one_share"] = ap_one_share(df)
     copies = df[df["method"].isin(COPY_METHODS)]
     if len(copies):
@@ -133,7 +138,7 @@ def ap_one_share(per_query: pd.DataFrame) -> dict[str, float]:
 
 
 def agreement_methods(per_query: pd.DataFrame) -> dict[str, list[str]]:
-    """The run's methods in each :data:`AGREEMENT_SETS` set: generations (faithful, drift-*, generic) and those
+    """The run's methods in each :data:`AGREEMENT_SETS` set: generations (every graded method) and those
     plus the copy-like methods."""
     from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT
 
@@ -328,11 +333,11 @@ def validity_lines(v: dict) -> list[str]:
     lines += [f"validity: Spearman(mAP, drift) across methods {f(v.get('spearman_map_drift_methods'))}, "
              f"per query {f(v.get('spearman_ap_drift_queries'))} (n={v.get('n_queries')}); "
              f"Sim: {f(v.get('spearman_sim_drift_methods'))} / {f(v.get('spearman_sim_drift_queries'))}; "
-             f"ordering faithful > drift-0.1 > drift-0.25 > drift-0.5 > generic "
+             f"ordering new-scene@0 > @0.1 > @0.25 > @0.5 > @1 "
              f"{'holds' if v.get('ordering_holds') else 'does NOT hold'}"]
     if "paste_map" in v:
         lines.append(f"paste (a reference cut out and pasted on a new background): mAP {v['paste_map']:.3f}, "
-                     f"Sim {v['paste_sim']:.3f} ({v.get('paste_minus_faithful_map', 0):+.3f} mAP vs faithful) -- "
+                     f"Sim {v['paste_sim']:.3f} ({v.get('paste_minus_faithful_map', 0):+.3f} mAP vs new-scene@0) -- "
                      "retrieval rewards copying; flag it with the copy-paste scorer")
     if "copy_paste_flag_rate" in v:
         rates, scores, kept = v["copy_paste_flag_rate"], v["copy_paste_mean_score"], v["kept_share"]

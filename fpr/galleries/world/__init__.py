@@ -16,32 +16,43 @@ identity (:func:`check_disjoint` enforces it):
 - training identities: ``TRAIN_RANGE``.
 
 Simulated personalization methods (queries for a reference identity, each with a
-ground-truth ``drift``, see :data:`METHODS`):
+ground-truth ``drift`` and a ``context``; :data:`METHODS`):
 
-- ``faithful`` (drift 0): the same markings in a *novel view* (a new pose and
-  viewpoint, size, position, possibly mirrored, new lighting; ``render.POSES``)
-  on a background family that no real image has (:data:`NOVEL_FAMILIES`);
-- ``drift-0.1``/``drift-0.25``/``drift-0.5``: that fraction of the markings
-  resampled, calibrated per species by changed pixels (see
-  :func:`fpr.galleries.world.patterns.calibrated_region`);
-- ``generic`` (drift 1): another individual of the same species that is *not*
-  in the gallery -- what a generator that ignores the subject produces ("a photo
-  of a zebra"); its mAP is the chance level of the group;
-- copy-like methods (:data:`COPY_METHODS`), made from one reference image:
-  ``paste`` (its animal cut out and pasted on a new background with a small
-  shift/scale), ``paste-mirror`` (flipped), ``paste-rescale`` (rescaled by
-  0.7-0.85 or 1.15-1.35 and moved), ``edit`` (in place, background replaced,
-  mild colour changes) and ``near-copy`` (the whole reference scene kept, 25% of
-  the markings redrawn) -- the failures that retrieval rewards and the
-  copy-paste scorer must flag.
+- graded methods ``<context>@<drift>`` (:data:`GRADED_METHODS`) cross a context
+  (:data:`CONTEXTS`) with a drift level (:data:`DRIFT_LEVELS`):
 
-Query ``k`` of an identity shares its pose, background, lighting and occlusion
-across ``faithful``/``drift-*``/``generic``, and the drift levels resample nested
-regions with one new pattern, so methods differ only in their markings (a paired,
-dose-response design: method differences are not drowned by nuisance noise).
+  - ``new-scene``: a *novel view* (a new pose and viewpoint, size, position, possibly
+    mirrored, new lighting; ``render.POSES``) on a background family that no real
+    image has (:data:`NOVEL_FAMILIES`);
+  - ``ref-pose``: the reference image's pose and framing on a novel background;
+  - ``ref-scene``: the reference image's whole scene (the IP-Adapter-Plus behaviour of
+    the paper's appendix C);
 
-The ``siblings`` knob (0..1) makes a group's gallery identities share that
-fraction of their markings with one common pattern: harder galleries.
+  drift ``d`` in (0, 1) redraws that share of the markings, calibrated per species by
+  changed pixels (:func:`fpr.galleries.world.patterns.calibrated_region`); drift 1 is
+  another individual of the species that is *not* in the gallery (what a generator
+  that ignores the subject produces); its mAP is the chance level of the group.
+  Query ``k`` of an identity has the same markings at a drift level whatever the
+  context, and the drift levels redraw nested regions with one new pattern. Views
+  differ per method unless ``WorldConfig(shared_view=True)``;
+- copy controls (:data:`COPY_METHODS`, context ``copy``), made from one reference
+  image: ``paste`` (its animal cut out and pasted on a new background with a small
+  shift/scale), ``paste-mirror`` (flipped), ``paste-rescale`` (rescaled by 0.7-0.85
+  or 1.15-1.35 and moved) and ``edit`` (in place, background replaced, mild colour
+  changes) -- the failures that retrieval rewards and the copy-paste scorer must flag;
+- profiles (:data:`PROFILES`): named mixtures of graded methods that behave like the
+  real methods the paper evaluates (``dreambooth-like``, ``ip-adapter-plus-like``, ...).
+
+The names of world version 2 stay valid (:data:`METHOD_ALIASES`): ``faithful`` is
+``new-scene@0``, ``drift-0.1/0.25/0.5`` are ``new-scene@0.1/0.25/0.5``, ``generic``
+is ``new-scene@1`` and ``near-copy`` is ``ref-scene@0.25``.
+
+Stress conditions (off by default; the gallery then renders as in version 2):
+``siblings`` (0..1) makes a group's gallery identities share that fraction of their
+markings with one common pattern (look-alikes); ``home_background`` (0..1) takes that
+share of an identity's real images at its own home background, as camera sites do
+in real re-identification data; ``occlusion`` puts an occluder over the region a graded
+query's drift redraws (drift hidden from any encoder).
 """
 from __future__ import annotations
 
@@ -62,15 +73,19 @@ from fpr.galleries.world.render import (
     View,
     animal_layer,
     compose,
+    covering_occluder,
     place_layer,
     render_view,
     sample_view,
 )
 from fpr.keys import keyed_rng
 
-__all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE",
-           "VAL_RANGE", "COPY_METHODS", "NEAR_COPY_DRIFT", "WorldConfig", "World", "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity", "identity_markings", "check_disjoint",
-           "identity_name", "parse_identity", "build_world", "WorldBuild", "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
+__all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "METHOD_CONTEXT", "METHOD_ALIASES", "CONTEXTS",
+           "COPY_CONTEXT", "DRIFT_LEVELS", "GRADED_METHODS", "PROFILES", "Profile", "QuerySpec", "method_name",
+           "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE", "VAL_RANGE", "COPY_METHODS", "WorldConfig", "World",
+           "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity",
+           "identity_markings", "check_disjoint", "identity_name", "parse_identity", "build_world", "WorldBuild",
+           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
 
 EVAL_RANGE = range(0, 100_000)
 GALLERY_RANGE = range(0, 50_000)
@@ -80,20 +95,92 @@ TRAIN_RANGE = range(1_000_000, 2_000_000)
 _FAMILY_SEED_BASE = 10_000_000  # shared sibling patterns
 _DRIFT_SEED_BASE = 20_000_000  # resampled markings of drift queries
 
-WORLD_VERSION = "2"  # bump when rendering changes: part of training-data fingerprints
+WORLD_VERSION = "3"  # bump when rendering changes: part of training-data fingerprints
 # 2: generations take new views (pose, viewpoint, size, position, mirror, lighting); real images
 #    may face either way; copy-like methods paste-mirror, paste-rescale, edit, near-copy.
+# 3: queries only: contexts (new-scene, ref-pose, ref-scene) crossed with drift, a view per method,
+#    profiles. Real images and training renderings are bit-identical to version 2 (golden test), so
+#    fpr-world-v3 (trained on version 2) still sees its own world.
 
-NEAR_COPY_DRIFT = 0.25  # share of the markings a near-copy redraws
+# Contexts: where a graded generation puts the subject. The paper's generations vary the scene ("on a
+# beach", "lying down"); the failure its appendix C describes for IP-Adapter-Plus keeps the reference's
+# layout and background and loses the markings. Crossing context with drift lets context confound Sim.
+CONTEXTS = ("new-scene", "ref-pose", "ref-scene")
+# new-scene: a novel view (pose, size, position, lighting) on a background family no real image has;
+# ref-pose:  the reference image's pose and framing (its layout) on a novel background, new lighting;
+# ref-scene: the reference image's whole scene (pose, background, lighting, occluder), new sensor noise.
+COPY_CONTEXT = "copy"  # the copy controls: a reference image's own pixels, moved or re-backgrounded
+DRIFT_LEVELS = (0.0, 0.1, 0.25, 0.5, 1.0)  # share of the markings redrawn; 1 = another individual
+
+
+def method_name(context: str, drift: float) -> str:
+    """The graded method that renders ``drift`` in ``context``: e.g. ``new-scene@0.25``, ``ref-pose@1``."""
+    return f"{context}@{float(drift):g}"
+
+
+GRADED_METHODS = tuple(method_name(c, d) for c in CONTEXTS for d in DRIFT_LEVELS)
+# Copy controls: reproduce a reference image (its pixels, its pose) instead of re-rendering the subject.
+COPY_METHODS = ("paste", "paste-mirror", "paste-rescale", "edit")
+METHODS = GRADED_METHODS + COPY_METHODS
+# Names of world versions 1-2, still accepted: the same images as their target (the view is keyed by
+# the target), the rows keep the name asked for.
+METHOD_ALIASES = {"faithful": "new-scene@0", "drift-0.1": "new-scene@0.1", "drift-0.25": "new-scene@0.25",
+                  "drift-0.5": "new-scene@0.5", "generic": "new-scene@1", "near-copy": "ref-scene@0.25"}
 # The declared ground-truth drift is identity-wise: a copy of a reference image (paste, paste-mirror,
-# paste-rescale, edit) shows the identity's own markings unchanged, so 0; near-copy redraws
-# NEAR_COPY_DRIFT of them by construction. That copies are not novel generations is the copy-paste
-# scorer's business, not the drift truth's (docs/world.md, "Declared truth of the copy-like methods").
-METHOD_DRIFT = {"faithful": 0.0, "drift-0.1": 0.1, "drift-0.25": 0.25, "drift-0.5": 0.5, "generic": 1.0,
-                "paste": 0.0, "paste-mirror": 0.0, "paste-rescale": 0.0, "edit": 0.0, "near-copy": NEAR_COPY_DRIFT}
-METHODS = tuple(METHOD_DRIFT)
-# Methods that reproduce a reference image (its pixels, its pose) instead of re-rendering the subject.
-COPY_METHODS = ("paste", "paste-mirror", "paste-rescale", "edit", "near-copy")
+# paste-rescale, edit) shows the identity's own markings unchanged, so 0; a graded method's drift is the
+# share of the markings it redraws, whatever its context. That copies and reference layouts are not novel
+# generations is the copy-paste scorer's business, not the drift truth's (docs/world.md).
+METHOD_CONTEXT = {**{m: m.split("@")[0] for m in GRADED_METHODS}, **{m: COPY_CONTEXT for m in COPY_METHODS}}
+METHOD_DRIFT = {**{m: float(m.split("@")[1]) for m in GRADED_METHODS}, **{m: 0.0 for m in COPY_METHODS}}
+METHOD_CONTEXT.update({a: METHOD_CONTEXT[t] for a, t in METHOD_ALIASES.items()})
+METHOD_DRIFT.update({a: METHOD_DRIFT[t] for a, t in METHOD_ALIASES.items()})
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A simulated real method: per query, one graded method drawn with these weights (they sum to 1)."""
+
+    name: str
+    mixture: tuple[tuple[str, float], ...]  # (graded method, probability)
+    paper: str  # what the Finer-Personalization Rank paper says of the method it imitates
+
+    @property
+    def drift(self) -> float:
+        """Expected drift of a query."""
+        return float(sum(METHOD_DRIFT[m] * w for m, w in self.mixture))
+
+
+PROFILES = {p.name: p for p in (
+    Profile("dreambooth-like", (("new-scene@0", 0.5), ("new-scene@0.1", 0.3), ("new-scene@0.25", 0.2)),
+            "fine-tuned on 3-5 images; the best identity preservation and instruction following of the 7 "
+            "methods, the identity-specific spots and stripes kept in new scenes (Sec. 4, App. C, Fig. 9)"),
+    Profile("ip-adapter-plus-like", (("ref-scene@0.5", 0.35), ("ref-scene@1", 0.15), ("ref-pose@0.5", 0.3),
+                                     ("ref-pose@1", 0.1), ("new-scene@0.5", 0.1)),
+            "often a nearly identical background and a similar layout to the reference, yet the animals' "
+            "patterns lost; the highest CLIP-I/DINO Sim on leopards (0.913/0.825, Table 5) (App. C)"),
+    Profile("emu2-like", (("ref-pose@0.25", 0.3), ("ref-pose@0.5", 0.3), ("new-scene@0.25", 0.2),
+                          ("new-scene@0.5", 0.2)),
+            "sometimes does not follow the personalization instruction; strong semantic similarity to the "
+            "subject but lacking identity-specific detail, scored high by CLIP and DINO (App. C)"),
+    Profile("ominicontrol-like", (("new-scene@0.5", 0.4), ("new-scene@1", 0.6)),
+            "new scenes, identity mostly lost: the lowest CLIP-I/DINO Sim and MiewID mAP on leopards "
+            "(0.775/0.646 and 0.218, Table 5); zero-shot methods preserve identity less well (Sec. 2)"),
+)}
+"""Named profiles (:class:`Profile`): mixtures of contexts and drift levels that behave the way the paper's
+appendix C and Table 5 describe real methods. A profile is requested like a method
+(``WorldConfig(profiles=("dreambooth-like",))``); its rows carry ``method`` and ``profile`` = its name and
+the drawn query's ``context`` and ``drift``."""
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """What one world query is: the row's method, its context and drift, the profile it came from."""
+
+    method: str  # as requested (a graded method, a copy, an alias or a profile name)
+    rendered: str  # the graded or copy method actually rendered (an alias's target, a profile's draw)
+    context: str
+    drift: float
+    profile: str = ""
 
 
 def identity_name(species: str, ident: int) -> str:
@@ -171,9 +258,13 @@ class WorldConfig:
     gallery: int = 10  # gallery images per identity
     references: int = 3  # reference images per identity (never in the gallery)
     queries: int = 3  # queries per identity and method
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = METHODS  # graded (context@drift), copy controls, or their old names
     size: int = 96
-    siblings: float = 0.0
+    siblings: float = 0.0  # stress: gallery identities share this fraction of their markings (look-alikes)
+    profiles: tuple[str, ...] = ()  # named method profiles (PROFILES), each a method of the world
+    shared_view: bool = False  # control: query k of a context has one view for every drift level
+    home_background: float = 0.0  # stress: share of real images taken at the identity's home background
+    occlusion: bool = False  # stress: an occluder over the region query k's drift 0.25 redraws (drift hidden)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.species if s not in SPECIES]
@@ -181,11 +272,23 @@ class WorldConfig:
             raise InputError(f"unknown world species '{unknown[0]}'", hint=f"valid: {', '.join(SPECIES)}")
         bad = [m for m in self.methods if m not in METHOD_DRIFT]
         if bad:
-            raise InputError(f"unknown world method '{bad[0]}'", hint=f"valid: {', '.join(METHODS)}")
+            raise InputError(f"unknown world method '{bad[0]}'",
+                             hint=f"valid: context@drift with context in {', '.join(CONTEXTS)} and drift in "
+                                  f"{', '.join(f'{d:g}' for d in DRIFT_LEVELS)}, or {', '.join(COPY_METHODS)}")
+        bad = [p for p in self.profiles if p not in PROFILES]
+        if bad:
+            raise InputError(f"unknown world profile '{bad[0]}'", hint=f"valid: {', '.join(PROFILES)}")
+        rendered = [METHOD_ALIASES.get(m, m) for m in self.methods] + list(self.profiles)
+        twice = sorted({m for m in rendered if rendered.count(m) > 1})
+        if twice:
+            raise InputError(f"world method '{twice[0]}' requested twice (an old name is an alias of it)",
+                             hint="list each method once")
         if not 64 <= self.size <= 256:
             raise InputError(f"world image size must be within 64..256, got {self.size}")
         if not 0.0 <= self.siblings < 1.0:
             raise InputError(f"siblings must be within [0, 1), got {self.siblings}")
+        if not 0.0 <= self.home_background <= 1.0:
+            raise InputError(f"home_background must be within [0, 1], got {self.home_background}")
         if self.identities < 2 or self.gallery < 1 or self.references < 1 or self.queries < 1:
             raise InputError("a world needs >= 2 identities, >= 1 gallery, reference and query image each")
 
@@ -232,43 +335,107 @@ class World:
 
     def _view(self, species: str, ident: int, role: str, k: int, families) -> View:
         rng = keyed_rng("view", self.config.seed, species, ident, role, k, self.config.size)
-        return sample_view(rng, self.config.size, families, poses="real")
+        view = sample_view(rng, self.config.size, families, poses="real")
+        if self.config.home_background > 0:
+            # its own random stream, so the view is bit-identical to one without the stress condition
+            home_rng = keyed_rng("home-draw", self.config.seed, species, ident, role, k)
+            if home_rng.random() < self.config.home_background:
+                family, bg_seed = self.home(species, ident)
+                view = replace(view, family=family, bg_seed=bg_seed)
+        return view
+
+    def home(self, species: str, ident: int) -> tuple[str, int]:
+        """The identity's home background (family, background seed): like a camera site, the same scene."""
+        rng = keyed_rng("home", self.config.seed, species, ident)
+        return str(GALLERY_FAMILIES[int(rng.integers(len(GALLERY_FAMILIES)))]), int(rng.integers(2 ** 31))
 
     def real_image(self, species: str, ident: int, role: str, k: int) -> Image.Image:
         return render_view(self.markings(species, ident), self._view(species, ident, role, k, GALLERY_FAMILIES))
 
+    def query_spec(self, method: str, species: str, ident: int, k: int) -> QuerySpec:
+        """What query ``k`` of ``method`` (a method, an old name or a profile) for this identity is."""
+        c = self.config
+        if method in PROFILES:
+            mixture = PROFILES[method].mixture
+            draw = keyed_rng("profile", c.seed, method, species, ident, k).choice(
+                len(mixture), p=[w for _, w in mixture])
+            rendered = mixture[int(draw)][0]
+            return QuerySpec(method, rendered, METHOD_CONTEXT[rendered], METHOD_DRIFT[rendered], method)
+        rendered = METHOD_ALIASES.get(method, method)
+        if rendered not in METHOD_CONTEXT:
+            raise InputError(f"unknown world method '{method}'",
+                             hint="a method of fpr.galleries.world.METHODS, an old name or a profile "
+                                  f"({', '.join(PROFILES)})")
+        return QuerySpec(method, rendered, METHOD_CONTEXT[rendered], METHOD_DRIFT[rendered])
+
+    def drifted_markings(self, species: str, ident: int, k: int, drift: float) -> Markings:
+        """The markings of query ``k`` at ``drift``: the same for every context (and profile).
+
+        The drift levels of query ``k`` redraw nested regions with one new pattern; drift 1 is another
+        individual of the species that is not in the gallery (what a generator that ignores the subject makes).
+        """
+        c = self.config
+        base = self.markings(species, ident)
+        if drift <= 0:
+            return base
+        if drift >= 1:
+            return self.markings(species, self.generic_ids[species][self.ids[species].index(ident) * c.queries + k])
+        drift_seed = _DRIFT_SEED_BASE + int(keyed_rng("drift", c.seed, species, ident, k).integers(1_000_000))
+        return base.with_layer(drift_seed, drift, f"drift-{c.seed}-{ident}-{k}")
+
     def query_image(self, method: str, species: str, ident: int, k: int) -> tuple[Image.Image, float, int]:
         """(image, ground-truth drift, index of the reference it was made from)."""
+        spec = self.query_spec(method, species, ident, k)
+        return self._render_query(spec, species, ident, k), spec.drift, int(k % self.config.references)
+
+    def _render_query(self, spec: QuerySpec, species: str, ident: int, k: int) -> Image.Image:
         c = self.config
-        rng = keyed_rng("query", c.seed, method, species, ident, k)
-        # Query k of an identity has the same pose, background, lighting and occlusion for every
-        # generative method, and the drift levels resample nested regions with the same new
-        # pattern: methods differ only in their markings (a paired, dose-response design).
-        view_rng = keyed_rng("query-view", c.seed, species, ident, k)
         ref_k = int(k % c.references)
-        base = self.markings(species, ident)
-        drift = METHOD_DRIFT[method]
-        if method == "faithful":
-            m = base
-        elif method.startswith("drift-"):
-            drift_seed = _DRIFT_SEED_BASE + int(keyed_rng("drift", c.seed, species, ident, k).integers(1_000_000))
-            m = base.with_layer(drift_seed, drift, f"drift-{c.seed}-{ident}-{k}")
-        elif method == "generic":
-            i = self.ids[species].index(ident) * c.queries + k
-            m = self.markings(species, self.generic_ids[species][i])
+        if spec.context == COPY_CONTEXT:
+            rng = keyed_rng("query", c.seed, spec.rendered, species, ident, k)
+            return self._copy_image(spec.rendered, self.markings(species, ident), species, ident, ref_k, rng)
+        view = self.query_view(spec, species, ident, k)
+        return render_view(self.drifted_markings(species, ident, k, spec.drift), view)
+
+    def query_view(self, spec: QuerySpec, species: str, ident: int, k: int) -> View:
+        """The view of graded query ``k`` (pose, scene, light, occluder) for its context."""
+        c = self.config
+        ref_k = int(k % c.references)
+        # Views differ per method (a profile is one method), so a query's context never lines up with
+        # another method's; the shared_view control gives query k of every drift level one view (world
+        # version 2's paired design: its new-scene images are those of version 2's faithful/drift-*/generic).
+        if c.shared_view:
+            view_rng = (keyed_rng("query-view", c.seed, species, ident, k) if spec.context == "new-scene"
+                        else keyed_rng("query-view", c.seed, spec.context, species, ident, k))
         else:
-            return self._copy_image(method, base, species, ident, ref_k, rng), drift, ref_k
-        return render_view(m, sample_view(view_rng, c.size, NOVEL_FAMILIES, poses="novel")), drift, ref_k
+            view_rng = keyed_rng("query-view", c.seed, spec.profile or spec.rendered, species, ident, k)
+        if spec.context == "ref-scene":
+            ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
+            view = replace(ref_view, noise_seed=int(view_rng.integers(2 ** 31)))
+        else:
+            view = sample_view(view_rng, c.size, NOVEL_FAMILIES, poses="novel")
+        if spec.context == "ref-pose":  # the reference's layout (pose, size, position, facing), a new scene
+            r = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
+            view = replace(view, angle=r.angle, scale=r.scale, shift=r.shift, persp=r.persp, mesh=r.mesh,
+                           mirror=r.mirror)
+        if c.occlusion:
+            view = replace(view, occlusion=self._hiding_occluder(species, ident, k, view))
+        return view
+
+    def _hiding_occluder(self, species: str, ident: int, k: int, view: View) -> tuple:
+        """Stress ``occlusion``: an occluder over the body region that query ``k``'s drift 0.25 redraws.
+
+        The same region for every drift level of the query (the levels are nested, so it holds all of 0.1
+        and 0.25 and part of 0.5), so the occluder's presence does not itself tell the drift apart.
+        """
+        base = self.markings(species, ident).labels()
+        region = self.drifted_markings(species, ident, k, 0.25).labels() != base
+        return covering_occluder(region, view, keyed_rng("hide", self.config.seed, species, ident, k))
 
     def _copy_image(self, method: str, base: Markings, species: str, ident: int, ref_k: int,
                     rng: np.random.Generator) -> Image.Image:
-        """A copy-like generation made from reference ``ref_k`` (its pose, its pixels)."""
-        c = self.config
+        """A copy control made from reference ``ref_k`` (its pose, its pixels)."""
         ref_view = self._view(species, ident, "reference", ref_k, GALLERY_FAMILIES)
-        if method == "near-copy":  # the reference's whole scene, part of the markings redrawn
-            drift_seed = _DRIFT_SEED_BASE + int(keyed_rng("near", c.seed, species, ident, ref_k).integers(1_000_000))
-            m = base.with_layer(drift_seed, NEAR_COPY_DRIFT, f"near-{c.seed}-{ident}-{ref_k}")
-            return render_view(m, replace(ref_view, noise_seed=int(rng.integers(2 ** 31))))
         new_bg = replace(ref_view, family=str(NOVEL_FAMILIES[int(rng.integers(len(NOVEL_FAMILIES)))]),
                          bg_seed=int(rng.integers(2 ** 31)), occlusion=None, noise_seed=int(rng.integers(2 ** 31)))
         layer = animal_layer(base, replace(ref_view, occlusion=None))
@@ -309,7 +476,7 @@ class World:
                     for k in range(n):
                         path = root / ("references" if role == "reference" else "gallery") / sp / name / f"{k:02d}.png"
                         jobs.append(("real", sp, ident, role, k, path))
-                for method in c.methods:
+                for method in c.methods + c.profiles:
                     for k in range(c.queries):
                         path = root / "queries" / method / sp / f"{name}-{k}.png"
                         jobs.append(("query", sp, ident, method, k, path))
@@ -324,13 +491,15 @@ class World:
                 if what == "reference":
                     ref_paths.setdefault((sp, ident), []).append(str(path))
             else:
-                img, drift, ref_k = self.query_image(what, sp, ident, k)
-                _save_png(img, path)
+                spec = self.query_spec(what, sp, ident, k)
+                _save_png(self._render_query(spec, sp, ident, k), path)
                 refs = ref_paths[(sp, ident)]
+                made_from_ref = spec.context in (COPY_CONTEXT, "ref-pose", "ref-scene")
                 queries.append({"query_id": f"{what}/{name}/{k}", "path": str(path), "identity": name, "group": sp,
-                                "method": what, "prompt": f"a photo of [V] {sp}",
-                                "reference_paths": ";".join(refs), "drift": drift,
-                                "source_reference": refs[ref_k] if what in COPY_METHODS else ""})
+                                "method": what, "context": spec.context, "drift": spec.drift,
+                                "profile": spec.profile, "prompt": f"a photo of [V] {sp}",
+                                "reference_paths": ";".join(refs),
+                                "source_reference": refs[k % c.references] if made_from_ref else ""})
         # the files name images relative to their own folder (the readers resolve them there), so a
         # world moved or copied with its folder (or with the workspace holding it) still reads
         def rel(paths: str) -> str:
@@ -356,10 +525,7 @@ def build_world(root: str | Path, **config) -> WorldBuild:
         fpr.api.import_gallery("world", build.records, source="world")
         fpr.api.run_query(index, build.queries_csv)
     """
-    species = config.pop("species", None)
-    methods = config.pop("methods", None)
-    if species is not None:
-        config["species"] = tuple(species)
-    if methods is not None:
-        config["methods"] = tuple(methods)
+    for key in ("species", "methods", "profiles"):  # lists from callers, tuples in the frozen config
+        if config.get(key) is not None:
+            config[key] = tuple(config[key])
     return World(WorldConfig(**config)).write(root)

@@ -218,6 +218,24 @@ def occluder_alpha(v: View) -> np.ndarray:
     return np.asarray(m.rotate(ang, center=(cx * size, cy * size)), np.float32) / 255.0
 
 
+def covering_occluder(canvas_mask: np.ndarray, v: View, rng: np.random.Generator, *, reach: float = 2.0) -> tuple:
+    """An occluder (``View.occlusion``) over where ``canvas_mask`` lands in view ``v``: an ellipse on the
+    region's centroid along its principal axes, ``reach`` standard deviations wide (the mesh warp's few
+    pixels are ignored). Used to hide a drifted region, the way a real generation can crop or cover it."""
+    ys, xs = np.nonzero(canvas_mask)
+    fwd = np.linalg.inv(_homography(v))  # canvas -> output pixels
+    pts = fwd @ np.stack([xs + 0.5, ys + 0.5, np.ones(len(xs))])
+    xy = (pts[:2] / pts[2]).T / v.size  # image fractions
+    centre = xy.mean(0)
+    evals, evecs = np.linalg.eigh(np.cov(xy.T) + 1e-6 * np.eye(2))
+    major, minor = evecs[:, 1], np.sqrt(np.maximum(evals, 0)) * reach
+    # PIL rotates counter-clockwise on screen, where y points down: the major axis (x, y) is at atan2(-y, x)
+    angle = float(np.degrees(np.arctan2(-major[1], major[0])))
+    colour = _OCCLUDER_COLOURS[int(rng.integers(len(_OCCLUDER_COLOURS)))] * rng.uniform(0.8, 1.2)
+    return (float(centre[0]), float(centre[1]), float(max(minor[1], 0.04)), float(max(minor[0], 0.04)), angle,
+            *(float(c) for c in colour))
+
+
 def visible_subject(layer: np.ndarray, v: View) -> np.ndarray:
     """Ground-truth foreground of a rendered view: the animal where it is not hidden by the occluder (bool)."""
     return (layer[..., 3] * (1.0 - occluder_alpha(v))) >= 0.5
