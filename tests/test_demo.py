@@ -182,13 +182,15 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
 # --------------------------------------------------------------------------- the paper's 2x2 and its two claims
 
 def _loop_strict_ppa(frame, col: str) -> tuple[int, float]:
-    """Strict PPA of ``col`` against -drift over the pairs of an identity's queries of different drift, by loops."""
+    """Strict PPA of ``col`` against -drift over the pairs of an identity's queries of different drift and
+    different context (the world's cross-context pairs), by loops."""
     from itertools import combinations
 
     right = n = 0
     for _, g in frame.groupby(["group", "identity"]):
-        for (ma, da), (mb, db) in combinations(zip(g[col].astype(float), g["drift"].astype(float)), 2):
-            if da != db:
+        rows = zip(g[col].astype(float), g["drift"].astype(float), g["context"])
+        for (ma, da, ca), (mb, db, cb) in combinations(rows, 2):
+            if da != db and ca != cb:
                 n += 1
                 right += (ma - mb) * (db - da) > 0
     return n, right / n
@@ -204,7 +206,7 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
     ws, out = quick_demo
     claims = out["claims"]
     assert claims["info"]["general"] == "fpr-general-v1" and claims["info"]["seeds"] == [0]
-    assert "no context column" in claims["info"]["pairs"]  # this world has no context column yet: all pairs
+    assert claims["info"]["pairs"].startswith("cross-context pairs")  # world version 3 carries a context column
     spec_run, gen_run = out["general_runs"]["0"]
     assert spec_run == out["run"]
     spec = api.load_run(spec_run, workspace=ws).per_query
@@ -213,7 +215,10 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
     gen = gen_res.per_query
     both = spec.merge(gen[["query_id", "ap", "sim"]], on="query_id", suffixes=("", "_g"))
     judged = both[both["drift"].notna()]
-    assert set(judged["method"]) == {"faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic"}
+    from fpr.demo import DEMO_METHODS
+    from fpr.galleries.world import COPY_METHODS
+
+    assert set(judged["method"]) == set(DEMO_METHODS) - set(COPY_METHODS)  # the copies are controls
     cols = {"specialist_map": "ap", "specialist_sim": "sim", "general_sim": "sim_g"}
     for v in claims["verdicts"]:
         for key, metric in (("ppa_a", v["metric_a"]), ("ppa_b", v["metric_b"])):
@@ -225,11 +230,11 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
     table = {r["method"]: r for r in claims["table"]}
     oracle = both[both["method"] == "oracle"]
     assert table["oracle"]["general_map"] == pytest.approx(float(oracle["ap_g"].astype(float).mean()), abs=1e-12)
-    for m in ("faithful", "generic"):
+    for m in ("new-scene@0", "new-scene@1"):
         g = both[both["method"] == m]
         assert table[m]["specialist_ap1_share"] == pytest.approx(float(np.mean(g["ap"].astype(float) == 1.0)))
-    # the stand-in sees far less identity than the specialist: its Sim moves less between faithful and generic
-    spread = {k: table["faithful"][k] - table["generic"][k] for k in ("general_sim", "specialist_sim")}
+    # the stand-in sees far less identity than the specialist: its Sim moves less between drift 0 and drift 1
+    spread = {k: table["new-scene@0"][k] - table["new-scene@1"][k] for k in ("general_sim", "specialist_sim")}
     assert 0 < spread["general_sim"] < spread["specialist_sim"], spread
 
 
