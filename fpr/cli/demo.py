@@ -72,11 +72,11 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     if share:
         click.echo("AP = 1 (ties at the top) per method: " + ", ".join(f"{m} {v:.2f}" for m, v in share.items())
                    + f"; everything: fpr meta --run {res.run_id} --truth drift [--methods ...]")
-    # not "again": fpr report prints the same numbers in the paper's layout (a table per species, a column
-    # per metric and scorer), not these per-metric tables
-    click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (a table per species, "
-               f"a column per metric and scorer): fpr report --run {res.run_id} --metrics sim,map; "
-               f"browsable: fpr report --run {res.run_id} --html report.html")
+    # not "again": fpr report prints the same numbers in the paper's layout (Sim and mAP per species, then
+    # Sim vs mAP per method), not these per-metric tables
+    click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (Sim and mAP per "
+               f"species, then Sim vs mAP per method; --all for every metric and scorer): "
+               f"fpr report --run {res.run_id}; browsable: fpr report --run {res.run_id} --html report.html")
     if res.claims:
         _print_claims(res)
 
