@@ -3,9 +3,11 @@
 Per world seed (evaluation identities: never in the training triplets, which use training
 identities only):
 
-- subject preservation: AUROC of faithful over drift-0.5, generic and near-copy, for the
+- subject preservation: AUROC of faithful over drift-0.5, generic, near-copy and ref-pose@1
+  (the reference's layout on a new background, another individual: world version 3), for the
   model's ``sp`` (mean over the query's 3 references), Sim with the specialist encoder
-  (fpr-world-v3) and Sim with the general stand-in (pixels-16);
+  (fpr-world-v3) and Sim with a general-purpose encoder (``--general``, default the stand-in
+  fpr-general-v1; pixels-16 is the floor);
 - textual alignment: on a held-out ``fpr refvnli data`` build (data seed = 100 + world
   seed; scene-positive pairs, one row per (target, prompt)), AUROC of the matching prompt
   over the swapped and the one-detail-edited prompt, for the model's ``ta`` and for its
@@ -31,7 +33,8 @@ import time
 from pathlib import Path
 
 
-def run(seed: int, model: str, label: str, identities: int, queries: int, sets: int, n_boot: int) -> dict:
+def run(seed: int, model: str, label: str, identities: int, queries: int, sets: int, n_boot: int,
+        general: str = "fpr-general-v1") -> dict:
     import torch
 
     from fpr.workflows.refvnli import WorldFrames, build_refvnli_data
@@ -41,7 +44,8 @@ def run(seed: int, model: str, label: str, identities: int, queries: int, sets: 
     load = os.getloadavg()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        sp, _ = world_sp(model, tmp, seed=seed, identities=identities, queries=queries, n_boot=n_boot)
+        sp, _ = world_sp(model, tmp, seed=seed, identities=identities, queries=queries, n_boot=n_boot,
+                         general=general)
         build_refvnli_data(Path(tmp) / "ta", world=WorldFrames(sets=sets, seed=100 + seed))
         ta, _ = data_ta(model, Path(tmp) / "ta", n_boot=n_boot, seed=seed)
     return {"seed": seed, "model": label, "identities_per_species": identities, "queries_per_method": queries,
@@ -81,6 +85,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--model", default="builtin")
     ap.add_argument("--label", default=None)
+    ap.add_argument("--general", default="fpr-general-v1", help="the general-purpose encoder whose Sim is a baseline")
     ap.add_argument("--identities", type=int, default=8)
     ap.add_argument("--queries", type=int, default=3)
     ap.add_argument("--sets", type=int, default=8)
@@ -96,7 +101,7 @@ def main() -> None:
             Path(a.out).write_text(text)
         print(text)
         return
-    res = run(a.seed, a.model, a.label or a.model, a.identities, a.queries, a.sets, a.boot)
+    res = run(a.seed, a.model, a.label or a.model, a.identities, a.queries, a.sets, a.boot, a.general)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
     print(table([res]))

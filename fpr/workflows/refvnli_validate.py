@@ -25,7 +25,7 @@ import pandas as pd
 
 from fpr.metrics.separation import auroc_interval
 
-SP_NEGATIVES = ("drift-0.5", "generic", "near-copy")
+SP_NEGATIVES = ("drift-0.5", "generic", "near-copy", "ref-pose@1")  # ref-pose@1: the reference's layout, another individual
 TA_NEGATIVES = ("swapped", "changed-detail")
 
 
