@@ -223,6 +223,16 @@ class ReferencePatches:
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
 
 
+_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, 1)``, built once per n (it is asked for thousands of times per batch)."""
+    if n not in _PAIRS:
+        _PAIRS[n] = np.triu_indices(n, 1)
+    return _PAIRS[n]
+
+
 def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
                    evaluate: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, complex, complex]:
     """The similarity ``z -> a z + b`` (complex) that maps most correspondences ``p -> q`` within ``tol`` px.
@@ -241,14 +251,14 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     best = (int(votes[k]), 1 + 0j, complex(shifts[k]))
     if n < 2:
         return best
-    i, j = np.triu_indices(n, 1)
+    i, j = _pairs(n)
     dp = p[j] - p[i]
     ok = np.abs(dp) > 2 * PATCH
     i, j, dp = i[ok], j[ok], dp[ok]
     if len(i) == 0:
         return best
     a = (q[j] - q[i]) / dp
-    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.angle(a)) <= MAX_ROTATION)
+    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.arctan2(a.imag, a.real)) <= MAX_ROTATION)  # np.angle, less overhead
     if not ok.any():
         return best
     a, i = a[ok], i[ok]
@@ -269,6 +279,51 @@ def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
 
 
+def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
+    """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
+
+    Each NCC is one fixed expression, so its bits depend on nothing else (not the BLAS, the batch, the
+    CPU's vector width): the 64 products are exact in float64, summed in eight interleaved partial sums
+    (d mod 8, in order) combined as a fixed tree, then rounded to float32. Outside the image: 0.
+    """
+    n_k, n_d = templates.shape
+    n = 2 * r + 1
+    for k in range(n_k):
+        for a in range(n):
+            y = y0[k] + a - r
+            for b in range(n):
+                x = x0[k] + b - r
+                if x < 0 or x >= width or y < 0 or y >= height:
+                    inside[k, a, b] = False
+                    out[k, a, b] = 0.0
+                    continue
+                inside[k, a, b] = True
+                row = y * width + x
+                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+                for d in range(0, n_d, 8):
+                    s0 += np.float64(templates[k, d]) * np.float64(windows[row, d])
+                    s1 += np.float64(templates[k, d + 1]) * np.float64(windows[row, d + 1])
+                    s2 += np.float64(templates[k, d + 2]) * np.float64(windows[row, d + 2])
+                    s3 += np.float64(templates[k, d + 3]) * np.float64(windows[row, d + 3])
+                    s4 += np.float64(templates[k, d + 4]) * np.float64(windows[row, d + 4])
+                    s5 += np.float64(templates[k, d + 5]) * np.float64(windows[row, d + 5])
+                    s6 += np.float64(templates[k, d + 6]) * np.float64(windows[row, d + 6])
+                    s7 += np.float64(templates[k, d + 7]) * np.float64(windows[row, d + 7])
+                out[k, a, b] = np.float32(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
+
+
+_LOCAL_NCC = None  # compiled on first use (numba's import and compile stay out of the module import)
+
+
+def _local_ncc_kernel():
+    global _LOCAL_NCC
+    if _LOCAL_NCC is None:
+        from numba import njit
+
+        _LOCAL_NCC = njit(cache=True, nogil=True)(_local_ncc_loops)
+    return _LOCAL_NCC
+
+
 def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
                a: complex, b: complex, r: int):
     """NCC of each template with the (2r+1)^2 windows around where ``z -> a z + b`` puts it.
@@ -276,13 +331,14 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
     """
     pred = a * centres + b
-    x0 = np.rint(pred.real - PATCH / 2).astype(int)
-    y0 = np.rint(pred.imag - PATCH / 2).astype(int)
-    d = np.arange(-r, r + 1)
-    xs = x0[:, None, None] + d[None, None, :]
-    ys = y0[:, None, None] + d[None, :, None]
-    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
-    return pred, x0, y0, inside, np.einsum("kd,kabd->kab", templates, windows[np.where(inside, ys * width + xs, 0)])
+    x0 = np.rint(pred.real - PATCH / 2).astype(np.int64)
+    y0 = np.rint(pred.imag - PATCH / 2).astype(np.int64)
+    n = 2 * r + 1
+    inside = np.empty((len(centres), n, n), bool)
+    ncc = np.empty((len(centres), n, n), np.float32)
+    _local_ncc_kernel()(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
+                        inside, ncc)
+    return pred, x0, y0, inside, ncc
 
 
 def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
