@@ -20,11 +20,15 @@ Measured (one process, one BLAS thread, interleaved rounds whose order rotates, 
   greyscale at the scorer's working size (128 px on the longer side), the reference resized to the
   query's shape.
 
+* **baseline** (``--baseline-rev``, default 97dca06: the scorer before its matching was compiled): that
+  revision's ``copy_paste.py`` loaded under another name, run the same way; its values must equal the
+  scorer's bit for bit (checked once).
+
 Printed: per query milliseconds, median [min-max] over rounds, the scorer / floor and scorer / ssim
 ratios per round (median [min-max]), the Python-level calls per query (cProfile, one extra call),
 and the load average before and after.
 
-    PYTHONPATH=. python benchmarks/bench_copy_paste.py [--seed 11] [--identities 2] [--rounds 5]
+    PYTHONPATH=. python benchmarks/bench_copy_paste.py [--seed 11] [--identities 2] [--rounds 5] [--baseline-rev REV]
 """
 from __future__ import annotations
 
@@ -112,8 +116,8 @@ def run_ssim(pairs) -> float:
     return total
 
 
-def run_scorer(batch: QueryBatch) -> pd.DataFrame:
-    return cp.CopyPaste().score(batch)
+def run_scorer(batch: QueryBatch, module=cp) -> pd.DataFrame:
+    return module.CopyPaste().score(batch)
 
 
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
@@ -131,9 +135,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11, help="built-in world seed")
     ap.add_argument("--identities", type=int, default=2, help="identities per species")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline-rev", default="97dca06", help="git revision of the scorer to compare with ('' none)")
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from calibrate_copy_paste import baseline_module
+
+    base = baseline_module(args.baseline_rev) if args.baseline_rev else None
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    cp._match_processes = lambda n: 1  # one core: the per-query cost, not the fork pool's
+    for module in (cp, base):  # one core: the per-query cost, not the fork pool's
+        if module is not None:
+            module._match_processes = lambda n: 1
     with tempfile.TemporaryDirectory() as tmp, threadpool_limits(1):
         batch = world_batch(args.seed, args.identities, Path(tmp))
         n = len(batch)
@@ -146,10 +157,14 @@ def main() -> None:
         run_scorer(batch), run_floor(operands), run_ssim(pairs)  # warm: imports, numba caches, encoder
         tasks = {"scorer": lambda: run_scorer(batch), "floor": lambda: run_floor(operands),
                  "ssim": lambda: run_ssim(pairs)}
+        if base is not None:
+            same = run_scorer(batch, base)["value"].to_numpy().tobytes() == run_scorer(batch)["value"].to_numpy().tobytes()
+            print(f"values equal to {args.baseline_rev}'s bit for bit: {same}")
+            tasks["baseline"] = lambda: run_scorer(batch, base)
         names = list(tasks)
         times: dict[str, list[float]] = {k: [] for k in names}
         for r in range(args.rounds):
-            for name in names[r % 3:] + names[:r % 3]:  # rotate the order each round
+            for name in names[r % len(names):] + names[:r % len(names)]:  # rotate the order each round
                 t = time.perf_counter()
                 tasks[name]()
                 times[name].append((time.perf_counter() - t) / n * 1e3)
@@ -157,7 +172,7 @@ def main() -> None:
     print(f"\nper query, ms, median [min-max] over {args.rounds} rounds (one BLAS thread, this process):")
     for name in names:
         print(f"  {name:7s} {spread(times[name])}")
-    for other in ("floor", "ssim"):
+    for other in [n for n in names if n != "scorer"]:
         ratio = [s / o for s, o in zip(times["scorer"], times[other])]
         print(f"  scorer / {other}: {spread(ratio)} (per round)")
     print(f"  Python-level calls per query (cProfile): {calls:.0f}")

@@ -270,15 +270,6 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     return best
 
 
-def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Sub-pixel offset of a peak from a parabola through three samples (0 where a neighbour is missing)."""
-    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
-    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
-    den = lo - 2 * mid + hi
-    ok &= den < -1e-6
-    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
-
-
 def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
     """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
 
@@ -312,16 +303,85 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
                 out[k, a, b] = np.float32(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
 
 
-_LOCAL_NCC = None  # compiled on first use (numba's import and compile stay out of the module import)
+def _offset32(lo, mid, hi):
+    """Sub-pixel offset of a peak from a parabola through three float32 samples (0 where a neighbour is missing);
+    float32 arithmetic throughout."""
+    if not (np.isfinite(lo) and np.isfinite(mid) and np.isfinite(hi)):
+        return np.float32(0.0)
+    den = (lo - np.float32(2.0) * mid) + hi
+    if not den < np.float32(-1e-6):
+        return np.float32(0.0)
+    return min(max((np.float32(0.5) * (lo - hi)) / den, np.float32(-0.5)), np.float32(0.5))
 
 
-def _local_ncc_kernel():
-    global _LOCAL_NCC
-    if _LOCAL_NCC is None:
+def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ok, px, py):
+    """:func:`verify`'s decisions from the 5x5 local NCCs, per template (see there); loose: sub-pixel peaks.
+
+    float32 where NCCs meet NCCs or thresholds (the thresholds as float32), float64 once the sub-pixel
+    offsets (float64) enter: each value is one fixed expression.
+    """
+    ninf = np.float32(-np.inf)
+    ncc_min, drop = np.float32(NCC_MIN), np.float32(DROP_MAX)
+    two, four = np.float32(2.0), np.float32(4.0)
+    q = np.empty((3, 3), np.float32)  # strict: the 3x3 around the nearest sample, -4 outside (NCC >= -1)
+    for k in range(ncc.shape[0]):
+        v, ja, jb = ninf, 1, 1  # the first maximum of the inner 3x3, row-major (as argmax)
+        first = True
+        for a in range(1, 4):
+            for b in range(1, 4):
+                val = ncc[k, a, b] if inside[k, a, b] else ninf
+                if first or val > v:
+                    v, ja, jb, first = val, a, b, False
+        if strict:
+            for a in range(3):
+                for b in range(3):
+                    q[a, b] = ncc[k, a + 1, b + 1] if inside[k, a + 1, b + 1] else np.float32(-4.0)
+            gx, gy = (q[1, 2] - q[1, 0]) / two, (q[2, 1] - q[0, 1]) / two
+            hxx, hyy = (q[1, 2] - two * q[1, 1]) + q[1, 0], (q[2, 1] - two * q[1, 1]) + q[0, 1]
+            hxy = (((q[2, 2] - q[2, 0]) - q[0, 2]) + q[0, 0]) / four
+            x, y = fx[k], fy[k]
+            at = (((q[1, 1] + gx * x) + gy * y) + 0.5 * ((hxx * x) * x + (hyy * y) * y)) + (hxy * x) * y
+            ok[k] = v >= ncc_min and at >= v - drop
+        else:
+            lo = ncc[k, ja, jb - 1] if inside[k, ja, jb - 1] else ninf
+            hi = ncc[k, ja, jb + 1] if inside[k, ja, jb + 1] else ninf
+            dx = _offset32_compiled(lo, v, hi)
+            lo = ncc[k, ja - 1, jb] if inside[k, ja - 1, jb] else ninf
+            hi = ncc[k, ja + 1, jb] if inside[k, ja + 1, jb] else ninf
+            dy = _offset32_compiled(lo, v, hi)
+            px[k] = (np.float64(x0[k] + jb - 2) + np.float64(dx)) + PATCH / 2
+            py[k] = (np.float64(y0[k] + ja - 2) + np.float64(dy)) + PATCH / 2
+            ok[k] = v >= ncc_min
+
+
+def _support_loops(ncc, inside):
+    """How many templates reach NCC_MIN (as float32) somewhere inside their 3x3 (outside counts -1)."""
+    ncc_min = np.float32(NCC_MIN)
+    count = 0
+    for k in range(ncc.shape[0]):
+        m = np.float32(-1.0)
+        for a in range(3):
+            for b in range(3):
+                if inside[k, a, b] and ncc[k, a, b] > m:
+                    m = ncc[k, a, b]
+        if m >= ncc_min:
+            count += 1
+    return count
+
+
+_COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
+_offset32_compiled = _offset32  # replaced by the compiled one before _verify_loops compiles (it calls it)
+
+
+def _kernel(name: str):
+    global _offset32_compiled
+    if name not in _COMPILED:
         from numba import njit
 
-        _LOCAL_NCC = njit(cache=True, nogil=True)(_local_ncc_loops)
-    return _LOCAL_NCC
+        if _offset32_compiled is _offset32:
+            _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
+        _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
+    return _COMPILED[name]
 
 
 def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
@@ -336,7 +396,7 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     n = 2 * r + 1
     inside = np.empty((len(centres), n, n), bool)
     ncc = np.empty((len(centres), n, n), np.float32)
-    _local_ncc_kernel()(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
+    _kernel("_local_ncc_loops")(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
                         inside, ncc)
     return pred, x0, y0, inside, ncc
 
@@ -357,32 +417,20 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     loose, the predictions when strict).
     """
     pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
-    local = np.where(inside, local, -np.inf)
-    rows = np.arange(len(centres))
-    inner = local[:, 1:4, 1:4].reshape(len(centres), 9)
-    j = inner.argmax(axis=1)
-    v = inner[rows, j]
+    n = len(centres)
+    ok, px, py = np.empty(n, bool), np.empty(n), np.empty(n)
+    fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
+    _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, ok, px, py)
     if tol is None:
-        # NCC at the predicted sub-pixel position (quadratic through the 3x3 around the nearest sample):
-        # an edge patch (a stripe) cannot be located along its edge, but drops fast across it
-        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0
-        L = np.where(inside, local, -4.0)  # (NCC >= -1: outside the query nothing matches)
-        gx, gy = (L[:, 2, 3] - L[:, 2, 1]) / 2, (L[:, 3, 2] - L[:, 1, 2]) / 2
-        hxx, hyy = L[:, 2, 3] - 2 * L[:, 2, 2] + L[:, 2, 1], L[:, 3, 2] - 2 * L[:, 2, 2] + L[:, 1, 2]
-        hxy = (L[:, 3, 3] - L[:, 3, 1] - L[:, 1, 3] + L[:, 1, 1]) / 4
-        at = L[:, 2, 2] + gx * fx + gy * fy + 0.5 * (hxx * fx * fx + hyy * fy * fy) + hxy * fx * fy
-        return (v >= NCC_MIN) & (at >= v - DROP_MAX), pred
-    cy, cx = j // 3 + 1, j % 3 + 1
-    dx = _offset(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
-    dy = _offset(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
-    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
-    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
+        return ok, pred
+    pos = px + 1j * py
+    return ok & (np.abs(pos - pred) <= tol), pos
 
 
 def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
     """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
     _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
-    return int((np.where(inside, local, -1.0).reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
+    return int(_kernel("_support_loops")(local, inside))
 
 
 def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:

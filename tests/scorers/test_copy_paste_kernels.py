@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from fpr.scorers.copy_paste import PATCH, _local_ncc
 
@@ -60,3 +61,94 @@ def test_a_value_does_not_depend_on_the_other_templates():
     full = _local_ncc(templates, windows, 20, 20, centres, 1.02 - 0.01j, 0.3 + 0.7j, 2)[4]
     part = _local_ncc(templates[3:5], windows, 20, 20, centres[3:5], 1.02 - 0.01j, 0.3 + 0.7j, 2)[4]
     assert full[3:5].tobytes() == part.tobytes()
+
+
+# --- verify and _support against their NumPy formulation before compilation (revision 5a58c08), kept here as
+# the reference: fed the same local NCCs, the compiled decisions and sub-pixel positions must be the same bits.
+
+def _offset_reference(lo, mid, hi):
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
+    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
+    den = lo - 2 * mid + hi
+    ok &= den < -1e-6
+    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
+
+
+def _verify_reference(pred, x0, y0, inside, local, tol):
+    from fpr.scorers.copy_paste import DROP_MAX, NCC_MIN
+
+    local = np.where(inside, local, -np.inf)
+    rows = np.arange(len(pred))
+    inner = local[:, 1:4, 1:4].reshape(len(pred), 9)
+    j = inner.argmax(axis=1)
+    v = inner[rows, j]
+    if tol is None:
+        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0
+        L = np.where(inside, local, -4.0)
+        gx, gy = (L[:, 2, 3] - L[:, 2, 1]) / 2, (L[:, 3, 2] - L[:, 1, 2]) / 2
+        hxx, hyy = L[:, 2, 3] - 2 * L[:, 2, 2] + L[:, 2, 1], L[:, 3, 2] - 2 * L[:, 2, 2] + L[:, 1, 2]
+        hxy = (L[:, 3, 3] - L[:, 3, 1] - L[:, 1, 3] + L[:, 1, 1]) / 4
+        at = L[:, 2, 2] + gx * fx + gy * fy + 0.5 * (hxx * fx * fx + hyy * fy * fy) + hxy * fx * fy
+        return (v >= NCC_MIN) & (at >= v - DROP_MAX), pred
+    cy, cx = j // 3 + 1, j % 3 + 1
+    dx = _offset_reference(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
+    dy = _offset_reference(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
+    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
+    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
+
+
+def _hard_case(seed, n=4000):
+    """Local NCCs crowded at the thresholds: ties, values at float32(0.7) and next to it, flat 3x3s, borders."""
+    rng = np.random.default_rng(seed)
+    width, height = 40, 30
+    near = np.float32(0.7)
+    pool = np.array([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(1)), near - np.float32(0.02),
+                     np.float32(0.72), np.float32(0.9), np.float32(1.0), np.float32(-1.0)], np.float32)
+    local = rng.uniform(0.55, 1.0, (n, 5, 5)).astype(np.float32)
+    pick = rng.random((n, 5, 5)) < 0.5
+    local[pick] = rng.choice(pool, pick.sum())
+    centres = rng.uniform(-2, width + 10, n) + 1j * rng.uniform(-2, height + 10, n)
+    return local, centres, width, height
+
+
+def _patched_local(monkeypatch, local):
+    from fpr.scorers import copy_paste
+
+    real = copy_paste._local_ncc
+
+    def fake(templates, windows, width, height, centres, a, b, r):
+        pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, r)
+        return pred, x0, y0, inside, np.where(inside, local[:, 2 - r:3 + r, 2 - r:3 + r], 0).astype(np.float32)
+    monkeypatch.setattr(copy_paste, "_local_ncc", fake)
+    return real
+
+
+@pytest.mark.parametrize("tol", [None, 2.0, 0.6, 0.3])
+def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
+    from fpr.scorers import copy_paste
+
+    local, centres, width, height = _hard_case(5)
+    real = _patched_local(monkeypatch, local)
+    windows = np.zeros((width * height, 64), np.float32)
+    templates = np.zeros((len(centres), 64), np.float32)
+    a, b = 1.03 + 0.04j, -0.37 + 0.21j
+    ok, pos = copy_paste.verify(templates, windows, width, height, centres, a, b, tol)
+    pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, 2)
+    want_ok, want_pos = _verify_reference(pred, x0, y0, inside, np.where(inside, local, 0).astype(np.float32), tol)
+    assert ok.tobytes() == want_ok.tobytes() and pos.tobytes() == want_pos.tobytes()
+    assert 0 < ok.sum() < len(ok)  # both decisions are exercised
+
+
+def test_support_matches_its_numpy_reference(monkeypatch):
+    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import NCC_MIN, QueryWindows
+
+    local, centres, width, height = _hard_case(6)
+    real = _patched_local(monkeypatch, local)
+    query = QueryWindows(np.zeros((width * height, 64), np.float32), width, height, np.zeros((1, 64), np.float32), 1)
+    templates = np.zeros((len(centres), 64), np.float32)
+    got = copy_paste._support(templates, query, centres, 0.97 - 0.02j, 1.5 + 0j)
+    _, _, _, inside, _ = real(templates, query.windows, width, height, centres, 0.97 - 0.02j, 1.5 + 0j, 1)
+    inner = np.where(inside, local[:, 1:4, 1:4], -1.0).astype(np.float32)
+    assert got == int((inner.reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
+    assert 0 < got < len(centres)
