@@ -158,7 +158,8 @@ def main() -> None:
         tasks = {"scorer": lambda: run_scorer(batch), "floor": lambda: run_floor(operands),
                  "ssim": lambda: run_ssim(pairs)}
         if base is not None:
-            same = run_scorer(batch, base)["value"].to_numpy().tobytes() == run_scorer(batch)["value"].to_numpy().tobytes()
+            values = [run_scorer(batch, m)["value"].to_numpy().tobytes() for m in (base, cp)]
+            same = values[0] == values[1]
             print(f"values equal to {args.baseline_rev}'s bit for bit: {same}")
             tasks["baseline"] = lambda: run_scorer(batch, base)
         names = list(tasks)

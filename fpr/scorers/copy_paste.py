@@ -258,7 +258,8 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     if len(i) == 0:
         return best
     a = (q[j] - q[i]) / dp
-    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.arctan2(a.imag, a.real)) <= MAX_ROTATION)  # np.angle, less overhead
+    # np.arctan2(imag, real) is what np.angle computes, without its per-call overhead
+    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.arctan2(a.imag, a.real)) <= MAX_ROTATION)
     if not ok.any():
         return best
     a, i = a[ok], i[ok]
@@ -279,7 +280,11 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
     """
     n_k, n_d = templates.shape
     n = 2 * r + 1
+    acc = np.empty(8)  # the eight partial sums, updated as one vector per step (same bits as eight scalars)
+    tk = np.empty(n_d)
     for k in range(n_k):
+        for d in range(n_d):
+            tk[d] = templates[k, d]
         for a in range(n):
             y = y0[k] + a - r
             for b in range(n):
@@ -290,17 +295,13 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
                     continue
                 inside[k, a, b] = True
                 row = y * width + x
-                s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-                for d in range(0, n_d, 8):
-                    s0 += np.float64(templates[k, d]) * np.float64(windows[row, d])
-                    s1 += np.float64(templates[k, d + 1]) * np.float64(windows[row, d + 1])
-                    s2 += np.float64(templates[k, d + 2]) * np.float64(windows[row, d + 2])
-                    s3 += np.float64(templates[k, d + 3]) * np.float64(windows[row, d + 3])
-                    s4 += np.float64(templates[k, d + 4]) * np.float64(windows[row, d + 4])
-                    s5 += np.float64(templates[k, d + 5]) * np.float64(windows[row, d + 5])
-                    s6 += np.float64(templates[k, d + 6]) * np.float64(windows[row, d + 6])
-                    s7 += np.float64(templates[k, d + 7]) * np.float64(windows[row, d + 7])
-                out[k, a, b] = np.float32(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
+                for j in range(8):
+                    acc[j] = 0.0
+                for i in range(0, n_d, 8):
+                    for j in range(8):
+                        acc[j] += tk[i + j] * np.float64(windows[row, i + j])
+                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
+                out[k, a, b] = np.float32(low + high)
 
 
 def _offset32(lo, mid, hi):

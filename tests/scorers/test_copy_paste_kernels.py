@@ -102,7 +102,8 @@ def _hard_case(seed, n=4000):
     rng = np.random.default_rng(seed)
     width, height = 40, 30
     near = np.float32(0.7)
-    pool = np.array([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(1)), near - np.float32(0.02),
+    pool = np.array([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(1)),
+                     near - np.float32(0.02),
                      np.float32(0.72), np.float32(0.9), np.float32(1.0), np.float32(-1.0)], np.float32)
     local = rng.uniform(0.55, 1.0, (n, 5, 5)).astype(np.float32)
     pick = rng.random((n, 5, 5)) < 0.5
