@@ -304,6 +304,53 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
                 out[k, a, b] = np.float32(low + high)
 
 
+def _best_match_loops(ncc, templates, windows, margin, idx, val):
+    """Per template: the window with the highest NCC as :func:`_local_ncc_loops` computes it, and that NCC.
+
+    ``ncc`` is the BLAS product; only windows within ``margin`` of its row maximum are recomputed, and
+    the margin covers the BLAS product's error whatever its summation order, so the result is the
+    argmax (first on ties) of the fixed expression over *all* windows: it cannot depend on the BLAS.
+    """
+    n_m, n_l = ncc.shape
+    n_d = templates.shape[1]
+    acc = np.empty(8)
+    for m in range(n_m):
+        top = ncc[m, 0]
+        for l in range(1, n_l):
+            if ncc[m, l] > top:
+                top = ncc[m, l]
+        floor = np.float64(top) - margin
+        best, at = np.float32(-np.inf), 0
+        for l in range(n_l):
+            if np.float64(ncc[m, l]) >= floor:
+                for j in range(8):
+                    acc[j] = 0.0
+                for i in range(0, n_d, 8):
+                    for j in range(8):
+                        acc[j] += np.float64(templates[m, i + j]) * np.float64(windows[l, i + j])
+                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
+                v = np.float32(low + high)
+                if v > best:
+                    best, at = v, l
+        idx[m], val[m] = at, best
+
+
+def _best_matches(templates: np.ndarray, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index, NCC) of each template's best window: the search's decisions, independent of the BLAS kernel.
+
+    ``templates @ windows.T`` (float32 BLAS, the search's floor) finds the candidates: its error is at
+    most gamma_64 |t| |w| (u = 2^-24, any summation order, rows of norm <= 1 up to rounding), the
+    fixed expression's at most a float32 half-ulp plus float64 rounding, so the true best by the fixed
+    expression lies within ``2 gamma_64 + 2.5e-7`` (with 1% slack on the gamma term) of the BLAS row
+    maximum.
+    """
+    ncc = templates @ windows.T  # (2n, L2)
+    gamma = 64 * 2.0 ** -24 / (1 - 64 * 2.0 ** -24)
+    idx, val = np.empty(len(templates), np.int64), np.empty(len(templates), np.float32)
+    _kernel("_best_match_loops")(ncc, templates, windows, 2 * gamma * 1.01 + 2.5e-7, idx, val)
+    return idx, val
+
+
 def _offset32(lo, mid, hi):
     """Sub-pixel offset of a peak from a parabola through three float32 samples (0 where a neighbour is missing);
     float32 arithmetic throughout."""
@@ -488,9 +535,8 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     best = (0.0, 0, False)
     search = ref.rank < SEARCH_PATCHES
     n = int(search.sum())
-    ncc = np.concatenate([ref.templates[search], ref.flipped[search]]) @ query.coarse.T  # (2n, L2)
-    idx = ncc.argmax(axis=1)
-    val = ncc[np.arange(len(idx)), idx]
+    templates = np.concatenate([ref.templates[search], ref.flipped[search]])
+    idx, val = _best_matches(templates, query.coarse)
     y, x = np.divmod(idx, query.coarse_width)
     q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
     scale = ref.scale_index[search]

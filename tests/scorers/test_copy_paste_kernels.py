@@ -153,3 +153,24 @@ def test_support_matches_its_numpy_reference(monkeypatch):
     inner = np.where(inside, local[:, 1:4, 1:4], -1.0).astype(np.float32)
     assert got == int((inner.reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
     assert 0 < got < len(centres)
+
+
+def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
+    """The search: each template's best window by the correctly rounded NCC, first on ties, whatever BLAS found."""
+    from fpr.scorers.copy_paste import _best_matches
+
+    rng = np.random.default_rng(8)
+    windows = _windows(rng, 50, 9)
+    templates = _windows(rng, 12, 1)
+    windows[300] = windows[17]  # an exact tie: the first window wins
+    templates[0] = windows[17]
+    # a near tie below the BLAS error: window 200 is window 100 with one component nudged by an ulp
+    windows[200] = windows[100]
+    windows[200, 5] = np.nextafter(windows[100, 5], np.float32(2))
+    templates[1] = windows[100]
+    idx, val = _best_matches(templates, windows)
+    for m in range(len(templates)):
+        exact = np.array([np.float32(math.fsum(float(t) * float(w) for t, w in zip(templates[m], row)))
+                          for row in windows])
+        assert idx[m] == int(np.argmax(exact)) and val[m] == exact.max(), m
+    assert idx[0] == 17
