@@ -79,6 +79,7 @@ scores in between.
 # a third of it is the docstring above.
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -619,12 +620,18 @@ class CopyPaste(Scorer):
         jobs = []
         for j, i in enumerate(rows):
             paths = batch.reference_paths[i]
-            sims = np.array([float(ref_vecs[r].astype(np.float64) @ q_vecs[j].astype(np.float64)) for r in paths])
+            sims = np.array([_exact_dot(ref_vecs[r], q_vecs[j]) for r in paths])
             order = np.argsort(-sims, kind="stable")[:max(1, max_refs)]
             jobs.append(_Job(batch.query_ids[i], batch.paths[i], tuple(paths[k] for k in order), float(sims.max())))
         settings = _Settings(max(EARLY_STOP, threshold), threshold, app_t)
         out = [r for rows_of_query in _run_jobs(jobs, settings) for r in rows_of_query]
         return pd.DataFrame(out, columns=["query_id", "metric", "value", "note"])
+
+
+def _exact_dot(u: np.ndarray, v: np.ndarray) -> float:
+    """The dot product rounded once to float64 (float32 products are exact in float64; fsum rounds correctly):
+    the appearance cannot depend on the BLAS kernel (a float64 BLAS dot's last bits do)."""
+    return math.fsum(u.astype(np.float64) * v.astype(np.float64))
 
 
 def reference_coverage(batch: QueryBatch) -> dict:
