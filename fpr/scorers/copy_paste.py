@@ -305,32 +305,35 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
                 out[k, a, b] = np.float32(low + high)
 
 
-def _best_match_loops(ncc, templates, windows, margin, idx, val):
+def _fixed_dot(u, v):
+    """The NCC expression of :func:`_local_ncc_loops` for two rows (exact float64 products, the fixed tree)."""
+    acc = np.zeros(8)
+    for i in range(0, u.shape[0], 8):
+        for j in range(8):
+            acc[j] += np.float64(u[i + j]) * np.float64(v[i + j])
+    return np.float32(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
+
+
+def _best_match_loops(ncc, templates, windows, top, floor, idx, val):
     """Per template: the window with the highest NCC as :func:`_local_ncc_loops` computes it, and that NCC.
 
-    ``ncc`` is the BLAS product; only windows within ``margin`` of its row maximum are recomputed, and
-    the margin covers the BLAS product's error whatever its summation order, so the result is the
-    argmax (first on ties) of the fixed expression over *all* windows: it cannot depend on the BLAS.
+    ``ncc`` is the BLAS product, ``top`` its row argmax and ``floor`` (float32, rounded down) its row
+    maximum less the BLAS error margin: only windows at or above it are recomputed (usually the argmax
+    alone, found by a branch-free count), so the result is the argmax (first on ties) of the fixed
+    expression over *all* windows: it cannot depend on the BLAS.
     """
     n_m, n_l = ncc.shape
-    n_d = templates.shape[1]
-    acc = np.empty(8)
     for m in range(n_m):
-        top = ncc[m, 0]
-        for l in range(1, n_l):
-            if ncc[m, l] > top:
-                top = ncc[m, l]
-        floor = np.float64(top) - margin
+        count = 0
+        for l in range(n_l):
+            count += ncc[m, l] >= floor[m]
+        if count == 1:
+            idx[m], val[m] = top[m], _fixed_dot_compiled(templates[m], windows[top[m]])
+            continue
         best, at = np.float32(-np.inf), 0
         for l in range(n_l):
-            if np.float64(ncc[m, l]) >= floor:
-                for j in range(8):
-                    acc[j] = 0.0
-                for i in range(0, n_d, 8):
-                    for j in range(8):
-                        acc[j] += np.float64(templates[m, i + j]) * np.float64(windows[l, i + j])
-                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
-                v = np.float32(low + high)
+            if ncc[m, l] >= floor[m]:
+                v = _fixed_dot_compiled(templates[m], windows[l])
                 if v > best:
                     best, at = v, l
         idx[m], val[m] = at, best
@@ -347,8 +350,12 @@ def _best_matches(templates: np.ndarray, windows: np.ndarray) -> tuple[np.ndarra
     """
     ncc = templates @ windows.T  # (2n, L2)
     gamma = 64 * 2.0 ** -24 / (1 - 64 * 2.0 ** -24)
+    top = ncc.argmax(axis=1)
+    floor64 = ncc[np.arange(len(top)), top].astype(np.float64) - (2 * gamma * 1.01 + 2.5e-7)
+    floor = floor64.astype(np.float32)
+    floor = np.where(floor.astype(np.float64) > floor64, np.nextafter(floor, np.float32(-np.inf)), floor)
     idx, val = np.empty(len(templates), np.int64), np.empty(len(templates), np.float32)
-    _kernel("_best_match_loops")(ncc, templates, windows, 2 * gamma * 1.01 + 2.5e-7, idx, val)
+    _kernel("_best_match_loops")(ncc, templates, windows, top, floor, idx, val)
     return idx, val
 
 
@@ -419,16 +426,18 @@ def _support_loops(ncc, inside):
 
 
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
-_offset32_compiled = _offset32  # replaced by the compiled one before _verify_loops compiles (it calls it)
+# replaced by compiled ones before the kernels that call them compile
+_offset32_compiled, _fixed_dot_compiled = _offset32, _fixed_dot
 
 
 def _kernel(name: str):
-    global _offset32_compiled
+    global _offset32_compiled, _fixed_dot_compiled
     if name not in _COMPILED:
         from numba import njit
 
         if _offset32_compiled is _offset32:
             _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
+            _fixed_dot_compiled = njit(cache=True, nogil=True)(_fixed_dot)
         _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
     return _COMPILED[name]
 
