@@ -30,6 +30,8 @@ ratios per round (median [min-max]), the Python-level calls per query (cProfile,
 and the load average before and after.
 
     PYTHONPATH=. python benchmarks/bench_copy_paste.py [--seed 11] [--identities 2] [--rounds 5] [--baseline-rev REV]
+
+Results: benchmarks/results/copy_paste_speed.md.
 """
 from __future__ import annotations
 

@@ -73,6 +73,11 @@ about a third of the frame leaves few patches; periodic textures shared by
 reference and query (brick walls, tiles) can produce consistent matches; a
 faithful generation that happens to take a reference's pose almost exactly
 scores in between.
+
+Every NCC is one fixed expression (exact float64 products of the float32 rows, a fixed summation tree,
+rounded to float32), computed by compiled kernels; the search's BLAS product only proposes candidates
+(the windows within its error bound of the row maximum are recomputed), and ``appearance`` is the correctly
+rounded dot product: no value depends on the BLAS kernel, its thread count or the CPU's vector width.
 """
 # Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
 # whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
