@@ -77,7 +77,9 @@ scores in between.
 Every NCC is one fixed expression (exact float64 products of the float32 rows, a fixed summation tree,
 rounded to float32), computed by compiled kernels; the search's BLAS product only proposes candidates
 (the windows within its error bound of the row maximum are recomputed), and ``appearance`` is the correctly
-rounded dot product: no value depends on the BLAS kernel, its thread count or the CPU's vector width.
+rounded dot product. Still through BLAS: the detrending's small products (N x 64 by 64 x 3) that make the
+templates and windows (bit-identical under OpenBLAS's SkylakeX and Haswell kernels, checked; not proven for
+every BLAS).
 """
 # Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
 # whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
