@@ -73,12 +73,20 @@ about a third of the frame leaves few patches; periodic textures shared by
 reference and query (brick walls, tiles) can produce consistent matches; a
 faithful generation that happens to take a reference's pose almost exactly
 scores in between.
+
+Every NCC is one fixed expression (exact float64 products of the float32 rows, a fixed summation tree,
+rounded to float32), computed by compiled kernels; the search's BLAS product only proposes candidates
+(the windows within its error bound of the row maximum are recomputed), and ``appearance`` is the correctly
+rounded dot product. Still through BLAS: the detrending's small products (N x 64 by 64 x 3) that make the
+templates and windows (bit-identical under OpenBLAS's SkylakeX and Haswell kernels, checked; not proven for
+every BLAS).
 """
 # Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
 # whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
 # a third of it is the docstring above.
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -223,6 +231,16 @@ class ReferencePatches:
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
 
 
+_PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, 1)``, built once per n (it is asked for thousands of times per batch)."""
+    if n not in _PAIRS:
+        _PAIRS[n] = np.triu_indices(n, 1)
+    return _PAIRS[n]
+
+
 def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
                    evaluate: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, complex, complex]:
     """The similarity ``z -> a z + b`` (complex) that maps most correspondences ``p -> q`` within ``tol`` px.
@@ -241,14 +259,15 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     best = (int(votes[k]), 1 + 0j, complex(shifts[k]))
     if n < 2:
         return best
-    i, j = np.triu_indices(n, 1)
+    i, j = _pairs(n)
     dp = p[j] - p[i]
     ok = np.abs(dp) > 2 * PATCH
     i, j, dp = i[ok], j[ok], dp[ok]
     if len(i) == 0:
         return best
     a = (q[j] - q[i]) / dp
-    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.angle(a)) <= MAX_ROTATION)
+    # np.arctan2(imag, real) is what np.angle computes, without its per-call overhead
+    ok = (np.abs(np.abs(a) - 1) <= SCALE_SLACK) & (np.abs(np.arctan2(a.imag, a.real)) <= MAX_ROTATION)
     if not ok.any():
         return best
     a, i = a[ok], i[ok]
@@ -260,13 +279,174 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     return best
 
 
-def _offset(lo: np.ndarray, mid: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Sub-pixel offset of a peak from a parabola through three samples (0 where a neighbour is missing)."""
-    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
-    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
-    den = lo - 2 * mid + hi
-    ok &= den < -1e-6
-    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
+def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
+    """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
+
+    Each NCC is one fixed expression, so its bits depend on nothing else (not the BLAS, the batch, the
+    CPU's vector width): the 64 products are exact in float64, summed in eight interleaved partial sums
+    (d mod 8, in order) combined as a fixed tree, then rounded to float32. Outside the image: 0.
+    """
+    n_k, n_d = templates.shape
+    n = 2 * r + 1
+    acc = np.empty(8)  # the eight partial sums, updated as one vector per step (same bits as eight scalars)
+    tk = np.empty(n_d)
+    for k in range(n_k):
+        for d in range(n_d):
+            tk[d] = templates[k, d]
+        for a in range(n):
+            y = y0[k] + a - r
+            for b in range(n):
+                x = x0[k] + b - r
+                if x < 0 or x >= width or y < 0 or y >= height:
+                    inside[k, a, b] = False
+                    out[k, a, b] = 0.0
+                    continue
+                inside[k, a, b] = True
+                row = y * width + x
+                for j in range(8):
+                    acc[j] = 0.0
+                for i in range(0, n_d, 8):
+                    for j in range(8):
+                        acc[j] += tk[i + j] * np.float64(windows[row, i + j])
+                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
+                out[k, a, b] = np.float32(low + high)
+
+
+def _fixed_dot(u, v):
+    """The NCC expression of :func:`_local_ncc_loops` for two rows (exact float64 products, the fixed tree)."""
+    acc = np.zeros(8)
+    for i in range(0, u.shape[0], 8):
+        for j in range(8):
+            acc[j] += np.float64(u[i + j]) * np.float64(v[i + j])
+    return np.float32(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
+
+
+def _best_match_loops(ncc, templates, windows, top, floor, idx, val):
+    """Per template: the window with the highest NCC as :func:`_local_ncc_loops` computes it, and that NCC.
+
+    ``ncc`` is the BLAS product, ``top`` its row argmax and ``floor`` (float32, rounded down) its row
+    maximum less the BLAS error margin: only windows at or above it are recomputed (usually the argmax
+    alone, found by a branch-free count), so the result is the argmax (first on ties) of the fixed
+    expression over *all* windows: it cannot depend on the BLAS.
+    """
+    n_m, n_l = ncc.shape
+    for m in range(n_m):
+        count = 0
+        for l in range(n_l):
+            count += ncc[m, l] >= floor[m]
+        if count == 1:
+            idx[m], val[m] = top[m], _fixed_dot_compiled(templates[m], windows[top[m]])
+            continue
+        best, at = np.float32(-np.inf), 0
+        for l in range(n_l):
+            if ncc[m, l] >= floor[m]:
+                v = _fixed_dot_compiled(templates[m], windows[l])
+                if v > best:
+                    best, at = v, l
+        idx[m], val[m] = at, best
+
+
+def _best_matches(templates: np.ndarray, windows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index, NCC) of each template's best window: the search's decisions, independent of the BLAS kernel.
+
+    ``templates @ windows.T`` (float32 BLAS, the search's floor) finds the candidates: its error is at
+    most gamma_64 |t| |w| (u = 2^-24, any summation order, rows of norm <= 1 up to rounding), the
+    fixed expression's at most a float32 half-ulp plus float64 rounding, so the true best by the fixed
+    expression lies within ``2 gamma_64 + 2.5e-7`` (with 1% slack on the gamma term) of the BLAS row
+    maximum.
+    """
+    ncc = templates @ windows.T  # (2n, L2)
+    gamma = 64 * 2.0 ** -24 / (1 - 64 * 2.0 ** -24)
+    top = ncc.argmax(axis=1)
+    floor64 = ncc[np.arange(len(top)), top].astype(np.float64) - (2 * gamma * 1.01 + 2.5e-7)
+    floor = floor64.astype(np.float32)
+    floor = np.where(floor.astype(np.float64) > floor64, np.nextafter(floor, np.float32(-np.inf)), floor)
+    idx, val = np.empty(len(templates), np.int64), np.empty(len(templates), np.float32)
+    _kernel("_best_match_loops")(ncc, templates, windows, top, floor, idx, val)
+    return idx, val
+
+
+def _offset32(lo, mid, hi):
+    """Sub-pixel offset of a peak from a parabola through three float32 samples (0 where a neighbour is missing);
+    float32 arithmetic throughout."""
+    if not (np.isfinite(lo) and np.isfinite(mid) and np.isfinite(hi)):
+        return np.float32(0.0)
+    den = (lo - np.float32(2.0) * mid) + hi
+    if not den < np.float32(-1e-6):
+        return np.float32(0.0)
+    return min(max((np.float32(0.5) * (lo - hi)) / den, np.float32(-0.5)), np.float32(0.5))
+
+
+def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ok, px, py):
+    """:func:`verify`'s decisions from the 5x5 local NCCs, per template (see there); loose: sub-pixel peaks.
+
+    float32 where NCCs meet NCCs or thresholds (the thresholds as float32), float64 once the sub-pixel
+    offsets (float64) enter: each value is one fixed expression.
+    """
+    ninf = np.float32(-np.inf)
+    ncc_min, drop = np.float32(NCC_MIN), np.float32(DROP_MAX)
+    two, four = np.float32(2.0), np.float32(4.0)
+    q = np.empty((3, 3), np.float32)  # strict: the 3x3 around the nearest sample, -4 outside (NCC >= -1)
+    for k in range(ncc.shape[0]):
+        v, ja, jb = ninf, 1, 1  # the first maximum of the inner 3x3, row-major (as argmax)
+        first = True
+        for a in range(1, 4):
+            for b in range(1, 4):
+                val = ncc[k, a, b] if inside[k, a, b] else ninf
+                if first or val > v:
+                    v, ja, jb, first = val, a, b, False
+        if strict:
+            for a in range(3):
+                for b in range(3):
+                    q[a, b] = ncc[k, a + 1, b + 1] if inside[k, a + 1, b + 1] else np.float32(-4.0)
+            gx, gy = (q[1, 2] - q[1, 0]) / two, (q[2, 1] - q[0, 1]) / two
+            hxx, hyy = (q[1, 2] - two * q[1, 1]) + q[1, 0], (q[2, 1] - two * q[1, 1]) + q[0, 1]
+            hxy = (((q[2, 2] - q[2, 0]) - q[0, 2]) + q[0, 0]) / four
+            x, y = fx[k], fy[k]
+            at = (((q[1, 1] + gx * x) + gy * y) + 0.5 * ((hxx * x) * x + (hyy * y) * y)) + (hxy * x) * y
+            ok[k] = v >= ncc_min and at >= v - drop
+        else:
+            lo = ncc[k, ja, jb - 1] if inside[k, ja, jb - 1] else ninf
+            hi = ncc[k, ja, jb + 1] if inside[k, ja, jb + 1] else ninf
+            dx = _offset32_compiled(lo, v, hi)
+            lo = ncc[k, ja - 1, jb] if inside[k, ja - 1, jb] else ninf
+            hi = ncc[k, ja + 1, jb] if inside[k, ja + 1, jb] else ninf
+            dy = _offset32_compiled(lo, v, hi)
+            px[k] = (np.float64(x0[k] + jb - 2) + np.float64(dx)) + PATCH / 2
+            py[k] = (np.float64(y0[k] + ja - 2) + np.float64(dy)) + PATCH / 2
+            ok[k] = v >= ncc_min
+
+
+def _support_loops(ncc, inside):
+    """How many templates reach NCC_MIN (as float32) somewhere inside their 3x3 (outside counts -1)."""
+    ncc_min = np.float32(NCC_MIN)
+    count = 0
+    for k in range(ncc.shape[0]):
+        m = np.float32(-1.0)
+        for a in range(3):
+            for b in range(3):
+                if inside[k, a, b] and ncc[k, a, b] > m:
+                    m = ncc[k, a, b]
+        if m >= ncc_min:
+            count += 1
+    return count
+
+
+_COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
+# replaced by compiled ones before the kernels that call them compile
+_offset32_compiled, _fixed_dot_compiled = _offset32, _fixed_dot
+
+
+def _kernel(name: str):
+    global _offset32_compiled, _fixed_dot_compiled
+    if name not in _COMPILED:
+        from numba import njit
+
+        if _offset32_compiled is _offset32:
+            _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
+            _fixed_dot_compiled = njit(cache=True, nogil=True)(_fixed_dot)
+        _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
+    return _COMPILED[name]
 
 
 def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
@@ -276,13 +456,14 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
     """
     pred = a * centres + b
-    x0 = np.rint(pred.real - PATCH / 2).astype(int)
-    y0 = np.rint(pred.imag - PATCH / 2).astype(int)
-    d = np.arange(-r, r + 1)
-    xs = x0[:, None, None] + d[None, None, :]
-    ys = y0[:, None, None] + d[None, :, None]
-    inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
-    return pred, x0, y0, inside, np.einsum("kd,kabd->kab", templates, windows[np.where(inside, ys * width + xs, 0)])
+    x0 = np.rint(pred.real - PATCH / 2).astype(np.int64)
+    y0 = np.rint(pred.imag - PATCH / 2).astype(np.int64)
+    n = 2 * r + 1
+    inside = np.empty((len(centres), n, n), bool)
+    ncc = np.empty((len(centres), n, n), np.float32)
+    _kernel("_local_ncc_loops")(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
+                        inside, ncc)
+    return pred, x0, y0, inside, ncc
 
 
 def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
@@ -301,32 +482,20 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     loose, the predictions when strict).
     """
     pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
-    local = np.where(inside, local, -np.inf)
-    rows = np.arange(len(centres))
-    inner = local[:, 1:4, 1:4].reshape(len(centres), 9)
-    j = inner.argmax(axis=1)
-    v = inner[rows, j]
+    n = len(centres)
+    ok, px, py = np.empty(n, bool), np.empty(n), np.empty(n)
+    fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
+    _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, ok, px, py)
     if tol is None:
-        # NCC at the predicted sub-pixel position (quadratic through the 3x3 around the nearest sample):
-        # an edge patch (a stripe) cannot be located along its edge, but drops fast across it
-        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0
-        L = np.where(inside, local, -4.0)  # (NCC >= -1: outside the query nothing matches)
-        gx, gy = (L[:, 2, 3] - L[:, 2, 1]) / 2, (L[:, 3, 2] - L[:, 1, 2]) / 2
-        hxx, hyy = L[:, 2, 3] - 2 * L[:, 2, 2] + L[:, 2, 1], L[:, 3, 2] - 2 * L[:, 2, 2] + L[:, 1, 2]
-        hxy = (L[:, 3, 3] - L[:, 3, 1] - L[:, 1, 3] + L[:, 1, 1]) / 4
-        at = L[:, 2, 2] + gx * fx + gy * fy + 0.5 * (hxx * fx * fx + hyy * fy * fy) + hxy * fx * fy
-        return (v >= NCC_MIN) & (at >= v - DROP_MAX), pred
-    cy, cx = j // 3 + 1, j % 3 + 1
-    dx = _offset(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
-    dy = _offset(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
-    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
-    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
+        return ok, pred
+    pos = px + 1j * py
+    return ok & (np.abs(pos - pred) <= tol), pos
 
 
 def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
     """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
     _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
-    return int((np.where(inside, local, -1.0).reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
+    return int(_kernel("_support_loops")(local, inside))
 
 
 def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
@@ -383,9 +552,8 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     best = (0.0, 0, False)
     search = ref.rank < SEARCH_PATCHES
     n = int(search.sum())
-    ncc = np.concatenate([ref.templates[search], ref.flipped[search]]) @ query.coarse.T  # (2n, L2)
-    idx = ncc.argmax(axis=1)
-    val = ncc[np.arange(len(idx)), idx]
+    templates = np.concatenate([ref.templates[search], ref.flipped[search]])
+    idx, val = _best_matches(templates, query.coarse)
     y, x = np.divmod(idx, query.coarse_width)
     q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
     scale = ref.scale_index[search]
@@ -468,12 +636,18 @@ class CopyPaste(Scorer):
         jobs = []
         for j, i in enumerate(rows):
             paths = batch.reference_paths[i]
-            sims = np.array([float(ref_vecs[r].astype(np.float64) @ q_vecs[j].astype(np.float64)) for r in paths])
+            sims = np.array([_exact_dot(ref_vecs[r], q_vecs[j]) for r in paths])
             order = np.argsort(-sims, kind="stable")[:max(1, max_refs)]
             jobs.append(_Job(batch.query_ids[i], batch.paths[i], tuple(paths[k] for k in order), float(sims.max())))
         settings = _Settings(max(EARLY_STOP, threshold), threshold, app_t)
         out = [r for rows_of_query in _run_jobs(jobs, settings) for r in rows_of_query]
         return pd.DataFrame(out, columns=["query_id", "metric", "value", "note"])
+
+
+def _exact_dot(u: np.ndarray, v: np.ndarray) -> float:
+    """The dot product rounded once to float64 (float32 products are exact in float64; fsum rounds correctly):
+    the appearance cannot depend on the BLAS kernel (a float64 BLAS dot's last bits do)."""
+    return math.fsum(u.astype(np.float64) * v.astype(np.float64))
 
 
 def reference_coverage(batch: QueryBatch) -> dict:
@@ -530,10 +704,17 @@ def _match_processes(n_jobs: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8, n_jobs // CHUNK))
 
 
+def _compile_kernels() -> None:
+    """Compile every kernel with the argument types matching uses: match a noise image against itself."""
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 48), dtype=np.uint8)).convert("RGB")
+    pixel_match(QueryWindows.of(image), ReferencePatches.of(image))
+
+
 def _run_jobs(jobs: list[_Job], settings: _Settings) -> list[list[tuple]]:
     n = _match_processes(len(jobs))
     if n <= 1:
         return _match_chunk(jobs, settings, _ReferenceCache(), desc="copy-paste: matching")
+    _compile_kernels()  # before forking: the workers inherit them instead of each loading or compiling its own
     # tasks of queries that share their first reference, so a worker computes its patches once
     order = sorted(range(len(jobs)), key=lambda k: (jobs[k].refs[:1], k))
     chunks = [order[c:c + CHUNK] for c in range(0, len(order), CHUNK)]

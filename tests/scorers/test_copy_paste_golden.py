@@ -1,0 +1,79 @@
+"""copy-paste's every output value on built-in world seeds 0 and 1, bit for bit against a golden file.
+
+The golden file was written by the scorer before its matching was compiled (revision 97dca06); a faster
+implementation must reproduce every value exactly (float64 bytes), note included. One deliberate change:
+``appearance`` became the correctly rounded dot product (it was a float64 BLAS dot, whose last bits, up to
+56 ulps here, depended on the BLAS kernel); its entries were rewritten then, every other entry checked
+unchanged. Regenerate only for an
+intended change of the scorer's definition:
+
+    PYTHONPATH=. python tests/scorers/test_copy_paste_golden.py
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden" / "copy_paste_world.json"
+SEEDS = (0, 1)
+
+
+def scorer_output(seed: int, folder: Path) -> dict[str, list]:
+    """{query_id/metric: [float64 hex, note]} of copy-paste (in-process matching) on world ``seed``."""
+    from fpr.galleries.world import METHODS, World, WorldConfig
+    from fpr.scorers import QueryBatch
+    from fpr.scorers.copy_paste import CopyPaste
+
+    build = World(WorldConfig(seed=seed, identities=2, gallery=1, references=3, queries=1,
+                              methods=METHODS)).write(folder / f"world-{seed}")
+    q = pd.DataFrame(build.queries)
+    batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
+                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
+    long = CopyPaste().score(batch)
+    return {f"{r.query_id}/{r.metric}": [float(r.value).hex(), r.note] for r in long.itertuples()}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_value_matches_the_golden_bits(seed, tmp_path):
+    golden = json.loads(GOLDEN.read_text())[str(seed)]
+    got = scorer_output(seed, tmp_path)
+    assert sorted(got) == sorted(golden)
+    want = np.array([float.fromhex(golden[k][0]) for k in sorted(golden)])
+    have = np.array([float.fromhex(got[k][0]) for k in sorted(golden)])
+    differ = [k for k in sorted(golden) if got[k] != golden[k]]
+    assert have.tobytes() == want.tobytes() and not differ, differ[:10]
+    flags = [v for k, v in golden.items() if k.endswith("/flag")]
+    assert {float.fromhex(v[0]) for v in flags} == {0.0, 1.0}  # the golden set exercises both decisions
+
+
+def test_values_do_not_depend_on_the_blas_kernel(tmp_path):
+    """Another OpenBLAS kernel (other summation order and blocking) in a fresh process: the same bits."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, 'tests/scorers'); "
+            "from test_copy_paste_golden import scorer_output; "
+            f"out = scorer_output(0, Path({str(tmp_path)!r})); "
+            "from threadpoolctl import threadpool_info; "
+            "kernels = {i.get('architecture') for i in threadpool_info() if i['internal_api'] == 'openblas'}; "
+            "assert kernels == {'Haswell'}, kernels; print(json.dumps(out))")
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == json.loads(GOLDEN.read_text())["0"]
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {str(s): scorer_output(s, Path(tmp)) for s in SEEDS}
+    GOLDEN.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN}: {sum(len(v) for v in out.values())} values")

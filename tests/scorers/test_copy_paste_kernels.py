@@ -1,0 +1,176 @@
+"""copy-paste's compiled local NCC: known answers, the correctly rounded dot product, independence of the batch."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fpr.scorers.copy_paste import PATCH, _local_ncc
+
+
+def _windows(rng, width, height):
+    w = rng.standard_normal((width * height, PATCH * PATCH)).astype(np.float32)
+    return w / np.linalg.norm(w, axis=1, keepdims=True)
+
+
+def test_hand_computed_values_and_the_border():
+    width, height = 6, 5
+    windows = np.zeros((width * height, 64), np.float32)
+    windows[:, 0] = np.arange(width * height, dtype=np.float32) / 100  # window at (x, y): (y * width + x) / 100
+    windows[:, 1] = 0.5
+    templates = np.zeros((1, 64), np.float32)
+    templates[0, 0], templates[0, 1] = 2.0, 1.0
+    # the transform puts the centre at (4 + 1, 4 + 0): nearest window x0 = 1, y0 = 0
+    pred, x0, y0, inside, ncc = _local_ncc(templates, windows, width, height, np.array([5 + 4j]), 1 + 0j, 0j, 1)
+    assert (x0[0], y0[0]) == (1, 0) and pred[0] == 5 + 4j
+    assert not inside[0, 0].any() and inside[0, 1:].all()  # row y = -1 is outside
+    for a in (1, 2):
+        for b in range(3):
+            x, y = 1 + b - 1, a - 1
+            assert ncc[0, a, b] == np.float32(2 * float(windows[y * width + x, 0]) + 0.5), (a, b)
+    assert (ncc[0, 0] == 0).all()
+
+
+def test_values_agree_with_the_correctly_rounded_dot_products():
+    """The fixed float64 tree is not correctly rounded in general, but within far less than a float32 ulp."""
+    rng = np.random.default_rng(3)
+    width, height = 30, 25
+    windows = _windows(rng, width, height)
+    templates = _windows(rng, 7, 1)
+    centres = rng.uniform(0, 34, 7) + 1j * rng.uniform(0, 29, 7)
+    _, x0, y0, inside, ncc = _local_ncc(templates, windows, width, height, centres, 0.98 + 0.05j, 1 - 2j, 2)
+    checked = 0
+    for k in range(7):
+        for a in range(5):
+            for b in range(5):
+                x, y = x0[k] + b - 2, y0[k] + a - 2
+                assert inside[k, a, b] == (0 <= x < width and 0 <= y < height)
+                if inside[k, a, b]:
+                    exact = math.fsum(float(t) * float(w) for t, w in zip(templates[k], windows[y * width + x]))
+                    assert ncc[k, a, b] == np.float32(exact)
+                    checked += 1
+    assert checked > 100
+
+
+def test_a_value_does_not_depend_on_the_other_templates():
+    rng = np.random.default_rng(4)
+    windows = _windows(rng, 20, 20)
+    templates = _windows(rng, 9, 1)
+    centres = rng.uniform(4, 20, 9) + 1j * rng.uniform(4, 20, 9)
+    full = _local_ncc(templates, windows, 20, 20, centres, 1.02 - 0.01j, 0.3 + 0.7j, 2)[4]
+    part = _local_ncc(templates[3:5], windows, 20, 20, centres[3:5], 1.02 - 0.01j, 0.3 + 0.7j, 2)[4]
+    assert full[3:5].tobytes() == part.tobytes()
+
+
+# --- verify and _support against their NumPy formulation before compilation (revision 5a58c08), kept here as
+# the reference: fed the same local NCCs, the compiled decisions and sub-pixel positions must be the same bits.
+
+def _offset_reference(lo, mid, hi):
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
+    lo, mid, hi = np.where(ok, lo, 0.0), np.where(ok, mid, 1.0), np.where(ok, hi, 0.0)
+    den = lo - 2 * mid + hi
+    ok &= den < -1e-6
+    return np.clip(np.where(ok, 0.5 * (lo - hi) / np.where(ok, den, -1.0), 0.0), -0.5, 0.5)
+
+
+def _verify_reference(pred, x0, y0, inside, local, tol):
+    from fpr.scorers.copy_paste import DROP_MAX, NCC_MIN
+
+    local = np.where(inside, local, -np.inf)
+    rows = np.arange(len(pred))
+    inner = local[:, 1:4, 1:4].reshape(len(pred), 9)
+    j = inner.argmax(axis=1)
+    v = inner[rows, j]
+    if tol is None:
+        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0
+        L = np.where(inside, local, -4.0)
+        gx, gy = (L[:, 2, 3] - L[:, 2, 1]) / 2, (L[:, 3, 2] - L[:, 1, 2]) / 2
+        hxx, hyy = L[:, 2, 3] - 2 * L[:, 2, 2] + L[:, 2, 1], L[:, 3, 2] - 2 * L[:, 2, 2] + L[:, 1, 2]
+        hxy = (L[:, 3, 3] - L[:, 3, 1] - L[:, 1, 3] + L[:, 1, 1]) / 4
+        at = L[:, 2, 2] + gx * fx + gy * fy + 0.5 * (hxx * fx * fx + hyy * fy * fy) + hxy * fx * fy
+        return (v >= NCC_MIN) & (at >= v - DROP_MAX), pred
+    cy, cx = j // 3 + 1, j % 3 + 1
+    dx = _offset_reference(local[rows, cy, cx - 1], v, local[rows, cy, cx + 1])
+    dy = _offset_reference(local[rows, cy - 1, cx], v, local[rows, cy + 1, cx])
+    pos = (x0 + cx - 2 + dx + PATCH / 2) + 1j * (y0 + cy - 2 + dy + PATCH / 2)
+    return (v >= NCC_MIN) & (np.abs(pos - pred) <= tol), pos
+
+
+def _hard_case(seed, n=4000):
+    """Local NCCs crowded at the thresholds: ties, values at float32(0.7) and next to it, flat 3x3s, borders."""
+    rng = np.random.default_rng(seed)
+    width, height = 40, 30
+    near = np.float32(0.7)
+    pool = np.array([near, np.nextafter(near, np.float32(0)), np.nextafter(near, np.float32(1)),
+                     near - np.float32(0.02),
+                     np.float32(0.72), np.float32(0.9), np.float32(1.0), np.float32(-1.0)], np.float32)
+    local = rng.uniform(0.55, 1.0, (n, 5, 5)).astype(np.float32)
+    pick = rng.random((n, 5, 5)) < 0.5
+    local[pick] = rng.choice(pool, pick.sum())
+    centres = rng.uniform(-2, width + 10, n) + 1j * rng.uniform(-2, height + 10, n)
+    return local, centres, width, height
+
+
+def _patched_local(monkeypatch, local):
+    from fpr.scorers import copy_paste
+
+    real = copy_paste._local_ncc
+
+    def fake(templates, windows, width, height, centres, a, b, r):
+        pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, r)
+        return pred, x0, y0, inside, np.where(inside, local[:, 2 - r:3 + r, 2 - r:3 + r], 0).astype(np.float32)
+    monkeypatch.setattr(copy_paste, "_local_ncc", fake)
+    return real
+
+
+@pytest.mark.parametrize("tol", [None, 2.0, 0.6, 0.3])
+def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
+    from fpr.scorers import copy_paste
+
+    local, centres, width, height = _hard_case(5)
+    real = _patched_local(monkeypatch, local)
+    windows = np.zeros((width * height, 64), np.float32)
+    templates = np.zeros((len(centres), 64), np.float32)
+    a, b = 1.03 + 0.04j, -0.37 + 0.21j
+    ok, pos = copy_paste.verify(templates, windows, width, height, centres, a, b, tol)
+    pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, 2)
+    want_ok, want_pos = _verify_reference(pred, x0, y0, inside, np.where(inside, local, 0).astype(np.float32), tol)
+    assert ok.tobytes() == want_ok.tobytes() and pos.tobytes() == want_pos.tobytes()
+    assert 0 < ok.sum() < len(ok)  # both decisions are exercised
+
+
+def test_support_matches_its_numpy_reference(monkeypatch):
+    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import NCC_MIN, QueryWindows
+
+    local, centres, width, height = _hard_case(6)
+    real = _patched_local(monkeypatch, local)
+    query = QueryWindows(np.zeros((width * height, 64), np.float32), width, height, np.zeros((1, 64), np.float32), 1)
+    templates = np.zeros((len(centres), 64), np.float32)
+    got = copy_paste._support(templates, query, centres, 0.97 - 0.02j, 1.5 + 0j)
+    _, _, _, inside, _ = real(templates, query.windows, width, height, centres, 0.97 - 0.02j, 1.5 + 0j, 1)
+    inner = np.where(inside, local[:, 1:4, 1:4], -1.0).astype(np.float32)
+    assert got == int((inner.reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
+    assert 0 < got < len(centres)
+
+
+def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
+    """The search: each template's best window by the correctly rounded NCC, first on ties, whatever BLAS found."""
+    from fpr.scorers.copy_paste import _best_matches
+
+    rng = np.random.default_rng(8)
+    windows = _windows(rng, 50, 9)
+    templates = _windows(rng, 12, 1)
+    windows[300] = windows[17]  # an exact tie: the first window wins
+    templates[0] = windows[17]
+    # a near tie below the BLAS error: window 200 is window 100 with one component nudged by an ulp
+    windows[200] = windows[100]
+    windows[200, 5] = np.nextafter(windows[100, 5], np.float32(2))
+    templates[1] = windows[100]
+    idx, val = _best_matches(templates, windows)
+    for m in range(len(templates)):
+        exact = np.array([np.float32(math.fsum(float(t) * float(w) for t, w in zip(templates[m], row)))
+                          for row in windows])
+        assert idx[m] == int(np.argmax(exact)) and val[m] == exact.max(), m
+    assert idx[0] == 17
