@@ -6,11 +6,12 @@
 
 ``fpr demo --format json`` (seed 0, the shipped encoder, copy-paste on) and ``fpr demo --quick`` run as
 subprocesses in a temporary workspace; their JSON, wall times and the load average around them go to
-benchmarks/results/demo_figures.json. Every demo figure in README.md and docs/reproduce-paper.md sits
-between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` and is rendered here from that file;
-tests/docs/test_docs_examples.py renders the sections again and fails if a document differs, so a
+benchmarks/results/demo_figures.json. Every demo figure in README.md, docs/reproduce-paper.md and
+docs/world.md sits between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` and is rendered here from
+that file; tests/docs/test_docs_static.py renders the sections again and fails if a document differs, so a
 figure cannot be edited by hand or go stale against the file. The figures themselves are fpr demo's
-output, whose values tests/test_demo.py checks against independent computations.
+output, whose values tests/test_demo.py checks against independent computations; the agreement figures and
+the two verdicts are also checked against benchmarks/truth_agreement.py and benchmarks/general_standin.py.
 """
 from __future__ import annotations
 
