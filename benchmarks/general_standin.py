@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/general_standin.py --seed 2
     PYTHONPATH=. python benchmarks/general_standin.py --pool 0,1,2  # the tables and verdicts
 
-``--seed S`` evaluates the full demo world's generations (faithful, drift-*, generic) and the
+``--seed S`` evaluates the full demo world's generations (``fpr.demo.DEMO_METHODS`` less the copies) and the
 oracle of seed S with the specialist ``fpr-world-v3`` and the general-purpose stand-in
 ``fpr-general-v1`` -- exactly what ``fpr demo`` does for its verdict seeds -- and stores the joined
 per-query frame as ``benchmarks/results/general_standin_s<S>.csv`` (with the time and load).

@@ -9,8 +9,8 @@ metric (mAP, Sim) the figures ``fpr demo`` prints -- Spearman against -drift, VI
 strict PPA, ties-half PPA, the metric's tie share, tau-b within identity -- each
 recomputed here by plain loops over the pairs of an identity's queries (the script
 fails if any differs by more than 1e-12); the AUROC per adjacent drift level (pooled and
-within identity, generations) recomputed with scikit-learn; and the AP = 1 share per
-method. Seed 0 is the one the docs quote; the other seeds check that the picture holds.
+within identity, on the new-scene ladder: one context, so a level is not pooled over scenes)
+recomputed with scikit-learn; and the AP = 1 share per method. Seed 0 is the one the docs quote; the other seeds check that the picture holds.
 
 The markdown table is written to --out (default benchmarks/results/truth_agreement.md)
 and printed.
@@ -50,9 +50,10 @@ def check_seed(seed: int, workspace: Path) -> tuple[list[dict], list[dict], dict
 
     import fpr.api as api
     from fpr.demo import agreement_methods, run_demo
+    from fpr.galleries.world import DRIFT_LEVELS, method_name
 
     t = time.perf_counter()
-    res = run_demo(workspace=workspace, seed=seed, copy_paste=False)
+    res = run_demo(workspace=workspace, seed=seed, copy_paste=False, general=None)  # no verdicts: not checked here
     wall = time.perf_counter() - t
     pq = api.load_run(res.run_id, workspace=workspace).per_query
     pq = pq[pq["status"] == "ok"]
@@ -68,10 +69,12 @@ def check_seed(seed: int, workspace: Path) -> tuple[list[dict], list[dict], dict
                 sys.exit(f"seed {seed} {r['methods']} {r['metric']} {key}: fpr {r[key]!r} != independent {v!r}")
         rows.append({"seed": seed, **r})
     levels = []
+    # one context only: pooling a drift level over contexts (new-scene@0.25 with ref-scene@0.25) would mix scenes
+    ladder = [m for m in (method_name("new-scene", d) for d in DRIFT_LEVELS) if m in sets["generations"]]
     gen = api.meta(res.run_id, truth="drift", workspace=workspace, seed=seed, metrics=["ap", "sim"],
-                   methods=sets["generations"], n_boot=200).levels
+                   methods=ladder, n_boot=200).levels
     for lv in gen:
-        sub = pq[pq["method"].isin(sets["generations"]) & pq["drift"].astype(float).isin([lv["better"], lv["worse"]])]
+        sub = pq[pq["method"].isin(ladder) & pq["drift"].astype(float).isin([lv["better"], lv["worse"]])]
         auc = roc_auc_score(sub["drift"].astype(float) == lv["better"], sub[lv["metric"]].astype(float))
         if abs(auc - lv["auroc_pooled"]) > TOL:
             sys.exit(f"seed {seed} AUROC {lv['metric']} {lv['better']}/{lv['worse']}: fpr {lv['auroc_pooled']!r} "
@@ -88,11 +91,11 @@ def header() -> list[str]:
     return ["# Agreement with the demo world's ground-truth drift", "",
             "Command: `PYTHONPATH=. python benchmarks/truth_agreement.py --seeds S [--append]` (one section per seed; "
             "`--append` adds a seed's section to the file).", "",
-            "Full demo world (3 species x 10 identities, 3 queries per identity and method), encoder `fpr-world-v3`, "
+            "World version 3, full demo world (3 species x 10 identities, 3 queries per identity and method), encoder `fpr-world-v3`, "
             "no copy-paste scorer, 2 shared CPU cores.", "",
             "Every figure below equals an independent computation in the script (loops over an identity's pairs; "
             f"scipy's spearmanr; scikit-learn's roc_auc_score) to {TOL:g}. Pairs: two queries of one identity with "
-            "different drift. `ppa` is VISTAR's (right only if S(A) > S(B)); `ppa_ties_half` counts a metric tie "
+            "different drift, in any contexts (what `fpr demo` prints; its verdicts use cross-context pairs, `benchmarks/results/general_standin.md`). `ppa` is VISTAR's (right only if S(A) > S(B)); `ppa_ties_half` counts a metric tie "
             "1/2; Spearman is against -drift, per query. 95% cluster-bootstrap intervals (200 resamples).", ""]
 
 
@@ -104,7 +107,7 @@ def section(seed: int, rows: list[dict], levels: list[dict], share: dict, wall: 
         out.append(f"| {r['methods']} | {r['metric']} | {r['n_pairs']} | {fmt(r['spearman'])} | "
                    f"{fmt(r['ppa'])} [{r['ppa_lo']:.2f},{r['ppa_hi']:.2f}] | {fmt(r['ppa_ties_half'])} | "
                    f"{fmt(r['metric_tie_share'])} | {fmt(r['kendall_within'])} |")
-    out += ["", "AUROC per adjacent drift level (generations), P(S(better) > S(worse)) + P(tie)/2, pooled over all "
+    out += ["", "AUROC per adjacent drift level of the new-scene ladder (one context: new-scene@0..@1), P(S(better) > S(worse)) + P(tie)/2, pooled over all "
             "queries of the two levels and within identity:", "",
             "| metric | better | worse | pooled [95% CI] | within [95% CI] |", "|---|---|---|---|---|"]
     for lv in levels:

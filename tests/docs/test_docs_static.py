@@ -115,6 +115,25 @@ def test_demo_figures_agree_with_the_independent_truth_agreement_benchmark():
         {k.strip(): v.strip() for k, v in shares.items()}
 
 
+
+def test_demo_verdicts_agree_with_the_general_standin_benchmark():
+    """The full demo's pooled verdicts (demo_figures.json, rendered into README.md) equal, to the 3 decimals
+    printed, the pooled table of benchmarks/results/general_standin.md: the same world seeds 0, 1, 2 evaluated
+    by a separate run whose every PPA was re-computed by loops over the cross-context pairs."""
+    fig = json.loads(_figures_module().RESULTS.read_text())["full"]["demo"]["claims"]
+    text = (ROOT / "benchmarks" / "results" / "general_standin.md").read_text()
+    pooled = text[text.index("## pooled over seeds"):]
+    assert "Every PPA re-computed by loops: all equal" in text
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
+        r"^\| (specialist mAP vs [\w -]+?) \| ([\d.]+) \| ([\d.]+) \| ([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\] "
+        r"\| (\d+) \| (\w+) \|$", pooled, re.MULTILINE)}
+    assert len(rows) == 2 == len(fig["verdicts"]), rows
+    assert fig["info"]["seeds"] == [0, 1, 2] and fig["info"]["pairs"] in pooled
+    for v in fig["verdicts"]:
+        got = [f"{v['ppa_a']:.3f}", f"{v['ppa_b']:.3f}", f"{v['diff']:+.3f}", f"{v['diff_lo']:+.3f}",
+               f"{v['diff_hi']:+.3f}", str(v["n_pairs"]), v["verdict"]]
+        assert got == list(rows[v["claim"]]), v["claim"]
+
 # A timing figure: a number (or range) followed by s, ms or min ("1.1 s", "20-40 s", "30.9 ms/img", "49.5 min").
 TIMING = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:s|ms|min)\b")
 RESULTS_CITE = re.compile(r"benchmarks/results/[\w./-]+\.(?:md|json)")

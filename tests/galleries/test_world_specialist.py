@@ -89,3 +89,27 @@ def test_occlusion_hides_drift_from_the_specialist(specialist, seed):
         got.append(auroc(_by(rows, "new-scene@0"), _by(rows, "new-scene@0.25")))
     assert got[1] < 0.6 < got[0], got
     assert tuple(got) == pytest.approx(OCCLUDED_AUROC[seed], abs=0.002)
+
+
+@pytest.fixture(scope="module")
+def general():
+    import torch
+
+    torch.set_num_threads(1)
+    return embedder("fpr-general-v1")
+
+
+# Issue #23's done-when line: the general stand-in's Sim AUROC of new-scene@0 (the identity kept, a new scene)
+# over ref-pose@1 (a generic animal in the reference's layout) should be <= 0.1, i.e. a general-purpose Sim
+# prefers the copied layout to the kept identity. Measured on world version 3 it is NOT: 0.55/0.54/0.52, near
+# chance (fpr-general-v1 neither prefers the layout nor the identity). Pinned as measured, not tuned
+# (docs/world.md, stand-in section).
+GENERAL_AUROC_NEW0_OVER_POSE1 = {0: 0.5542, 1: 0.5353, 2: 0.5152}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_general_sim_of_new_scene_0_over_ref_pose_1_as_measured(general, seed):
+    rows = probe(W.World(W.WorldConfig(seed=seed)), ["new-scene@0", "ref-pose@1"], general, with_ap=False)
+    a = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-pose@1"))
+    assert a == pytest.approx(GENERAL_AUROC_NEW0_OVER_POSE1[seed], abs=0.002)
+    assert a > 0.1  # the done-when line is not met; when it is, this test says so

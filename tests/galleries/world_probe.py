@@ -35,14 +35,14 @@ def thumbnail(images) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def embedder():
-    """The shipped specialist (fpr-world-v3) on the CPU: images -> unit vectors."""
+def embedder(encoder_id: str | None = None):
+    """A shipped encoder (default: the specialist fpr-world-v3) on the CPU: images -> unit vectors."""
     import torch
 
     from fpr.encoders import registry
     from fpr.encoders.world import WORLD_ENCODER_ID
 
-    enc = registry.load_encoder(WORLD_ENCODER_ID, device="cpu")
+    enc = registry.load_encoder(encoder_id or WORLD_ENCODER_ID, device="cpu")
 
     def embed(images) -> np.ndarray:
         out = [enc.embed_batch(torch.stack([enc.preprocessing(im) for im in images[i:i + 64]]))
