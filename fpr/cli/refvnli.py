@@ -57,10 +57,11 @@ def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, 
               help="Checkpoint folder to write (model.safetensors + fpr-refvnli.json).")
 @click.option("--val-data", type=click.Path(file_okay=False), default=None,
               help="Another `fpr refvnli data` folder (e.g. another --seed): SP/TA AUROC logged every epoch.")
-@click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=25, show_default=True, help="Passes over the triplets.")
 @click.option("--batch-size", type=click.IntRange(min=2), default=240, show_default=True,
               help="Triplets per step (whole groups of connected images: a world set is 60).")
-@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=2e-3, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=2e-3, show_default=True,
+              help="Learning rate (AdamW).")
 @click.option("--clip-weight", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
               help="Weight of the dual-encoder (CLIP-T analogue) loss.")
 @click.option("--full-reference", type=click.FloatRange(min=0.0, max=1.0), default=0.5, show_default=True,
@@ -69,7 +70,7 @@ def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, 
               help="Variant: the reference's scene vector also feeds the head (learns scene matching as identity).")
 @click.option("--identity-encoder", default="fpr-world-v3", show_default=True,
               help="Frozen identity tower (an fpr encoder id).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Initialisation and batch-order seed.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="PyTorch CPU threads (default: PyTorch's; 1 on a crowded machine).")

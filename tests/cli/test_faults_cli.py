@@ -82,7 +82,7 @@ def test_skip_unreadable_skips_a_decompression_bomb_query(flow, tmp_path):
                    "bomb.png", "decompression bomb")
     out = json.loads(run(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "bad.csv"),
                          "--skip-unreadable", "--run", "s", "--format", "json").stdout)
-    assert out["n_skipped"] == 1 and "q000001" in out["skipped"]
+    assert out["run"]["n_skipped"] == 1 and "q000001" in out["skipped"]
 
 
 @pytest.mark.parametrize("file, damage", [("index.faiss", b"garbage"), ("card.json", b"{oops"),

@@ -98,7 +98,7 @@ def test_index_and_queries_record_and_apply_the_step(tmp_path, workspace):
     items = [it for it in api.gallery_items("g", workspace=workspace) if it.role == "gallery"]
     q = pd.DataFrame([{"path": it.path, "identity": it.identity, "group": it.group, "method": "m"} for it in items])
     res = api.run_query("g-rm", q, run="r", workspace=workspace)
-    assert json.loads(res.provenance["preprocessing"])["background"] == "remove:grabcut"
+    assert res.provenance["preprocessing"]["background"] == "remove:grabcut"  # structured provenance
     assert np.allclose(res.per_query["ap"], 1.0)  # a gallery image finds itself under the same protocol
     # fpr ablate --background keep,remove: one sweep per step, labelled (Table 14)
     qfile = tmp_path / "q.csv"
