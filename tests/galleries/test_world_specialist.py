@@ -99,17 +99,23 @@ def general():
     return embedder("fpr-general-v1")
 
 
-# Issue #23's done-when line: the general stand-in's Sim AUROC of new-scene@0 (the identity kept, a new scene)
-# over ref-pose@1 (a generic animal in the reference's layout) should be <= 0.1, i.e. a general-purpose Sim
-# prefers the copied layout to the kept identity. Measured on world version 3 it is NOT: 0.55/0.54/0.52, near
-# chance (fpr-general-v1 neither prefers the layout nor the identity). Pinned as measured, not tuned
-# (docs/world.md, stand-in section).
+# Issue #23's done-when line: the general stand-in's Sim AUROC of "new scene, drift 0" over "reference layout,
+# drift 1" should be <= 0.1, i.e. a general-purpose Sim prefers the copied layout to the kept identity. Measured
+# on world version 3 with fpr-general-v1 it is NOT met, for either reading of "reference layout": over ref-pose@1
+# (the reference's pose on a new background) 0.55/0.54/0.52, near chance; over ref-scene@1 (the reference's whole
+# scene, the IP-Adapter-Plus behaviour) 0.14/0.15/0.11, close to the line, while the specialist's is 0.98-0.99.
+# Pinned as measured, not tuned (docs/world.md, stand-in section).
 GENERAL_AUROC_NEW0_OVER_POSE1 = {0: 0.5542, 1: 0.5353, 2: 0.5152}
+GENERAL_AUROC_NEW0_OVER_SCENE1 = {0: 0.1437, 1: 0.1504, 2: 0.1095}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_general_sim_of_new_scene_0_over_ref_pose_1_as_measured(general, seed):
-    rows = probe(W.World(W.WorldConfig(seed=seed)), ["new-scene@0", "ref-pose@1"], general, with_ap=False)
-    a = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-pose@1"))
-    assert a == pytest.approx(GENERAL_AUROC_NEW0_OVER_POSE1[seed], abs=0.002)
-    assert a > 0.1  # the done-when line is not met; when it is, this test says so
+def test_general_sim_of_new_scene_0_over_the_reference_layout_at_drift_1_as_measured(general, seed):
+    rows = probe(W.World(W.WorldConfig(seed=seed)), ["new-scene@0", "ref-pose@1", "ref-scene@1"], general,
+                 with_ap=False)
+    pose = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-pose@1"))
+    scene = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-scene@1"))
+    assert pose == pytest.approx(GENERAL_AUROC_NEW0_OVER_POSE1[seed], abs=0.002)
+    assert scene == pytest.approx(GENERAL_AUROC_NEW0_OVER_SCENE1[seed], abs=0.002)
+    assert scene < pose  # the reference's whole scene flatters a general-purpose Sim, its pose alone does not
+    assert min(pose, scene) > 0.1  # the done-when line is not met; when it is, this test says so
