@@ -20,17 +20,23 @@ import pandas as pd
 import pytest
 
 GOLDEN = Path(__file__).parent / "golden" / "copy_paste_world.json"
+LEFT_OUT = ("near-copy/",)  # methods whose images world version 3 renders differently from version 2
 SEEDS = (0, 1)
 
 
 def scorer_output(seed: int, folder: Path) -> dict[str, list]:
     """{query_id/metric: [float64 hex, note]} of copy-paste (in-process matching) on world ``seed``."""
-    from fpr.galleries.world import METHODS, World, WorldConfig
+    from fpr.galleries.world import World, WorldConfig
     from fpr.scorers import QueryBatch
     from fpr.scorers.copy_paste import CopyPaste
 
-    build = World(WorldConfig(seed=seed, identities=2, gallery=1, references=3, queries=1,
-                              methods=METHODS)).write(folder / f"world-{seed}")
+    # world version 2's method set and paired views, which the golden file was written on (the shared_view
+    # control renders them bit for bit on later world versions; near-copy, now an alias of ref-scene@0.25, is
+    # rendered differently since version 3, so its golden entries are left out: see LEFT_OUT)
+    v2_methods = ("faithful", "drift-0.1", "drift-0.25", "drift-0.5", "generic", "paste", "paste-mirror",
+                  "paste-rescale", "edit")
+    build = World(WorldConfig(seed=seed, identities=2, gallery=1, references=3, queries=1, methods=v2_methods,
+                              shared_view=True)).write(folder / f"world-{seed}")
     q = pd.DataFrame(build.queries)
     batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
                        [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
@@ -40,7 +46,7 @@ def scorer_output(seed: int, folder: Path) -> dict[str, list]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_value_matches_the_golden_bits(seed, tmp_path):
-    golden = json.loads(GOLDEN.read_text())[str(seed)]
+    golden = {k: v for k, v in json.loads(GOLDEN.read_text())[str(seed)].items() if not k.startswith(LEFT_OUT)}
     got = scorer_output(seed, tmp_path)
     assert sorted(got) == sorted(golden)
     want = np.array([float.fromhex(golden[k][0]) for k in sorted(golden)])
@@ -66,7 +72,8 @@ def test_values_do_not_depend_on_the_blas_kernel(tmp_path):
     env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512",
            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == json.loads(GOLDEN.read_text())["0"]
+    golden = {k: v for k, v in json.loads(GOLDEN.read_text())["0"].items() if not k.startswith(LEFT_OUT)}
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == golden
 
 
 if __name__ == "__main__":
