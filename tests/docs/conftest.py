@@ -22,8 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RUN = "demo-quick"
 DEMO_GALLERY = "world-demo-s0-quick"
-GENERATED_METHODS = ("faithful", "drift-0.5", "paste")
-SECOND_RUN_METHODS = ("drift-0.1", "generic")  # docs/reports.md merges a second run
+GENERATED_METHODS = ("new-scene@0", "new-scene@0.5", "paste")  # world version 3 names
+SECOND_RUN_METHODS = ("new-scene@0.1", "new-scene@1")  # docs/reports.md merges a second run
 FIRST_DOC = "README.md"
 
 
@@ -78,7 +78,7 @@ def _generated(demo: Path, base: Path, name: str, methods: tuple[str, ...]) -> N
 def _upload(demo: Path, base: Path) -> None:
     """queries.csv, a.png and b.png: two faithful generations, the files README.md's serve example uploads."""
     q = pd.read_csv(demo / "queries.csv")
-    q = q[q["method"] == "faithful"].drop_duplicates("identity").head(2).copy()
+    q = q[q["method"] == "new-scene@0"].drop_duplicates("identity").head(2).copy()
     for name, src in zip(("a.png", "b.png"), q["path"]):
         shutil.copyfile(demo / src, base / name)
     q["path"] = ["a.png", "b.png"]
