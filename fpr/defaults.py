@@ -15,6 +15,9 @@ SAMPLINGS = ("random", "kmeans")  # how curation picks gallery images (fpr.galle
 # The named presets of fpr.galleries.datasets.presets.PRESETS (a test checks the two agree).
 PRESET_NAMES = ("cars-official", "cars-paper", "cub-official", "cub-paper", "wildlife-official",
                 "wildlife-official-ablation", "wildlife-paper")
+# The named method profiles of the built-in world (fpr.galleries.world.methods.PROFILES, in its order; a test
+# checks the two agree): `fpr demo --profile` offers them without importing the world (NumPy, PIL).
+WORLD_PROFILES = ("dreambooth-like", "ip-adapter-plus-like", "emu2-like", "ominicontrol-like")
 # What `fpr report` and the paper's tables show unless asked otherwise (Sim before mAP, as the paper).
 DEFAULT_REPORT_METRICS = ("sim", "map", "cmc@1", "cmc@10")
 # What the readable outputs (`fpr report` as a table, Markdown or LaTeX; the HTML summary) show unless asked:
@@ -24,4 +27,5 @@ READABLE_REPORT_METRICS = ("sim", "map")
 # (measured in benchmarks/results/interval_coverage.md).
 MIN_QUERIES_FOR_INTERVAL = 10
 
-__all__ = ["DEFAULT_REPORT_METRICS", "READABLE_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES"]
+__all__ = ["DEFAULT_REPORT_METRICS", "READABLE_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES",
+           "WORLD_PROFILES"]

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -114,6 +115,9 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
         if "new-scene@0" in maps:  # (key kept from world version 2, where new-scene@0 was "faithful")
             out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["new-scene@0"])
     out["ap_one_share"] = ap_one_share(df)
+    mix = profile_mix(df) if "context" in df else {}
+    if mix:
+        out["profile_mix"] = mix
     copies = df[df["method"].isin(COPY_METHODS)]
     if len(copies):
         out["copy_map_by_method"] = {m: float(g["ap"].mean()) for m, g in copies.groupby("method")}
@@ -123,6 +127,24 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
         out["oracle_sim"] = float(oracle["sim"].mean())
     if aux is not None and len(aux):
         out.update(copy_paste_rates(df, aux))
+    return out
+
+
+def profile_mix(per_query: pd.DataFrame) -> dict[str, dict]:
+    """Per profile of the run: the graded methods its queries drew (each row's ``context@drift``) as shares of
+    its queries, beside the declared mixture, and the mean drift beside the declared expected drift."""
+    from fpr.galleries.world import PROFILES, method_name
+
+    out = {}
+    for name in [p for p in PROFILES if p in set(per_query["method"].astype(str))]:
+        rows = per_query[per_query["method"] == name]
+        drawn = pd.Series([method_name(c, d) for c, d in zip(rows["context"], pd.to_numeric(rows["drift"]))])
+        shares = drawn.value_counts(normalize=True)
+        declared = dict(PROFILES[name].mixture)
+        out[name] = {"n_queries": int(len(rows)), "declared": declared,
+                     "drawn": {m: float(shares.get(m, 0.0)) for m in [*declared, *sorted(set(shares.index) - set(declared))]},
+                     "mean_drift": float(pd.to_numeric(rows["drift"]).mean()),
+                     "declared_drift": PROFILES[name].drift}
     return out
 
 
@@ -138,12 +160,13 @@ def ap_one_share(per_query: pd.DataFrame) -> dict[str, float]:
 
 
 def agreement_methods(per_query: pd.DataFrame) -> dict[str, list[str]]:
-    """The run's methods in each :data:`AGREEMENT_SETS` set: generations (every graded method) and those
-    plus the copy-like methods."""
-    from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT
+    """The run's methods in each :data:`AGREEMENT_SETS` set: generations (every graded method and profile: each
+    query carries its drawn drift) and those plus the copy-like methods. The validity line's per-query
+    Spearman sees the generations set too."""
+    from fpr.galleries.world import COPY_METHODS, METHOD_DRIFT, PROFILES
 
     present = set(per_query["method"].astype(str))
-    gen = [m for m in METHOD_DRIFT if m in present and m not in COPY_METHODS]
+    gen = [m for m in (*METHOD_DRIFT, *PROFILES) if m in present and m not in COPY_METHODS]
     return {"generations": gen, "with copies": gen + [m for m in COPY_METHODS if m in present]}
 
 
@@ -194,9 +217,9 @@ def copy_paste_rates(per_query: pd.DataFrame, aux: pd.DataFrame) -> dict:
 
 
 def _method_order(methods) -> list[str]:
-    from fpr.galleries.world import METHOD_DRIFT
+    from fpr.galleries.world import METHOD_DRIFT, PROFILES
 
-    known = [m for m in ("oracle", *METHOD_DRIFT) if m in set(methods)]
+    known = [m for m in ("oracle", *METHOD_DRIFT, *PROFILES) if m in set(methods)]
     return known + sorted(set(methods) - set(known))
 
 
@@ -237,10 +260,15 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str)
 def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool = False, out: str | Path | None = None,
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
              run: str | None = None, copy_paste: bool = True, config: dict | None = None,
-             general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None) -> DemoResult:
+             general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None, profiles: Sequence[str] = (),
+             home_background: float = 0.0, occlusion: bool = False) -> DemoResult:
     """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
 
     ``copy_paste``: also run the copy-paste scorer (flag rates, keep-rule shares);
+    ``profiles``: named method profiles (:data:`fpr.galleries.world.PROFILES`) evaluated beside the methods;
+    ``siblings``, ``home_background``, ``occlusion``: the world's stress conditions (look-alike identities, a
+    home background per identity like camera sites, drift hidden by an occluder; ``fpr demo --siblings``,
+    ``--home-background``, ``--occlusion``);
     ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes;
     ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
     ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``).
@@ -252,9 +280,13 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    config = WorldConfig(seed=seed, siblings=siblings, size=size, **{**(QUICK if quick else FULL), **(config or {})})
+    config = WorldConfig(seed=seed, siblings=siblings, size=size, profiles=tuple(profiles),
+                         home_background=home_background, occlusion=occlusion,
+                         **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
-    tag = f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
+    # a stress condition renders another gallery (home backgrounds) or other queries (occlusion): its own name
+    tag = (f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
+           + (f"-home{home_background:g}" if home_background else "") + ("-occl" if occlusion else ""))
     name = f"world-demo-{tag}"
     images = Path(out).expanduser() if out else ws.root / "demo" / name
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
@@ -297,7 +329,8 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     world = {"seed": seed, "species": list(config.species), "identities_per_species": config.identities,
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,
              "queries_per_identity_and_method": config.queries, "methods": list(config.methods),
-             "siblings": siblings, "image_size": size, "n_images": build.n_images}
+             "profiles": list(config.profiles), "siblings": siblings, "home_background": config.home_background,
+             "occlusion": config.occlusion, "image_size": size, "n_images": build.n_images}
     return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary_records(), val, timings, world,
                       claims, general_runs)
 
@@ -307,15 +340,17 @@ def paper_table(summary: list[dict], metric: str) -> list[dict]:
 
     The same pivot as ``fpr report`` (:func:`fpr.render.paper.pivot`), one metric, one encoder.
     """
-    from fpr.galleries.world import METHOD_DRIFT
+    from fpr.galleries.world import METHOD_DRIFT, PROFILES, declared_drift
     from fpr.render import paper as rep
     from fpr.render.cells import format_cell
 
-    p = rep.pivot(summary, metrics=(metric,), methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT]))
+    p = rep.pivot(summary, metrics=(metric,),
+                  methods=rep.method_order(pd.DataFrame(summary), ["oracle", *METHOD_DRIFT, *PROFILES]))
     key = p.columns[0].key
     rows = []
     for m in p.methods:
-        row = {"method": m, "drift": METHOD_DRIFT.get(m)}
+        d = declared_drift(m)  # a profile's: the expected drift of its draws
+        row = {"method": m, "drift": None if d is None else round(d, 3)}
         for g in p.groups:
             row["all" if g == "*" else g] = format_cell(*p.value(g, m, key))
         rows.append(row)
@@ -339,6 +374,11 @@ def validity_lines(v: dict) -> list[str]:
         lines.append(f"paste (a reference cut out and pasted on a new background): mAP {v['paste_map']:.3f}, "
                      f"Sim {v['paste_sim']:.3f} ({v.get('paste_minus_faithful_map', 0):+.3f} mAP vs new-scene@0) -- "
                      "retrieval rewards copying; flag it with the copy-paste scorer")
+    for name, mix in (v.get("profile_mix") or {}).items():
+        lines.append(f"profile {name} ({mix['n_queries']} queries), drawn (declared): "
+                     + ", ".join(f"{m} {share:.2f} ({mix['declared'].get(m, 0.0):.2f})"
+                                 for m, share in mix["drawn"].items())
+                     + f"; mean drift {mix['mean_drift']:.3f} ({mix['declared_drift']:.3f})")
     if "copy_paste_flag_rate" in v:
         rates, scores, kept = v["copy_paste_flag_rate"], v["copy_paste_mean_score"], v["kept_share"]
         lines.append("copy-paste flag rate (mean score) per method: "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr.cli.main import cli, device_option, format_option
+from fpr.defaults import WORLD_PROFILES
 from fpr.render.cells import dumps, format_cell, render_rows
 
 
@@ -13,8 +14,16 @@ from fpr.render.cells import dumps, format_cell, render_rows
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Folder for the rendered images (default: <workspace>/demo/<gallery>).")
 @click.option("--encoder", default="fpr-world-v3", show_default=True, help="Encoder of the gallery index.")
-@click.option("--siblings", type=float, default=0.0, show_default=True,
-              help="Share of markings the gallery identities of a species have in common (harder).")
+@click.option("--profile", "profiles", multiple=True, type=click.Choice(WORLD_PROFILES),
+              help="A named method profile to evaluate beside the methods: a mixture of contexts and drift levels "
+                   "that behaves like a real method of the paper (docs/world.md, Profiles); repeatable.")
+@click.option("--siblings", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Stress: share of markings the gallery identities of a species have in common (look-alikes).")
+@click.option("--home-background", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Stress: share of an identity's real images taken at its own home background (like camera "
+                   "sites: gallery backgrounds correlate with identity).")
+@click.option("--occlusion", is_flag=True,
+              help="Stress: an occluder over the region each graded query's drift redraws (drift hidden).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
 @device_option()
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
@@ -22,14 +31,15 @@ from fpr.render.cells import dumps, format_cell, render_rows
               help="General-purpose encoder of the paper's 2x2 and the two claims' verdicts ('' = skip them).")
 @format_option()
 @click.pass_context
-def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_paste, general, fmt) -> None:
+def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background, occlusion, run, device,
+             no_copy_paste, general, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
     from fpr.render.cells import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
                    siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste,
-                   general=general or None)
+                   general=general or None, profiles=profiles, home_background=home_background, occlusion=occlusion)
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
@@ -77,6 +87,9 @@ def demo_cmd(ctx, quick, seed, out, encoder, siblings, run, device, no_copy_past
     click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (Sim and mAP per "
                f"species, then Sim vs mAP per method; --all for every metric and scorer): "
                f"fpr report --run {res.run_id}; browsable: fpr report --run {res.run_id} --html report.html")
+    if res.general_runs:  # the general-purpose encoder's half of the 2x2 is a run of its own (no copies)
+        click.echo(f"the general-purpose encoder's run (Sim vs mAP per method): fpr report --run "
+                   f"{res.general_runs[min(res.general_runs)][1]}")
     if res.claims:
         _print_claims(res)
 

@@ -67,7 +67,7 @@ from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 from fpr.galleries.world.methods import (  # noqa: F401  (re-exported: the world's public names)
     CONTEXTS, COPY_CONTEXT, COPY_METHODS, DRIFT_LEVELS, GRADED_METHODS, METHOD_ALIASES, METHOD_CONTEXT,
-    METHOD_DRIFT, METHODS, PROFILES, Profile, method_name)
+    METHOD_DRIFT, METHODS, PROFILES, Profile, declared_drift, method_name)
 from fpr.galleries.world.patterns import CANVAS, KINDS, SPECIES, Markings
 from fpr.galleries.world.render import (
     FAMILIES,
@@ -85,6 +85,7 @@ from fpr.keys import keyed_rng
 
 __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "METHOD_CONTEXT", "METHOD_ALIASES", "CONTEXTS",
            "COPY_CONTEXT", "DRIFT_LEVELS", "GRADED_METHODS", "PROFILES", "Profile", "QuerySpec", "method_name",
+           "declared_drift",
            "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE", "VAL_RANGE", "COPY_METHODS", "WorldConfig", "World",
            "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity",
            "identity_markings", "check_disjoint", "identity_name", "parse_identity", "build_world", "WorldBuild",

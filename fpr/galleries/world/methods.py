@@ -72,3 +72,11 @@ PROFILES = {p.name: p for p in (
 appendix C and Table 5 describe real methods. A profile is requested like a method
 (``WorldConfig(profiles=("dreambooth-like",))``); its rows carry ``method`` and ``profile`` = its name and
 the drawn query's ``context`` and ``drift``."""
+
+
+def declared_drift(method: str) -> float | None:
+    """The drift a method declares: its own for a graded method, copy or old name, the expected drift of a
+    profile's draw (:attr:`Profile.drift`), None for anything else (the oracle)."""
+    if method in METHOD_DRIFT:
+        return METHOD_DRIFT[method]
+    return PROFILES[method].drift if method in PROFILES else None
