@@ -253,6 +253,11 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
         assert line.startswith(f"  claim {v['claim']}:") and line.endswith(v["verdict"].upper())
         assert f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]" in line
     spec_run, gen_run = out["general_runs"]["0"]
+    # both encoders' Sim vs mAP per method are one command away (#23 item 5): the general encoder's is its own run
+    assert f"(Sim vs mAP per method): fpr report --run {gen_run}\n" in r.output
+    for run_id, encoder in ((spec_run, out["encoder"]), (gen_run, out["claims"]["info"]["general"])):
+        rep = CliRunner().invoke(cli, ["--workspace", str(ws), "report", "--run", run_id], obj={})
+        assert rep.exit_code == 0 and f"Sim vs mAP, all groups, encoder {encoder}:" in rep.output, rep.output
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--truth", "drift", "--general",
                                  gen_run, "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
