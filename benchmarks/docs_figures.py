@@ -7,7 +7,8 @@
 ``fpr demo --format json`` (seed 0, the shipped encoder, copy-paste on) and ``fpr demo --quick`` run as
 subprocesses in a temporary workspace; their JSON, wall times and the load average around them go to
 benchmarks/results/demo_figures.json. Every demo figure in README.md, docs/reproduce-paper.md and
-docs/world.md sits between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` and is rendered here from
+docs/world.md (and docs/world.md's table of world version 2's paired queries, rendered from the per-query CSVs of
+benchmarks/world_contexts.py in benchmarks/results/world_contexts/) sits between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` and is rendered here from
 that file; tests/docs/test_docs_static.py renders the sections again and fails if a document differs, so a
 figure cannot be edited by hand or go stale against the file. The figures themselves are fpr demo's
 output, whose values tests/test_demo.py checks against independent computations; the agreement figures and
@@ -161,7 +162,144 @@ def world_timing(fig: dict) -> str:
             f"`fpr demo --quick` {quick['wall_s']:.0f} s (load {_load(quick)}).\n")
 
 
-RENDER = {"demo-readme": readme_demo, "demo-paper": paper_demo, "demo-world-timing": world_timing}
+def world_demo(fig: dict) -> str:
+    """docs/world.md, world version 3: the full demo's per-method table, its validity line and agreement table."""
+    d = fig["full"]["demo"]
+    w, v = d["world"], d["validity"]
+    over = {k: r for k, r in _overall(d, "map").items()}
+    rates, scores, kept, ones = (v[k] for k in ("copy_paste_flag_rate", "copy_paste_mean_score", "kept_share",
+                                                 "ap_one_share"))
+    n_methods = len(w["methods"])
+    rows = "".join(f"| {k} | {over[k]['map']:.3f} | {over[k]['sim']:.3f} | {rates[k]:.3f} ({scores[k]:.3f}) | "
+                   f"{kept[k]:.3f} | {ones[k]:.3f} |\n" for k in ("oracle", *w["methods"]))
+    per_method = over[KEPT]["n_queries"]
+    agreement = "".join(
+        f"| {r['metric']}, {r['methods']} | {r['n_pairs']} | {r['spearman']:.3f} | {r['ppa']:.3f} "
+        f"[{r['ppa_lo']:.2f},{r['ppa_hi']:.2f}] | {r['ppa_ties_half']:.3f} | {r['metric_tie_share']:.3f} | "
+        f"{r['kendall_within']:.3f} |\n" for r in sorted(v["agreement"], key=lambda r: (r["methods"] != "generations",
+                                                                                   r["metric"] != "mAP")))
+    above = lambda a, b: "above" if a > b else "not above"  # noqa: E731
+    return (
+        f"{len(w['species'])} species x {w['identities_per_species']} identities, {w['gallery_per_identity']} "
+        f"gallery + {w['references_per_identity']} reference images each, {w['queries_per_identity_and_method']} "
+        f"queries per identity and method, the {n_methods} methods of `DEMO_METHODS` ({w['n_images']:,} images, "
+        f"{n_methods * per_method:,} queries plus the {over['oracle']['n_queries']} oracle queries; "
+        f"`benchmarks/results/demo_figures.json`):\n\n"
+        f"| method | mAP | Sim | copy-paste flag rate (mean score) | kept by `{v['keep_rule']}` | AP = 1 share |\n"
+        f"|---|---|---|---|---|---|\n{rows}\n"
+        f"The new-scene ladder {'holds' if v['ordering_holds'] else 'does NOT hold'}; Spearman(mAP, drift) per "
+        f"query is {v['spearman_ap_drift_queries']:.3f} (Sim {v['spearman_sim_drift_queries']:.3f}), across "
+        f"methods {v['spearman_map_drift_methods']:.2f} (Sim {v['spearman_sim_drift_methods']:.2f}). "
+        f"`{SCENE}` (the reference's scene with a quarter of the markings redrawn) scores "
+        f"{above(over[SCENE]['map'], over[KEPT]['map'])} `{KEPT}` on mAP ({over[SCENE]['map']:.3f} vs "
+        f"{over[KEPT]['map']:.3f}) and {above(over[SCENE]['sim'], over[KEPT]['sim'])} it on Sim "
+        f"({over[SCENE]['sim']:.3f} vs {over[KEPT]['sim']:.3f}); `copy-paste` flags {_pct(rates[SCENE])} of it "
+        f"and the keep-rule keeps {_pct(kept[SCENE])}.\n\n"
+        f"| seed {w['seed']} | pairs | Spearman (vs -drift) | PPA (VISTAR, strict) | PPA, ties 1/2 | metric tie share "
+        f"| tau-b within identity |\n|---|---|---|---|---|---|---|\n{agreement}")
+
+
+# The per-query CSVs of benchmarks/world_contexts.py (fpr-world-v3 outside the pipeline): as-is and the
+# shared_view control, which renders world version 2's faithful/drift-*/generic queries bit for bit.
+CONTEXTS_DIR = ROOT / "benchmarks" / "results" / "world_contexts"
+V2_NAMES = {"new-scene@0": "faithful", "new-scene@0.1": "drift-0.1", "new-scene@0.25": "drift-0.25",
+            "new-scene@0.5": "drift-0.5", "new-scene@1": "generic"}
+
+
+def contexts_rows(seed: int, config: str):
+    import pandas as pd
+
+    return pd.read_csv(CONTEXTS_DIR / f"seed{seed}-{config}.csv.gz")
+
+
+def _ladder_spearman(rows) -> float:
+    """Spearman of AP with drift over the queries of the new-scene ladder (one context, as world version 2)."""
+    from scipy.stats import spearmanr
+
+    lad = rows[rows["method"].isin(LADDER)]
+    return float(spearmanr(lad["ap"], lad["drift"]).statistic)
+
+
+def world_shared_view(fig: dict) -> str:
+    """docs/world.md, world version 2's paired queries (the shared_view control) beside version 3's, per seed,
+    from benchmarks/world_contexts.py's per-query CSVs (``fig`` is not used: these are not demo runs)."""
+    seeds = (0, 1, 2)
+    data = {(s, c): contexts_rows(s, c) for s in seeds for c in ("shared-view", "as-is")}
+    mean = {k: df.groupby("method")["ap"].mean() for k, df in data.items()}
+    cell = lambda m, c: " / ".join(f"{mean[(s, c)][m]:.3f}" for s in seeds)  # noqa: E731
+    rows = "".join(f"| {m} (`{V2_NAMES[m]}`) | {cell(m, 'shared-view')} | {cell(m, 'as-is')} |\n" for m in LADDER)
+    rho = lambda c: " / ".join(f"{_ladder_spearman(data[(s, c)]):.3f}" for s in seeds)  # noqa: E731
+    return ("| method (version 2 name) | mAP, shared view (version 2), seeds 0 / 1 / 2 | mAP, a view per method "
+            "(version 3) |\n|---|---|---|\n" + rows
+            + f"| Spearman(AP, drift) per query, this ladder | {rho('shared-view')} | {rho('as-is')} |\n")
+
+
+def _auroc(pos, neg) -> float:
+    """P(a positive scores above a negative), ties 1/2 (Mann-Whitney), as tests/galleries/world_probe.py."""
+    import numpy as np
+
+    p, n = np.asarray(pos, float)[:, None], np.asarray(neg, float)[None, :]
+    return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
+
+
+def world_contexts(fig: dict) -> str:
+    """docs/world.md, contexts x drift and the profiles on seed 0 (and two AUROCs per seed), from
+    benchmarks/world_contexts.py's per-query CSVs."""
+    from fpr.galleries.world import PROFILES
+
+    seeds = (0, 1, 2)
+    data = {s: contexts_rows(s, "as-is") for s in seeds}
+    means = data[0].groupby("method")[["sim", "ap"]].mean()
+    levels = ("0", "0.25", "0.5", "1")
+    groups = [[f"{c}@{d}" for d in levels] for c in ("new-scene", "ref-pose", "ref-scene")] + [list(PROFILES)]
+    name = lambda g: " / ".join([g[0], *(f"@{m.split('@')[1]}" for m in g[1:])]) if "@" in g[0] else " / ".join(g)  # noqa: E731
+    joined = lambda g, col: " / ".join(f"{means.loc[m, col]:.3f}" for m in g)  # noqa: E731
+    rows = "".join(f"| {name(g)} | {joined(g, 'sim')} | {joined(g, 'ap')} |\n" for g in groups)
+
+    def sep(a: str, b: str) -> str:
+        sims = [[data[s].loc[data[s]["method"] == k, "sim"] for k in (a, b)] for s in seeds]
+        return " / ".join(f"{_auroc(*pair):.3f}" for pair in sims)
+
+    rs, ns = means.loc["ref-scene@0.5"], means.loc["new-scene@0.25"]
+    return ("| method | Sim | mAP |\n|---|---|---|\n" + rows + "\n"
+            f"The specialist's Sim AUROC of `new-scene@0.25` over `new-scene@0.5` is {sep('new-scene@0.25', 'new-scene@0.5')}"
+            f" (seeds 0 / 1 / 2; `tests/galleries/test_world_specialist.py` pins them); of `new-scene@0` over "
+            f"`ref-pose@1` {sep('new-scene@0', 'ref-pose@1')} (a generic animal in the reference's layout). "
+            f"Context moves the specialist's *Sim*: `ref-scene@0.5` scores {rs['sim']:.3f} against `new-scene@0.25`'s "
+            f"{ns['sim']:.3f}, the reference's own background, light and pose adding to the cosine; on mAP "
+            f"{rs['ap']:.3f} against {ns['ap']:.3f}, since the gallery's other identities share no scene with the "
+            "query.\n")
+
+
+def world_stress(fig: dict) -> str:
+    """docs/world.md, the stress conditions measured by benchmarks/world_contexts.py (per-query CSVs), per seed."""
+    seeds = (0, 1, 2)
+
+    def per_seed(config: str, value) -> str:
+        return " / ".join(f"{value(contexts_rows(s, config)):.3f}" for s in seeds)
+
+    def mean(method: str, col: str):
+        return lambda df: df.loc[df["method"] == method, col].mean()
+
+    def separation(a: str, b: str):
+        return lambda df: _auroc(df.loc[df["method"] == a, "sim"], df.loc[df["method"] == b, "sim"])
+
+    rows = [("siblings 0.5", "`fpr-world-v3` Sim of `new-scene@1` (a generic animal)", "as-is", "siblings-0.5",
+             mean("new-scene@1", "sim")),
+            ("home background 1", "8x8 thumbnail mAP of `ref-scene@1`, 5 gallery images per identity", "thumbnail-g5",
+             "thumbnail-g5-home", mean("ref-scene@1", "ap")),
+            ("home background 1", "`fpr-world-v3` mAP of `ref-scene@1`, 10 gallery images per identity", "as-is",
+             "home-background", mean("ref-scene@1", "ap")),
+            ("occlusion", "`fpr-world-v3` Sim AUROC of `new-scene@0` over `new-scene@0.25`", "as-is", "occlusion",
+             separation("new-scene@0", "new-scene@0.25"))]
+    return ("| stress condition | measured | off, seeds 0 / 1 / 2 | on, seeds 0 / 1 / 2 |\n|---|---|---|---|\n"
+            + "".join(f"| {name} | {what} | {per_seed(off, f)} | {per_seed(on, f)} |\n"
+                      for name, what, off, on, f in rows))
+
+
+RENDER = {"demo-readme": readme_demo, "demo-paper": paper_demo, "demo-world-timing": world_timing,
+          "world-demo": world_demo, "world-shared-view": world_shared_view, "world-stress": world_stress,
+          "world-contexts": world_contexts}
 
 
 def render(text: str, fig: dict) -> str:

@@ -7,6 +7,9 @@ import importlib.util
 import json
 import re
 
+import numpy as np
+import pytest
+
 from tests.docs.conftest import ROOT
 from tests.docs.extract import SKIP, all_blocks, parse, untagged_commands
 
@@ -133,6 +136,56 @@ def test_demo_verdicts_agree_with_the_general_standin_benchmark():
         got = [f"{v['ppa_a']:.3f}", f"{v['ppa_b']:.3f}", f"{v['diff']:+.3f}", f"{v['diff_lo']:+.3f}",
                f"{v['diff_hi']:+.3f}", str(v["n_pairs"]), v["verdict"]]
         assert got == list(rows[v["claim"]]), v["claim"]
+
+def test_demo_figures_agree_with_the_independent_world_contexts_benchmark():
+    """docs/world.md says the full demo's mAP and Sim of every method (fpr's pipeline, demo_figures.json) equal
+    what benchmarks/world_contexts.py computes with its own Sim and AP code on the same images (seed 0, as-is;
+    its per-query files hold 6 decimals, so a mean of 90 agrees to 1e-6)."""
+    mod = _figures_module()
+    demo = json.loads(mod.RESULTS.read_text())["full"]["demo"]
+    other = mod.contexts_rows(0, "as-is").groupby("method")[["ap", "sim"]].mean()
+    methods = demo["world"]["methods"]
+    for r in demo["summary"]:
+        if r["group"] == "*" and r["method"] in methods:
+            assert (r["map"], r["sim"]) == pytest.approx(tuple(other.loc[r["method"]]), abs=1e-6), r["method"]
+    assert {r["method"] for r in demo["summary"] if r["group"] == "*"} == {*methods, "oracle"}
+
+
+def test_world_version_2s_paired_figures_come_from_the_shared_view_files():
+    """The shared_view control renders world version 2's queries: its ladder Spearman per query, computed here
+    by ranking directly, equals what docs/world.md renders (and what version 2's demo printed: -0.742 / -0.689 /
+    -0.721 on seeds 0 / 1 / 2, before the queries changed)."""
+    from scipy.stats import rankdata
+
+    mod = _figures_module()
+    got = []
+    for seed in (0, 1, 2):
+        lad = mod.contexts_rows(seed, "shared-view")
+        lad = lad[lad["method"].isin(mod.LADDER)]
+        a, b = rankdata(lad["ap"]), rankdata(lad["drift"])
+        got.append(float(np.corrcoef(a, b)[0, 1]))
+    assert [f"{x:.3f}" for x in got] == ["-0.742", "-0.689", "-0.721"]
+    assert " / ".join(f"{x:.3f}" for x in got) in (ROOT / "docs" / "world.md").read_text()
+
+
+def test_world_stress_figures_equal_the_specialist_tests_pins():
+    """docs/world.md's stress table (benchmarks/world_contexts.py's files) and the golden values of
+    tests/galleries/test_world_specialist.py were measured by two runs of the same probe: they agree."""
+    from tests.galleries import test_world_specialist as pins
+
+    mod = _figures_module()
+    for seed in (0, 1, 2):
+        rows = {c: mod.contexts_rows(seed, c) for c in ("as-is", "siblings-0.5", "occlusion", "thumbnail-g5",
+                                                       "thumbnail-g5-home")}
+        m = lambda c, method, col: rows[c].loc[rows[c]["method"] == method, col].mean()  # noqa: E731
+        assert (m("as-is", "new-scene@1", "sim"), m("siblings-0.5", "new-scene@1", "sim")) == \
+            pytest.approx(pins.GENERIC_SIM[seed], abs=0.002)
+        assert (m("thumbnail-g5", "ref-scene@1", "ap"), m("thumbnail-g5-home", "ref-scene@1", "ap")) == \
+            pytest.approx(pins.HOME_MAP[seed][0], abs=0.002)
+        sep = [mod._auroc(*(rows[c].loc[rows[c]["method"] == k, "sim"] for k in ("new-scene@0", "new-scene@0.25")))
+               for c in ("as-is", "occlusion")]
+        assert tuple(sep) == pytest.approx(pins.OCCLUDED_AUROC[seed], abs=0.002)
+
 
 # A timing figure: a number (or range) followed by s, ms or min ("1.1 s", "20-40 s", "30.9 ms/img", "49.5 min").
 TIMING = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:s|ms|min)\b")
