@@ -223,6 +223,14 @@ def _method_order(methods) -> list[str]:
     return known + sorted(set(methods) - set(known))
 
 
+def _stress_tag(config) -> str:
+    """A stress condition renders another gallery (siblings, home backgrounds) or other queries (occlusion): the
+    demo's gallery names carry it, so that a stressed world never replaces the plain one."""
+    return ((f"-sib{config.siblings:g}" if config.siblings else "")
+            + (f"-home{config.home_background:g}" if config.home_background else "")
+            + ("-occl" if config.occlusion else ""))
+
+
 def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: str, seed: int, device: str):
     """The generations (copies left out: their truth is the copy-paste scorer's business) and the oracle under the
     general-purpose encoder: the other half of the 2x2."""
@@ -244,7 +252,7 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str)
     from fpr.workflows.meta import claims_frame
 
     config = replace(config, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
-    name = f"world-demo-s{config.seed}-claims"
+    name = f"world-demo-s{config.seed}{_stress_tag(config)}-claims"
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
     build = World(config).write(ws_root / "demo" / name)
     api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
@@ -284,9 +292,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
                          home_background=home_background, occlusion=occlusion,
                          **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
-    # a stress condition renders another gallery (home backgrounds) or other queries (occlusion): its own name
-    tag = (f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
-           + (f"-home{home_background:g}" if home_background else "") + ("-occl" if occlusion else ""))
+    tag = f"s{seed}" + ("-quick" if quick else "") + _stress_tag(config)
     name = f"world-demo-{tag}"
     images = Path(out).expanduser() if out else ws.root / "demo" / name
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
