@@ -206,10 +206,11 @@ V2_NAMES = {"new-scene@0": "faithful", "new-scene@0.1": "drift-0.1", "new-scene@
             "new-scene@0.5": "drift-0.5", "new-scene@1": "generic"}
 
 
-def contexts_rows(seed: int, config: str):
+def contexts_rows(seed: int, config: str, encoder: str = "fpr-world-v3"):
     import pandas as pd
 
-    return pd.read_csv(CONTEXTS_DIR / f"seed{seed}-{config}.csv.gz")
+    return pd.read_csv(CONTEXTS_DIR / (f"seed{seed}-{config}" + ("" if encoder == "fpr-world-v3" else f"@{encoder}")
+                                       + ".csv.gz"))
 
 
 def _ladder_spearman(rows) -> float:
@@ -240,6 +241,22 @@ def _auroc(pos, neg) -> float:
 
     p, n = np.asarray(pos, float)[:, None], np.asarray(neg, float)[None, :]
     return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
+
+
+def world_encoders(fig: dict) -> str:
+    """docs/world.md, the encoders section: per-query Spearman(AP, drift) of the shipped world encoders on world
+    version 2's paired queries (the shared_view control), from benchmarks/world_contexts.py's files."""
+    seeds = (0, 1, 2)
+    rows = ""
+    for encoder, what in (("fpr-world-v2", "300 ids, 30 epochs, CPU"), ("fpr-world-v3", "800 ids, `--twins 0.25`")):
+        data = [contexts_rows(s, "shared-view", encoder) for s in seeds]
+        kept = data[0].loc[data[0]["method"] == KEPT, "ap"].mean()
+        rows += (f"| `{encoder}` ({what}) | " + " | ".join(f"{_ladder_spearman(d):.3f}" for d in data)
+                 + f" | {kept:.3f} |\n")
+    half = contexts_rows(0, "shared-view").query("method == 'new-scene@0.5'")["ap"]
+    return ("| encoder | seed 0 | seed 1 | seed 2 | faithful mAP, seed 0 |\n|---|---|---|---|---|\n" + rows
+            + f"\nWith `fpr-world-v3` the AP of `drift-0.5` (`new-scene@0.5`) still ranges from {half.min():.2f} to "
+            f"{half.max():.2f} within the method (seed 0).\n")
 
 
 def world_contexts(fig: dict) -> str:
@@ -299,7 +316,7 @@ def world_stress(fig: dict) -> str:
 
 RENDER = {"demo-readme": readme_demo, "demo-paper": paper_demo, "demo-world-timing": world_timing,
           "world-demo": world_demo, "world-shared-view": world_shared_view, "world-stress": world_stress,
-          "world-contexts": world_contexts}
+          "world-contexts": world_contexts, "world-encoders": world_encoders}
 
 
 def render(text: str, fig: dict) -> str:

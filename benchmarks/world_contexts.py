@@ -1,6 +1,7 @@
 """The world's contexts crossed with drift, its profiles and stress conditions, scored by the shipped specialist.
 
     PYTHONPATH=. python benchmarks/world_contexts.py measure --seeds 0 1 2   # per-query CSVs (1 min per seed under load 4, 7 under 15)
+    PYTHONPATH=. python benchmarks/world_contexts.py measure --seeds 0 1 2 --configs shared-view --encoder fpr-world-v2
     PYTHONPATH=. python benchmarks/world_contexts.py table               # benchmarks/results/world_contexts.md
 
 ``measure`` renders, per seed, the full world (3 species x 10 identities, 10 gallery and 3 reference
@@ -25,6 +26,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT_DIR = ROOT / "benchmarks" / "results" / "world_contexts"
+SPECIALIST = "fpr-world-v3"
 CONFIGS = {"as-is": {}, "shared-view": {"shared_view": True}, "siblings-0.5": {"siblings": 0.5},
            "home-background": {"home_background": 1.0}, "occlusion": {"occlusion": True},
            "thumbnail-g5": {"gallery": 5}, "thumbnail-g5-home": {"gallery": 5, "home_background": 1.0}}
@@ -36,14 +38,19 @@ PAIRS = (("new-scene@0.25", "new-scene@0.5"), ("ref-pose@0.25", "ref-pose@0.5"),
          ("new-scene@0", "ref-scene@1"))
 
 
-def measure(seeds: list[int], configs: list[str]) -> None:
+def csv_name(seed: int, config: str, encoder: str = SPECIALIST) -> str:
+    """The per-query file of one seed and configuration; another encoder than the specialist adds ``@encoder``."""
+    return f"seed{seed}-{config}" + ("" if encoder == SPECIALIST else f"@{encoder}") + ".csv.gz"
+
+
+def measure(seeds: list[int], configs: list[str], encoder: str = SPECIALIST) -> None:
     import torch
 
     from fpr.galleries import world as W
     from tests.galleries.world_probe import embedder, probe, thumbnail
 
     torch.set_num_threads(1)
-    embed = embedder()
+    embed = embedder(encoder)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         for name in configs:
@@ -53,7 +60,7 @@ def measure(seeds: list[int], configs: list[str]) -> None:
             rows = probe(W.World(W.WorldConfig(seed=seed, **CONFIGS[name])), methods,
                          thumbnail if name in THUMBNAIL else embed)
             df = pd.DataFrame([r.__dict__ for r in rows])
-            df.round(6).to_csv(OUT_DIR / f"seed{seed}-{name}.csv.gz", index=False)
+            df.round(6).to_csv(OUT_DIR / csv_name(seed, name, encoder), index=False)
             print(f"seed {seed} {name}: {len(df)} queries in {time.perf_counter() - t:.0f} s", flush=True)
 
 
@@ -75,12 +82,13 @@ def table(out: Path) -> str:
     for f in files:
         seed, name = f.name.removesuffix(".csv.gz").split("-", 1)
         by_cfg.setdefault(name, {})[int(seed[4:])] = pd.read_csv(f)
-    for name in CONFIGS:
-        seeds = by_cfg.get(name, {})
+    for key in [*CONFIGS, *sorted(k for k in by_cfg if "@" in k)]:  # config, or config@encoder
+        seeds = by_cfg.get(key, {})
         if not seeds:
             continue
-        scorer = "8x8 thumbnail, not the specialist" if name in THUMBNAIL else "fpr-world-v3"
-        parts += [f"## {name} ({CONFIGS[name] or 'no stress condition'}; {scorer})", ""]
+        name, _, encoder = key.partition("@")
+        scorer = "8x8 thumbnail, not the specialist" if name in THUMBNAIL else (encoder or SPECIALIST)
+        parts += [f"## {key} ({CONFIGS[name] or 'no stress condition'}; {scorer})", ""]
         per = {s: df.groupby("method", sort=False).agg(context=("context", _one_or_mixed), drift=("drift", "mean"),
                                                         sim=("sim", "mean"), map=("ap", "mean"))
                for s, df in sorted(seeds.items())}
@@ -111,11 +119,12 @@ def main(argv=None) -> int:
     m = sub.add_parser("measure")
     m.add_argument("--seeds", type=int, nargs="+", default=[0])
     m.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    m.add_argument("--encoder", default=SPECIALIST, help="a shipped encoder id (files of another one end in @id)")
     t = sub.add_parser("table")
     t.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "world_contexts.md")
     args = ap.parse_args(argv)
     if args.cmd == "measure":
-        measure(args.seeds, args.configs)
+        measure(args.seeds, args.configs, args.encoder)
     else:
         print(table(args.out))
     return 0
