@@ -205,14 +205,9 @@ SETTINGS: tuple[tuple[str, str], ...] = (
     ("docs/judges.md", "no reply within 1 s after 2 retries"),
     ("docs/serve.md", "exits within 0.2 s when the server is gone"),
 )
-# Measured figures not yet backed, in text another branch is rewriting (docs/world.md's encoder and training
-# sections, branch `world`): the next edit there cites benchmarks/results/cuda.md for the H100 run (300 s)
-# and drops what no file backs (fpr-world-v2's 49.5 min). The test fails once one of these is gone.
-KNOWN_UNCHECKED: tuple[tuple[str, str], ...] = (
-    ("docs/world.md", "**300 s** for 40 epochs"),
-    ("docs/world.md", "v2's CPU run did 108,000 images in 49.5 min"),
-    ("docs/world.md", "30 epochs on a 2-core CPU, 49.5 min"),
-)
+# Measured figures not yet backed by a results file (the test fails once one of these is gone from the text).
+# Empty: docs/world.md's training figures now cite benchmarks/results/cuda.md.
+KNOWN_UNCHECKED: tuple[tuple[str, str], ...] = ()
 
 
 def _units(text: str) -> list[str]:
