@@ -36,10 +36,10 @@ from fpr.render.cells import dumps, render_rows
                    "(0 = none; fpr-world-v3 uses 0.25).")
 @click.option("--labels", default="identity", show_default=True,
               help="World only: 'identity' (a specialist) or a comma list of species, background, facing, pose: "
-                   "classes are those attributes, never identity (a general-purpose stand-in; fpr-general-v1).")
+                   "classes are those attributes, never identity (a general-purpose stand-in; fpr-general-v1, v2).")
 @click.option("--blend", "blend_partner", default=None,
               help="After training, mix in a share of this encoder's embedding (e.g. fpr-world-v3), calibrated on "
-                   "the validation images to --blend-target: fpr-general-v1's recipe (docs/world.md).")
+                   "the validation images to --blend-target: fpr-general-v1's and v2's recipe (docs/world.md).")
 @click.option("--blend-target", type=float, default=None,
               help="Oracle mAP on the validation images that --blend calibrates the share to (e.g. 0.45).")
 @click.option("--blend-layout", type=float, default=0.0, show_default=True,
