@@ -2,6 +2,8 @@
 
     PYTHONPATH=. python benchmarks/general_standin_layout.py                    # calibrate on seeds 5, 6, 7, 13, 14
     PYTHONPATH=. python benchmarks/general_standin_layout.py --check 0,1,2                # the shipped card's shares
+    PYTHONPATH=. python benchmarks/general_standin_layout.py --check 3,4,8,9,10 \
+        --out benchmarks/results/general_standin_layout_heldout.md                           # more held-out seeds
 
 The stand-in's cosine is ``(1 - l - w) cos_a + l cos_p + w cos_s`` (fpr.encoders.blend): ``a`` the attribute
 network (trained on species, background family and facing; fpr-general-v1's), ``p`` the pixels-16 layout
@@ -183,9 +185,7 @@ def main() -> int:
                          + " / ".join(f"{r['pose1']:.3f}" for r in rs) + f" | {mark} |")
         lines += ["", f"chosen: layout share {chosen[0]:.2f}, identity share {chosen[1]:.4f}" if chosen
                   else "no layout share on the grid meets the line on every calibration seed"]
-    lines += ["", f"`PYTHONPATH=. python benchmarks/general_standin_layout.py "
-                  + (f"--check {args.check} --layout {args.layout:g} --identity {args.identity:g}`" if args.check
-                     else f"--seeds {args.seeds}`")
+    lines += ["", "`PYTHONPATH=. python " + " ".join(["benchmarks/general_standin_layout.py", *sys.argv[1:]]) + "`"
               + f": {time.perf_counter() - t0:.0f} s, load average {load0:.1f} at the start, "
                 f"{os.getloadavg()[0]:.1f} at the end, {os.cpu_count()} CPUs"]
     text = "\n".join(lines) + "\n"
