@@ -3,6 +3,7 @@
     PYTHONPATH=. python benchmarks/docs_figures.py            # runs fpr demo (full, then --quick), writes the
                                                               # JSON and re-renders the docs sections
     PYTHONPATH=. python benchmarks/docs_figures.py --render   # only re-renders the docs from the stored JSON
+    PYTHONPATH=. python benchmarks/docs_figures.py --only quick   # one demo; the other's stored entry is kept
 
 ``fpr demo --format json`` (seed 0, the shipped encoder, copy-paste on) and ``fpr demo --quick`` run as
 subprocesses in a temporary workspace; their JSON, wall times and the load average around them go to
@@ -335,9 +336,15 @@ def documents() -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--render", action="store_true", help="only re-render the docs from the stored JSON")
+    ap.add_argument("--only", choices=("full", "quick"), default=None,
+                    help="measure one of the two demos and keep the other's stored entry (each run stays short)")
     args = ap.parse_args()
     if not args.render:
-        fig = {"full": measure(quick=False), "quick": measure(quick=True)}
+        if args.only:
+            fig = json.loads(RESULTS.read_text())
+            fig[args.only] = measure(quick=args.only == "quick")
+        else:
+            fig = {"full": measure(quick=False), "quick": measure(quick=True)}
         RESULTS.write_text(json.dumps(fig, indent=1, sort_keys=True) + "\n")
     fig = json.loads(RESULTS.read_text())
     for doc in documents():

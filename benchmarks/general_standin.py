@@ -7,7 +7,7 @@
 
 ``--seed S`` evaluates the full demo world's generations (``fpr.demo.DEMO_METHODS`` less the copies) and the
 oracle of seed S with the specialist ``fpr-world-v3`` and the general-purpose stand-in
-``fpr-general-v1`` -- exactly what ``fpr demo`` does for its verdict seeds -- and stores the joined
+``fpr-general-v2`` (the demo's GENERAL_ENCODER) -- exactly what ``fpr demo`` does for its verdict seeds -- and stores the joined
 per-query frame as ``benchmarks/results/general_standin_s<S>.csv`` (with the time and load).
 ``--pool`` writes, per seed, the 2x2 per method (the oracle row's general mAP is the stand-in's
 oracle mAP, whose band [0.35, 0.6] is checked), the AP = 1 share and both verdicts, then the
@@ -77,7 +77,7 @@ def pool(seeds: list[int], out: Path, boot_seed: int = 0) -> int:
             if n != v["n_pairs"] or abs(ppa - v[key]) > TOL:
                 failures.append(f"{v['claim']} {col}: loops {n} pairs {ppa!r} vs fpr {v['n_pairs']} {v[key]!r}")
     lines = [f"# The paper's 2x2 and its two claims on the demo world (seeds {', '.join(map(str, seeds))})", "",
-             "Specialist `fpr-world-v3`, general-purpose `fpr-general-v1` (a stand-in for CLIP/DINOv2, not them); "
+             "Specialist `fpr-world-v3`, general-purpose `fpr-general-v2` (a stand-in for CLIP/DINOv2, not them: an attribute network with declared layout and identity shares, docs/world.md); "
              "full demo world (10 identities per species, 10 gallery and 3 reference images, 3 queries per identity "
              "and method). Verdicts: strict PPA (VISTAR's) against -drift, paired 95% bootstrap over queries (1000). "
              f"Every PPA re-computed by loops: {'all equal' if not failures else 'MISMATCH'}.", "",

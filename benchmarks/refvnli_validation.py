@@ -7,7 +7,7 @@ identities only):
   (the reference's layout on a new background, another individual: world version 3), for the
   model's ``sp`` (mean over the query's 3 references), Sim with the specialist encoder
   (fpr-world-v3) and Sim with a general-purpose encoder (``--general``, default the stand-in
-  fpr-general-v1; pixels-16 is the floor);
+  fpr-general-v2; pixels-16 is the floor);
 - textual alignment: on a held-out ``fpr refvnli data`` build (data seed = 100 + world
   seed; scene-positive pairs, one row per (target, prompt)), AUROC of the matching prompt
   over the swapped and the one-detail-edited prompt, for the model's ``ta`` and for its
@@ -34,7 +34,7 @@ from pathlib import Path
 
 
 def run(seed: int, model: str, label: str, identities: int, queries: int, sets: int, n_boot: int,
-        general: str = "fpr-general-v1") -> dict:
+        general: str = "fpr-general-v2") -> dict:
     import torch
 
     from fpr.workflows.refvnli import WorldFrames, build_refvnli_data
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--model", default="builtin")
     ap.add_argument("--label", default=None)
-    ap.add_argument("--general", default="fpr-general-v1", help="the general-purpose encoder whose Sim is a baseline")
+    ap.add_argument("--general", default="fpr-general-v2", help="the general-purpose encoder whose Sim is a baseline")
     ap.add_argument("--identities", type=int, default=8)
     ap.add_argument("--queries", type=int, default=3)
     ap.add_argument("--sets", type=int, default=8)

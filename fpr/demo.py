@@ -32,7 +32,7 @@ from fpr import progress
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
 # other half of the paper's Figure 3 2x2, and the world seeds the full demo pools the two claims' verdicts over.
-GENERAL_ENCODER = "fpr-general-v1"
+GENERAL_ENCODER = "fpr-general-v2"
 CLAIM_SEEDS = 3
 KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.md documents
 # Method sets the agreement table judges (every statistic of a row on the same set). The copy controls

@@ -205,13 +205,13 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
 
     ws, out = quick_demo
     claims = out["claims"]
-    assert claims["info"]["general"] == "fpr-general-v1" and claims["info"]["seeds"] == [0]
+    assert claims["info"]["general"] == "fpr-general-v2" and claims["info"]["seeds"] == [0]
     assert claims["info"]["pairs"].startswith("cross-context pairs")  # world version 3 carries a context column
     spec_run, gen_run = out["general_runs"]["0"]
     assert spec_run == out["run"]
     spec = api.load_run(spec_run, workspace=ws).per_query
     gen_res = api.load_run(gen_run, workspace=ws)
-    assert gen_res.encoder == "fpr-general-v1"
+    assert gen_res.encoder == "fpr-general-v2"
     gen = gen_res.per_query
     both = spec.merge(gen[["query_id", "ap", "sim"]], on="query_id", suffixes=("", "_g"))
     judged = both[both["drift"].notna()]

@@ -27,7 +27,7 @@ from fpr.render.cells import dumps, format_cell, render_rows
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
 @device_option()
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
-@click.option("--general", default="fpr-general-v1", show_default=True,
+@click.option("--general", default="fpr-general-v2", show_default=True,
               help="General-purpose encoder of the paper's 2x2 and the two claims' verdicts ('' = skip them).")
 @format_option()
 @click.pass_context

@@ -38,7 +38,7 @@ def _names(text: str | None) -> list[str]:
 @click.option("--pair-within", default="group,identity", show_default=True,
               help="Keys queries share to be paired when pairs come from ratings or the truth ('' = all pairs).")
 @click.option("--general", "general_run", default=None,
-              help="With --truth: a run of the same queries with a general-purpose encoder (the demo's fpr-general-v1 "
+              help="With --truth: a run of the same queries with a general-purpose encoder (the demo's fpr-general-v2 "
                    "run): print the paper's 2x2 (general/specialist x Sim/mAP) per method and a verdict per claim.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option("--n-boot", type=int, default=1000, show_default=True, help="Bootstrap resamples for the intervals.")

@@ -36,12 +36,15 @@ from fpr.render.cells import dumps, render_rows
                    "(0 = none; fpr-world-v3 uses 0.25).")
 @click.option("--labels", default="identity", show_default=True,
               help="World only: 'identity' (a specialist) or a comma list of species, background, facing, pose: "
-                   "classes are those attributes, never identity (a general-purpose stand-in; fpr-general-v1).")
+                   "classes are those attributes, never identity (a general-purpose stand-in; fpr-general-v1, v2).")
 @click.option("--blend", "blend_partner", default=None,
               help="After training, mix in a share of this encoder's embedding (e.g. fpr-world-v3), calibrated on "
-                   "the validation images to --blend-target: fpr-general-v1's recipe (docs/world.md).")
+                   "the validation images to --blend-target: fpr-general-v1's and v2's recipe (docs/world.md).")
 @click.option("--blend-target", type=float, default=None,
               help="Oracle mAP on the validation images that --blend calibrates the share to (e.g. 0.45).")
+@click.option("--blend-layout", type=float, default=0.0, show_default=True,
+              help="With --blend: a declared share of the pixels-16 layout embedding (scene instance, pose, framing) "
+                   "in the blend, fixed before the identity share is calibrated: fpr-general-v2's recipe.")
 @click.option("--val-fraction", type=float, default=0.2, show_default=True,
               help="Manifest/gallery only: share of identities held out for validation.")
 @click.option("--steps-per-epoch", type=click.IntRange(min=1), default=None, help="Cap on batches per epoch (smoke tests).")
@@ -58,7 +61,7 @@ from fpr.render.cells import dumps, render_rows
 @format_option()
 @click.pass_context
 def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_size, lr, margin, scale, pretrained,
-              identities, per_identity, render_size, twins, labels, blend_partner, blend_target, val_fraction, steps_per_epoch, seed,
+              identities, per_identity, render_size, twins, labels, blend_partner, blend_target, blend_layout, val_fraction, steps_per_epoch, seed,
               device, workers, threads,
               out, flat, overwrite, fmt) -> None:
     """Train an encoder; validate by oracle mAP on held-out identities each epoch; register it by id."""
@@ -70,11 +73,14 @@ def train_cmd(ctx, source, gallery, encoder_id, arch, size, dim, epochs, batch_s
     config.check()  # bad arch etc. fail before any data is read
     if (blend_partner is None) != (blend_target is None):
         raise click.UsageError("--blend and --blend-target go together (e.g. --blend fpr-world-v3 --blend-target 0.45)")
+    if blend_layout and blend_partner is None:
+        raise click.UsageError("--blend-layout needs --blend and --blend-target (e.g. --blend fpr-world-v3 "
+                               "--blend-target 0.4 --blend-layout 0.2)")
     src = api.training_source(source, gallery=gallery, workspace=ctx.obj["workspace"], identities=identities,
                               per_identity=per_identity, render_size=render_size, seed=seed,
                               val_fraction=val_fraction, twins=twins, labels=labels)
     res = api.train_encoder(src, config, encoder_id=encoder_id, out=out, flat=flat, overwrite=overwrite,
                             command=tr.command_line(),
-                            blend=(blend_partner, blend_target) if blend_partner else None)
+                            blend=(blend_partner, blend_target, blend_layout) if blend_partner else None)
     row = res.as_row()
     click.echo(dumps(row) if fmt == "json" else render_rows([row], fmt))

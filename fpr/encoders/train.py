@@ -369,7 +369,7 @@ def train(source: TrainSource, config: TrainConfig, *, encoder_id: str, out: str
     if blend_fields is not None:
         card["metrics"]["val_map_general"] = card["metrics"]["val_map"]
         card["metrics"]["val_map"] = blend_fields["val_map"]
-        card["dim"] = blend_fields["general_dim"] + blend_fields["partner_dim"]
+        card["dim"] = blend_fields["general_dim"] + blend_fields.get("layout_dim", 0) + blend_fields["partner_dim"]
         card["blend"] = blend_fields
     _write_outputs(state, card, folder, weights_path, card_path)
     progress.log(f"wrote {weights_path} and {card_path.name} ({seconds:.0f} s)")
@@ -389,10 +389,15 @@ def _calibrate_blend(net: nn.Module, val: list, preprocess: Preprocessing, devic
     images, keys, groups = [v[0] for v in val], [v[1] for v in val], [v[2] for v in val]
     a = embed_images(net, images, preprocess, device)
     s = embed_images(partner, images, preprocess, device)
-    w, reached, steps = blend.calibrate_share(a, s, lambda v: evaluate(v, keys, groups)["*"], spec.target)
-    progress.log(f"blend with {spec.partner}: identity share {w:.4f} -> val mAP {reached:.3f} "
-                 f"(general alone {steps[0]['val_map']:.3f}, {spec.partner} alone {steps[1]['val_map']:.3f})")
-    return (blend.share_state(net, w),
+    p = (embed_images(blend.Layout(preprocess.mean, preprocess.std), images, preprocess, device)
+         if spec.layout_share > 0 else None)
+    w, reached, steps = blend.calibrate_share(a, s, lambda v: evaluate(v, keys, groups)["*"], spec.target,
+                                              p=p, layout_share=spec.layout_share)
+    progress.log(f"blend with {spec.partner}: identity share {w:.4f}"
+                 + (f" (layout share {spec.layout_share:g})" if p is not None else "")
+                 + f" -> val mAP {reached:.3f} (no identity share {steps[0]['val_map']:.3f}, "
+                   f"the largest {steps[1]['val_map']:.3f})")
+    return (blend.share_state(net, w, spec.layout_share),
             blend.blend_card_fields(spec, w, reached, steps, checksum, dim, int(s.shape[1])))
 
 

@@ -169,13 +169,18 @@ def _load_blend(card: dict, state: dict, where: str) -> nn.Module:
     """A blend card (:mod:`fpr.encoders.blend`): its general network from ``state``, the partner by id."""
     from fpr.encoders import blend
 
-    rest, share = blend.split_state(state, where)
+    rest, share, layout_share = blend.split_state(state, where)
+    if (layout_share > 0) != ("layout_share" in card["blend"]):
+        raise ConflictError("blend weights and card disagree on the layout share", where=where,
+                            hint="the card and weights file are from different runs: retrain with --blend")
     general = _strict_load(build_network(card["architecture"], int(card["blend"]["general_dim"])), card, rest, where)
     partner, _, checksum = blend.partner_network(card["blend"]["partner"])
     if checksum != card["blend"]["partner_checksum"]:
         raise ConflictError(f"blend partner '{card['blend']['partner']}' has other weights than the blend was "
                             f"calibrated with ({checksum[:12]} vs {card['blend']['partner_checksum'][:12]})", where=where)
-    return blend.BlendNet(general, partner, share).eval()
+    pre = card["preprocessing"]
+    layout = blend.Layout(pre["mean"], pre["std"]) if layout_share > 0 else None
+    return blend.BlendNet(general, partner, share, layout_share, layout).eval()
 
 
 def _strict_load(net: EmbeddingNet, card: dict, state: dict, weights_path) -> EmbeddingNet:

@@ -20,10 +20,11 @@ from fpr.encoders.registry import register
 from fpr.encoders.weights import WeightsSource
 
 WORLD_ENCODER_ID = "fpr-world-v3"
-# fpr-general-v1: the general-purpose stand-in (for CLIP/DINOv2, not them) of the paper's 2x2; see
-# fpr.encoders.blend and docs/world.md
-GENERAL_ENCODER_ID = "fpr-general-v1"
-SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", GENERAL_ENCODER_ID)
+# fpr-general-v2: the general-purpose stand-in (for CLIP/DINOv2, not them) of the paper's 2x2: an attribute network,
+# a declared layout share (pixels-16) and a declared identity share (fpr-world-v3); fpr-general-v1 (no layout share)
+# stays loadable. See fpr.encoders.blend and docs/world.md
+GENERAL_ENCODER_ID = "fpr-general-v2"
+SHIPPED_IDS = ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1", GENERAL_ENCODER_ID)
 PACKAGE_WEIGHTS = f"encoders/weights/{WORLD_ENCODER_ID}.safetensors"
 PACKAGE_CARD = f"encoders/weights/{WORLD_ENCODER_ID}.json"
 # SHA-256 of the shipped weights files, as committed (sha256sum fpr/encoders/weights/*.safetensors); a retrained
@@ -33,6 +34,7 @@ SHIPPED_SHA256 = {
     "fpr-world-v2": "798e368c2c6333dc89ae49f3e5600a85453b48681caab4bbe7b72335600ad207",
     "fpr-world-v3": "0ae44860848b1a55e37a1eb6b6ff0f58ab0afae17d48de26e3d75e4ea493d930",
     "fpr-general-v1": "c6f69ea73401ca9f170cda032352a5753670ced214cd859bc2ec85420eae4214",
+    "fpr-general-v2": "1b3352ad5b9906b9e6552d9f03c8ba9c06807b901aef2b0171d6fae6be69d9c0",
 }
 
 

@@ -235,7 +235,7 @@ def meta_claims(run_id: str, general_run: str, *, truth: str = "drift", workspac
                 seed: int = 0, n_boot: int = 1000, methods: Sequence[str] | None = None,
                 truth_lower_better: bool = True) -> ClaimsResult:
     """``fpr meta --run R --truth drift --general G``: the claims on two stored runs of the same queries, R with the
-    specialist encoder and G with a general-purpose one (e.g. the demo's ``fpr-general-v1`` run)."""
+    specialist encoder and G with a general-purpose one (e.g. the demo's ``fpr-general-v2`` run)."""
     spec = load_run(run_id, workspace=workspace, summary=False).per_query
     gen = load_run(general_run, workspace=workspace, summary=False).per_query
     if methods:

@@ -47,7 +47,7 @@ def training_source(source: str = "world", *, gallery: str | None = None, worksp
 
 def train_encoder(source, config, *, encoder_id: str, out: str | Path | None = None, flat: bool = False,
                   overwrite: bool = False, command: str | None = None, description: str | None = None,
-                  blend: tuple[str, float] | None = None):
+                  blend: tuple[str, float] | tuple[str, float, float] | None = None):
     """Train a specialized encoder on ``source`` (see :func:`training_source`), validating every epoch
     with the oracle mAP of the evaluation pipeline; returns a ``TrainResult``."""
     from fpr.encoders import train as tr

@@ -79,7 +79,7 @@ def test_oracle_at_chance_warns_only_within_noise():
 # --------------------------------------------------------------------------- verification status
 
 def test_shipped_world_encoders_are_verified():
-    for eid in ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1"):
+    for eid in ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1", "fpr-general-v2"):
         row = describe(get_spec(eid))
         assert row["verified"] == "verified" and row["verification"] is None, row
     assert describe(get_spec("pixels-16"))["verified"] == "-"  # a fixed function has no weights

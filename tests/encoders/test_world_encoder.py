@@ -53,7 +53,7 @@ def test_older_versions_stay_loadable_next_to_v3():
     from fpr.encoders.world import SHIPPED_IDS
     from fpr.encoders.world import shipped_card as card_of
 
-    assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1")
+    assert SHIPPED_IDS == ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1", "fpr-general-v2")
     assert WORLD_ENCODER_ID == "fpr-world-v3"
     default = next(p.default for p in demo_cmd.params if p.name == "encoder")
     assert DEMO_ENCODER == default == WORLD_ENCODER_ID

@@ -92,30 +92,37 @@ def test_occlusion_hides_drift_from_the_specialist(specialist, seed):
 
 
 @pytest.fixture(scope="module")
-def general():
+def generals():
     import torch
 
     torch.set_num_threads(1)
-    return embedder("fpr-general-v1")
+    return {eid: embedder(eid) for eid in ("fpr-general-v1", "fpr-general-v2")}
 
 
 # Issue #23's done-when line: the general stand-in's Sim AUROC of "new scene, drift 0" over "reference layout,
-# drift 1" should be <= 0.1, i.e. a general-purpose Sim prefers the copied layout to the kept identity. Measured
-# on world version 3 with fpr-general-v1 it is NOT met, for either reading of "reference layout": over ref-pose@1
-# (the reference's pose on a new background) 0.55/0.54/0.52, near chance; over ref-scene@1 (the reference's whole
-# scene, the IP-Adapter-Plus behaviour) 0.14/0.15/0.11, close to the line, while the specialist's is 0.98-0.99.
-# Pinned as measured, not tuned (docs/world.md, stand-in section).
-GENERAL_AUROC_NEW0_OVER_POSE1 = {0: 0.5542, 1: 0.5353, 2: 0.5152}
-GENERAL_AUROC_NEW0_OVER_SCENE1 = {0: 0.1437, 1: 0.1504, 2: 0.1095}
+# drift 1" should be <= 0.1, i.e. a general-purpose Sim prefers the copied layout to the kept identity. "Reference
+# layout" is read as ref-scene@1 (the reference's whole scene, markings lost: the IP-Adapter-Plus behaviour of the
+# paper's appendix C, "a nearly identical background" and "a similar layout"); ref-pose@1 (the pose alone on a new
+# background) is reported beside it. fpr-general-v1 (attribute network + 20% specialist) does NOT meet it (0.14/0.15/
+# 0.11): it knows background families, not the scene instance. fpr-general-v2 adds a declared 25% share of the
+# pixels-16 layout embedding, calibrated on world seeds 5, 6, 7, 13, 14 (benchmarks/general_standin_layout.py);
+# these are its values on the check seeds, pinned as measured (docs/world.md, stand-in section).
+GENERAL_AUROC = {  # encoder -> seed -> (over ref-pose@1, over ref-scene@1)
+    "fpr-general-v1": {0: (0.5542, 0.1437), 1: (0.5353, 0.1504), 2: (0.5152, 0.1095)},
+    "fpr-general-v2": {0: (0.5712, 0.0649), 1: (0.5551, 0.0785), 2: (0.5460, 0.0365)},
+}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_general_sim_of_new_scene_0_over_the_reference_layout_at_drift_1_as_measured(general, seed):
-    rows = probe(W.World(W.WorldConfig(seed=seed)), ["new-scene@0", "ref-pose@1", "ref-scene@1"], general,
-                 with_ap=False)
-    pose = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-pose@1"))
-    scene = auroc(_by(rows, "new-scene@0"), _by(rows, "ref-scene@1"))
-    assert pose == pytest.approx(GENERAL_AUROC_NEW0_OVER_POSE1[seed], abs=0.002)
-    assert scene == pytest.approx(GENERAL_AUROC_NEW0_OVER_SCENE1[seed], abs=0.002)
-    assert scene < pose  # the reference's whole scene flatters a general-purpose Sim, its pose alone does not
-    assert min(pose, scene) > 0.1  # the done-when line is not met; when it is, this test says so
+def test_general_sim_of_new_scene_0_over_the_reference_layout_at_drift_1_as_measured(generals, seed):
+    got = {}
+    for eid, embed in generals.items():
+        rows = probe(W.World(W.WorldConfig(seed=seed)), ["new-scene@0", "ref-pose@1", "ref-scene@1"], embed,
+                     with_ap=False)
+        got[eid] = (auroc(_by(rows, "new-scene@0"), _by(rows, "ref-pose@1")),
+                    auroc(_by(rows, "new-scene@0"), _by(rows, "ref-scene@1")))
+    for eid, (pose, scene) in got.items():
+        assert (pose, scene) == pytest.approx(GENERAL_AUROC[eid][seed], abs=0.002), eid
+        assert scene < pose  # the reference's whole scene flatters a general-purpose Sim, its pose alone does not
+    assert got["fpr-general-v1"][1] > 0.1  # the first stand-in misses the line
+    assert got["fpr-general-v2"][1] <= 0.1  # the layout share meets it on the check seeds
