@@ -247,8 +247,22 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
 
     Hypotheses: every pair (rotation <= MAX_ROTATION, scale within SCALE_SLACK of 1) and
     every single point as a pure shift; counted on ``evaluate`` (other correspondences) when
-    given, else on ``p -> q``. Returns (inliers, a, b).
+    given, else on ``p -> q``. Returns (inliers, a, b). Computed by a compiled port of
+    :func:`_best_transform_numpy` (the definition), which runs itself when the port cannot decide a
+    comparison for it (a modulus or angle within 1e-13 of its threshold).
     """
+    from fpr.scorers.copy_paste_exact import best_transform_compiled
+
+    ep, eq = evaluate if evaluate is not None else (p, q)
+    got = best_transform_compiled(np.ascontiguousarray(p, np.complex128), np.ascontiguousarray(q, np.complex128),
+                                  np.ascontiguousarray(ep, np.complex128), np.ascontiguousarray(eq, np.complex128),
+                                  float(tol), 2.0 * PATCH, SCALE_SLACK, float(MAX_ROTATION))
+    return got if got is not None else _best_transform_numpy(p, q, tol, evaluate)
+
+
+def _best_transform_numpy(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
+                          evaluate: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[int, complex, complex]:
+    """:func:`best_transform` in NumPy: its definition (the compiled port must give the same bits)."""
     n = len(p)
     if n == 0:
         return 0, 1 + 0j, 0j
