@@ -30,6 +30,7 @@ ratios per round (median [min-max]), the Python-level calls per query (cProfile,
 and the load average before and after.
 
     PYTHONPATH=. python benchmarks/bench_copy_paste.py [--seed 11] [--identities 2] [--rounds 5] [--baseline-rev REV]
+        [--queries N]
 
 Results: benchmarks/results/copy_paste_speed.md.
 """
@@ -57,10 +58,14 @@ from fpr.scorers import QueryBatch  # noqa: E402
 from fpr.scorers import copy_paste as cp  # noqa: E402
 
 
-def world_batch(seed: int, identities: int, folder: Path) -> QueryBatch:
+def world_batch(seed: int, identities: int, folder: Path, limit: int = 0) -> QueryBatch:
+    """The world's queries with their references; ``limit`` > 0: every k-th query, about ``limit`` of them
+    (every method and identity still represented), for a machine too loaded to time them all."""
     build = World(WorldConfig(seed=seed, identities=identities, gallery=1, references=3, queries=2,
                               methods=METHODS)).write(folder / f"world-{seed}")
     q = pd.DataFrame(build.queries)
+    if limit > 0:
+        q = q.iloc[::max(1, len(q) // limit)].reset_index(drop=True)
     return QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
 
@@ -138,6 +143,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11, help="built-in world seed")
     ap.add_argument("--identities", type=int, default=2, help="identities per species")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--queries", type=int, default=0, help="time about this many of the queries (0: all)")
     ap.add_argument("--baseline-rev", default="97dca06", help="git revision of the scorer to compare with ('' none)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -149,7 +155,7 @@ def main() -> None:
         if module is not None:
             module._match_processes = lambda n: 1
     with tempfile.TemporaryDirectory() as tmp, threadpool_limits(1):
-        batch = world_batch(args.seed, args.identities, Path(tmp))
+        batch = world_batch(args.seed, args.identities, Path(tmp), args.queries)
         n = len(batch)
         shapes = search_shapes(batch)
         operands = floor_operands(shapes, args.seed)
