@@ -501,11 +501,11 @@ class NccMemo:
     SIZE = 1 << 16  # a query's windows x a scale's templates rarely exceed 3/4 of it (then: computed unstored)
 
     @classmethod
-    def new(cls) -> NccMemo:
+    def new(cls) -> "NccMemo":
         return cls(np.full(cls.SIZE, -1, np.int64), np.empty(cls.SIZE, np.float32), np.zeros(1, np.int64),
                    np.empty(0, np.int64))
 
-    def of(self, ids: np.ndarray) -> NccMemo:
+    def of(self, ids: np.ndarray) -> "NccMemo":
         return NccMemo(self.keys, self.vals, self.used, np.ascontiguousarray(ids, np.int64))
 
 
