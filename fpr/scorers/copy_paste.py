@@ -296,20 +296,15 @@ def _best_transform_numpy(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     return best
 
 
-def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out, ids, keys, vals, used):
+def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
     """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
 
     Each NCC is one fixed expression, so its bits depend on nothing else (not the BLAS, the batch, the
     CPU's vector width): the 64 products are exact in float64, summed in eight interleaved partial sums
     (d mod 8, in order) combined as a fixed tree, then rounded to float32. Outside the image: 0.
-    ``keys``/``vals`` (empty: none) memoise values by (``ids[k]``, window) across the calls of one
-    pixel_match (an open-addressing table, ``used[0]`` slots taken): refinement re-checks the same
-    windows, and a stored value is the same expression's.
     """
     n_k, n_d = templates.shape
     n = 2 * r + 1
-    size = keys.shape[0]
-    n_windows = width * height
     acc = np.empty(8)  # the eight partial sums, updated as one vector per step (same bits as eight scalars)
     tk = np.empty(n_d)
     for k in range(n_k):
@@ -325,17 +320,6 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out, 
                     continue
                 inside[k, a, b] = True
                 row = y * width + x
-                slot = -1
-                if size:
-                    key = ids[k] * n_windows + row
-                    slot = ((key * 0x9E3779B1) >> 7) & (size - 1)  # Fibonacci hashing, linear probing
-                    while keys[slot] != -1 and keys[slot] != key:
-                        slot = (slot + 1) & (size - 1)
-                    if keys[slot] == key:
-                        out[k, a, b] = vals[slot]
-                        continue
-                    if 4 * used[0] >= 3 * size:  # three quarters full: compute without storing
-                        slot = -1
                 for j in range(8):
                     acc[j] = 0.0
                 for i in range(0, n_d, 8):
@@ -343,9 +327,6 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out, 
                         acc[j] += tk[i + j] * np.float64(windows[row, i + j])
                 low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
                 out[k, a, b] = np.float32(low + high)
-                if slot >= 0:
-                    keys[slot], vals[slot] = key, out[k, a, b]
-                    used[0] += 1
 
 
 def _fixed_dot(u, v):
@@ -486,34 +467,8 @@ def _kernel(name: str):
     return _COMPILED[name]
 
 
-@dataclass
-class NccMemo:
-    """Local NCCs already computed in one pixel_match, by (template id, window): see :func:`_local_ncc_loops`.
-
-    ``ids``: the global ids of the templates the next calls pass (their index among the reference's
-    templates, plus their count for the mirrored ones); set per proposal with :meth:`of`."""
-
-    keys: np.ndarray  # (SIZE,) int64, -1 = free
-    vals: np.ndarray  # (SIZE,) float32
-    used: np.ndarray  # (1,) int64
-    ids: np.ndarray  # (K,) int64
-
-    SIZE = 1 << 16  # a query's windows x a scale's templates rarely exceed 3/4 of it (then: computed unstored)
-
-    @classmethod
-    def new(cls) -> "NccMemo":
-        return cls(np.full(cls.SIZE, -1, np.int64), np.empty(cls.SIZE, np.float32), np.zeros(1, np.int64),
-                   np.empty(0, np.int64))
-
-    def of(self, ids: np.ndarray) -> "NccMemo":
-        return NccMemo(self.keys, self.vals, self.used, np.ascontiguousarray(ids, np.int64))
-
-
-_NO_MEMO = NccMemo(np.empty(0, np.int64), np.empty(0, np.float32), np.zeros(1, np.int64), np.empty(0, np.int64))
-
-
 def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
-               a: complex, b: complex, r: int, memo: NccMemo | None = None):
+               a: complex, b: complex, r: int):
     """NCC of each template with the (2r+1)^2 windows around where ``z -> a z + b`` puts it.
 
     Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
@@ -524,15 +479,13 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     n = 2 * r + 1
     inside = np.empty((len(centres), n, n), bool)
     ncc = np.empty((len(centres), n, n), np.float32)
-    m = memo if memo is not None else _NO_MEMO
     _kernel("_local_ncc_loops")(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
-                                inside, ncc, m.ids, m.keys, m.vals, m.used)
+                        inside, ncc)
     return pred, x0, y0, inside, ncc
 
 
 def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
-           a: complex, b: complex, tol: float | None = None,
-           memo: NccMemo | None = None) -> tuple[np.ndarray, np.ndarray]:
+           a: complex, b: complex, tol: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Templates found where the transform ``z -> a z + b`` puts them.
 
     The NCC peak within 1 px of the prediction must be >= NCC_MIN and then, strictly (``tol``
@@ -546,7 +499,7 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     (repeated spots or stripes). Returns (inlier mask, query positions: refined to a sub-pixel when
     loose, the predictions when strict).
     """
-    pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2, memo)
+    pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
     n = len(centres)
     ok, px, py = np.empty(n, bool), np.empty(n), np.empty(n)
     fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
@@ -557,10 +510,9 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     return ok & (np.abs(pos - pred) <= tol), pos
 
 
-def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex,
-             memo: NccMemo | None = None) -> int:
+def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
     """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
-    _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1, memo)
+    _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
     return int(_kernel("_support_loops")(local, inside))
 
 
@@ -576,8 +528,7 @@ def _plausible(a: complex) -> bool:
     return abs(abs(a) - 1) <= SCALE_SLACK and abs(np.angle(a)) <= MAX_ROTATION
 
 
-def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok: np.ndarray, pos: np.ndarray,
-           memo: NccMemo | None = None):
+def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok: np.ndarray, pos: np.ndarray):
     """Coarse to fine: the inlier mask of the patches verified strictly after refining a proposal.
 
     ``ok, pos``: the patches collected where the coarse proposal (every second position) puts
@@ -587,7 +538,7 @@ def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok
     each time.
     """
     def collect(a, b):
-        return verify(templates, query.windows, query.width, query.height, centres, a, b, HYPOTHESIS_TOLERANCE, memo)
+        return verify(templates, query.windows, query.width, query.height, centres, a, b, HYPOTHESIS_TOLERANCE)
 
     idx = np.flatnonzero(ok)
     top = idx[::max(1, len(idx) // REFINE_POINTS)]  # spread over the collected set (stored by position)
@@ -603,7 +554,7 @@ def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok
         if ok2.sum() < 3:
             break
         a1, b1, ok, pos = a2, b2, ok2, pos2
-    return verify(templates, query.windows, query.width, query.height, centres, a1, b1, None, memo)[0]
+    return verify(templates, query.windows, query.width, query.height, centres, a1, b1)[0]
 
 
 def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int, bool]:
@@ -637,24 +588,22 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     # every proposal collects the patches it predicts (one cheap check); only the MAX_PROPOSALS that
     # collect most are refined and verified, most first, until one is nearly complete
     collected = []
-    memo = NccMemo.new()  # the proposals of a scale and mirror check many of the same windows
     for n0, si, mirrored, a, b in hyps:
         si = -si
         at = ref.scale_index == si
         t_at = (ref.flipped if mirrored else ref.templates)[at]
         c_at = (ref.flipped_centres if mirrored else ref.centres)[at]
-        m_at = memo.of(np.flatnonzero(at) + (len(ref.templates) if mirrored else 0))
-        support = _support(t_at, query, c_at, a, b, m_at)
+        support = _support(t_at, query, c_at, a, b)
         if support >= 3:
-            collected.append((support, si, mirrored, t_at, c_at, a, b, m_at))
+            collected.append((support, si, mirrored, t_at, c_at, a, b))
     collected.sort(key=lambda h: h[:2], reverse=True)
-    for _, si, mirrored, t_at, c_at, a, b, m_at in collected[:MAX_PROPOSALS]:
+    for _, si, mirrored, t_at, c_at, a, b in collected[:MAX_PROPOSALS]:
         if best[0] >= EARLY_STOP:
             break
-        ok, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b, HYPOTHESIS_TOLERANCE, m_at)
+        ok, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b, HYPOTHESIS_TOLERANCE)
         if ok.sum() < 3:
             continue
-        inl = _align(t_at, c_at, query, ok, pos, m_at)
+        inl = _align(t_at, c_at, query, ok, pos)
         count = int(inl.sum())
         frac = count / max(int(ref.n_textured[si]), MIN_DENOMINATOR)
         if (count, frac) > (best[1], best[0]):

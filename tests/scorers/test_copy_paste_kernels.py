@@ -117,7 +117,7 @@ def _patched_local(monkeypatch, local):
 
     real = copy_paste._local_ncc
 
-    def fake(templates, windows, width, height, centres, a, b, r, memo=None):
+    def fake(templates, windows, width, height, centres, a, b, r):
         pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, r)
         return pred, x0, y0, inside, np.where(inside, local[:, 2 - r:3 + r, 2 - r:3 + r], 0).astype(np.float32)
     monkeypatch.setattr(copy_paste, "_local_ncc", fake)
@@ -177,26 +177,3 @@ def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
                           for row in windows])
         assert idx[m] == int(np.argmax(exact)) and val[m] == exact.max(), m
     assert idx[0] == 17
-
-
-def test_memoised_values_are_the_computed_ones_bit_for_bit(monkeypatch):
-    """The memo returns what the expression computed earlier; a full table stops storing, never corrupts."""
-    from fpr.scorers.copy_paste import NccMemo
-
-    rng = np.random.default_rng(9)
-    windows = _windows(rng, 40, 30)
-    templates = _windows(rng, 30, 1)
-    ids = np.arange(30) + 7
-    for size in (1 << 16, 64):  # roomy, and three quarters full after 48 values
-        monkeypatch.setattr(NccMemo, "SIZE", size)
-        memo = NccMemo.new().of(ids)
-        for step in range(6):  # overlapping neighbourhoods, as refinement asks for them
-            centres = rng.uniform(0, 44, 30) + 1j * rng.uniform(0, 34, 30)
-            a, b = 1 + 0.01j * step, 0.3 * step + 0j
-            want = _local_ncc(templates, windows, 40, 30, centres, a, b, 2)
-            got = _local_ncc(templates, windows, 40, 30, centres, a, b, 2, memo)
-            again = _local_ncc(templates, windows, 40, 30, centres, a, b, 2, memo)  # every value from the memo
-            for w, g, h in zip(want[3:], got[3:], again[3:]):
-                assert w.tobytes() == g.tobytes() == h.tobytes()
-        assert 0 < memo.used[0] <= 3 * size // 4 + 1
-        assert (memo.keys != -1).sum() == memo.used[0]
