@@ -227,18 +227,14 @@ def modulus_is_ported() -> bool:
     return _PORTED[0]
 
 
+def moduli_loops(z, out):
+    """``out[k] = cabs(z[k])``."""
+    for k in range(z.shape[0]):
+        out[k] = cabs(z[k].real, z[k].imag)
+
+
 def moduli(z: np.ndarray) -> np.ndarray:
-    """:func:`cabs` of every element of a complex128 array (compiled)."""
-    from numba import njit
-
-    if "moduli" not in _COMPILED:
-        f = compiled("cabs")
-
-        @njit(nogil=True)
-        def run(z, out):
-            for k in range(z.shape[0]):
-                out[k] = f(z[k].real, z[k].imag)
-        _COMPILED["moduli"] = run
+    """:func:`cabs` of every element of a complex128 array (compiled, cached like the kernels)."""
     out = np.empty(len(z))
-    _COMPILED["moduli"](np.ascontiguousarray(z, np.complex128), out)
+    compiled("moduli_loops")(np.ascontiguousarray(z, np.complex128), out)
     return out
