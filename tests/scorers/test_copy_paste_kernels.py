@@ -169,6 +169,9 @@ def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
     windows[200, 5] = np.nextafter(windows[100, 5], np.float32(2))
     templates[1] = windows[100]
     idx, val = _best_matches(templates, windows)
+    # the product in the other layout (the scorer's: windows transposed, contiguous) decides the same
+    idx_t, val_t = _best_matches(templates, windows, np.ascontiguousarray(windows.T))
+    assert idx_t.tobytes() == idx.tobytes() and val_t.tobytes() == val.tobytes()
     for m in range(len(templates)):
         exact = np.array([np.float32(math.fsum(float(t) * float(w) for t, w in zip(templates[m], row)))
                           for row in windows])
