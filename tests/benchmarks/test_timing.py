@@ -51,3 +51,13 @@ def test_physical_limit_arithmetic_on_a_fixed_clock(monkeypatch):
     monkeypatch.setattr(T, "timed", lambda fn: (0.5, fn()))
     assert T.sgemm_gflops(n=100, rounds=2).median == pytest.approx(2 * 100 ** 3 / 0.5 / 1e9)
     assert T.copy_gbps(mib=1, rounds=2).median == pytest.approx(2 * 2 ** 20 / 0.5 / 1e9)
+
+
+def test_model_gflop_counts_two_flops_per_multiply_add():
+    import torch
+
+    # Linear(4 -> 3) on a batch of 2: 2 x 4 x 3 multiply-adds = 24 -> 48 flops; the bias adds are not counted
+    assert T.model_gflop(torch.nn.Linear(4, 3), torch.zeros(2, 4)) == pytest.approx(48 / 1e9)
+    # Conv2d 3 -> 8, 3x3 kernel, 10x10 output (padding 1): 8 x 3 x 9 x 100 multiply-adds, 2 flops each
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    assert T.model_gflop(conv, torch.zeros(1, 3, 10, 10)) == pytest.approx(2 * 8 * 3 * 9 * 100 / 1e9)
