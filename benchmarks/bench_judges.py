@@ -12,6 +12,11 @@ query pixel by pixel, so it is a stand-in for GPT-4o, not a model), then:
    the judge picks among the 4 nearest gallery identities, next to the retrieval's own top-1;
 3. a failure table: each scripted fault, one query, and what ``fpr`` stores/prints.
 
+Not a speed benchmark: what it measures are request counts (cold: one per query, warm: none) and
+values. The two wall times (whole ``fpr score`` commands, one run each, process start included) are
+context only; the judge is a local stand-in, so no remote latency or physical limit applies. The load
+average is printed before and after.
+
     PYTHONPATH=. python benchmarks/bench_judges.py
 """
 from __future__ import annotations
@@ -26,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing as T  # noqa: E402
 
 from tests.scorers.judges.server import API_KEY, MODELS, Fault, JudgeServer  # noqa: E402
 
@@ -40,6 +47,7 @@ def fpr(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess
 
 
 def main() -> None:
+    print(f"before: {T.machine()}\n")
     tmp = Path(tempfile.mkdtemp(prefix="fpr-judges-"))
     ws = tmp / "ws"
     os.environ["FPR_CACHE_DIR"] = str(tmp / "cache")
@@ -91,6 +99,7 @@ def main() -> None:
                       f" | {r['dreambench-concept.choice_in_options']:.3f} |")
         print()
         failure_table(tmp, server)
+    print(f"\nafter: load average {T.load()}")
 
 
 FAULTS = [
