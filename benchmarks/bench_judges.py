@@ -7,7 +7,8 @@ query pixel by pixel, so it is a stand-in for GPT-4o, not a model), then:
 
 1. ``fpr score --run RUN --scorers dreambench-concept`` (cold: every answer requested),
    the same again with ``--overwrite`` (warm: every answer from ``<workspace>/judge-cache``),
-   and ``fpr report --run RUN``: the ``dreambench-concept.score`` column next to mAP;
+   and ``fpr report --run RUN --format json``: the ``dreambench-concept.score`` column next to mAP (the
+   printed table lists the judge's columns among those not shown);
 2. ``fpr query ... --scorers dreambench-concept --scorer-option dreambench-concept.mode=choice``:
    the judge picks among the 4 nearest gallery identities, next to the retrieval's own top-1;
 3. a failure table: each scripted fault, one query, and what ``fpr`` stores/prints.
@@ -66,7 +67,7 @@ def main() -> None:
         fpr(ws, "score", "--run", run, "--scorers", "dreambench-concept", "--overwrite")
         warm_s, warm_n = time.perf_counter() - t, server.count()
         report = fpr(ws, "report", "--run", run, "--format", "json")
-        rows = json.loads(report.stdout)["summary"]
+        rows = json.loads(report.stdout)["runs"][0]["summary"]  # the fpr.run-results/1 document: one run here
         print("| method | group | n | mAP | dreambench-concept | DB++ missing | answers cached |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
