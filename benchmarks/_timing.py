@@ -114,11 +114,6 @@ def copy_gbps(mib: int = 256, rounds: int = 3) -> Spread:
     return spread([2 * src.nbytes / timed(lambda: np.copyto(dst, src))[0] / 1e9 for _ in range(rounds)])
 
 
-def header(title: str, rounds: int) -> str:
-    return (f"{title}\n{machine()}\nseconds, median [min - max] of {rounds} interleaved rounds (order rotated "
-            f"each round)")
-
-
 def model_gflop(model, example) -> float:
     """GFLOP of one forward of a torch ``model`` on ``example`` (torch's own FLOP counter: 2 per
     multiply-add of its convolutions and matmuls): with a measured rate it gives the fraction of the
