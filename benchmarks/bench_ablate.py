@@ -10,9 +10,12 @@ embeddings; its cost is sklearn's, per identity). The encoder is a random-init
 
     python benchmarks/bench_ablate.py [--identities 10] [--pool 12] [--encoder bench-resnet18|pixels-16]
 
-Each configuration runs ``--rounds`` times, interleaved, and the best time is kept
-(the machine is shared; embedding time alone varies by +-30% between runs). The
-line also shows the cost beyond the embedding pass (similarities + all variants).
+Each configuration runs ``--rounds`` times, interleaved with the order rotated each round
+(benchmarks/_timing.py): median [min - max] seconds, the sweep/single ratio taken round by
+round, the load average before and after. The line also shows the cost beyond the embedding
+pass (similarities + all variants). Physical limit: the embedding pass's compute rate (the
+encoder's counted FLOPs x images / its seconds) against a 2048^3 float32 matmul on torch,
+measured in the same run.
 """
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ import pandas as pd
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("FPR_QUIET", "1")
 
 import fpr.api as api  # noqa: E402
@@ -36,15 +39,27 @@ from fpr.encoders.registry import EncoderSpec, register  # noqa: E402
 from fpr.encoders.weights import WeightsSource  # noqa: E402
 from fpr.workflows.ablate import ablate  # noqa: E402
 from fpr.galleries.curate import GallerySpec  # noqa: E402
+import _timing as T  # noqa: E402
 
 
-def register_resnet18() -> None:
+def _resnet18():
     import timm
     import torch
 
+    torch.manual_seed(0)
+    return timm.create_model("resnet18", pretrained=False, num_classes=0)
+
+
+def resnet18_gflop() -> float:
+    """GFLOP of one 224 px image through the benchmark's resnet18 (counted, about 3.6)."""
+    import torch
+
+    return T.model_gflop(_resnet18().eval(), torch.zeros(1, 3, 224, 224))
+
+
+def register_resnet18() -> None:
     def build(_):
-        torch.manual_seed(0)
-        return timm.create_model("resnet18", pretrained=False, num_classes=0)
+        return _resnet18()
 
     register(EncoderSpec(id="bench-resnet18", family="timm", dim=512,
                          preprocessing=Preprocessing(name="bench-224", size=224), weights=WeightsSource(kind="none"),
@@ -75,15 +90,8 @@ def make_data(root: Path, n_groups: int, n_ident: int, n_pool: int, n_refs: int,
     return root
 
 
-def timed(fn, cache_dir: Path):
-    os.environ["FPR_CACHE_DIR"] = str(cache_dir)  # cold cache for every measurement
-    t = time.perf_counter()
-    res = fn()
-    return time.perf_counter() - t, res
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--identities", type=int, default=10)
     ap.add_argument("--pool", type=int, default=12)
@@ -91,13 +99,13 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=4, help="generated images per identity")
     ap.add_argument("--encoder", default="bench-resnet18")
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     if args.encoder == "bench-resnet18":
         register_resnet18()
     import torch
 
-    print(f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
+    print(f"load average before: {T.load()}; {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
     with tempfile.TemporaryDirectory() as tmp:
         root = make_data(Path(tmp), args.groups, args.identities, args.pool, args.refs, args.queries)
         ws = root / "ws"
@@ -109,24 +117,42 @@ def main() -> None:
             "sweep20": dict(per_identity="1,2,5,10", identities="10", sampling="random", repeats=5),
             "sweep_km": dict(per_identity="1,2,5,10", identities="2,5,10", sampling="random,kmeans", repeats=3),
         }
-        best: dict[str, tuple[float, object]] = {}
-        k = 0
-        for rnd in range(args.rounds):  # interleaved rounds, best of: the machine is shared and noisy
-            for name, cfg in configs.items():
-                k += 1
-                t, res = timed(lambda: ablate("bench", args.encoder, root / "queries.csv", **cfg, **common),
-                               root / f"cache{k}")
-                if name not in best or t < best[name][0]:
-                    best[name] = (t, res)
-        single, r1 = best["single"]
-        print(f"images: {n_img} ({r1.n_images} embedded per sweep); encoder {args.encoder}; best of {args.rounds}")
-        print(f"single evaluation (1 variant):      {single:7.2f} s  {_fmt(r1.timings)}")
+        results: dict[str, list] = {name: [] for name in configs}
+        calls = iter(range(10 ** 6))
+
+        def contender(name: str, cfg: dict):
+            def run():
+                os.environ["FPR_CACHE_DIR"] = str(root / f"cache{next(calls)}")  # cold cache for every call
+                return ablate("bench", args.encoder, root / "queries.csv", **cfg, **common)
+            return run
+
+        times = T.interleaved({name: contender(name, cfg) for name, cfg in configs.items()}, args.rounds,
+                              check=lambda name, res: results[name].append(res))
+        peak = T.sgemm_gflops(backend="torch")
+        gflop = resnet18_gflop() if args.encoder == "bench-resnet18" else None
+        r1 = results["single"][0]
+        print(f"images: {n_img} ({r1.n_images} embedded per sweep); encoder {args.encoder}; seconds, median "
+              f"[min - max] of {args.rounds} interleaved rounds, cold embedding cache each")
+        print(f"single evaluation (1 variant, the anchor): {T.spread(times['single'])} s  "
+              f"{_fmt(_median_timings(results['single']))}")
         for name in ("sweep20", "sweep_km"):
-            t, res = best[name]
+            res = results[name][0]
             n = res.rows[res.rows["method"] == "*"].shape[0]
-            extra = res.timings["similarities"] + res.timings["variants"]
-            print(f"{name}: {n} variant evaluations: {t:7.2f} s  ratio {t / single:.3f}  "
-                  f"(beyond the embedding pass: {extra:.2f} s = {extra / single:.3f}x)  {_fmt(res.timings)}")
+            extra = [(r.timings["similarities"] + r.timings["variants"]) / s
+                     for r, s in zip(results[name], times["single"])]
+            print(f"{name}: {n} variant evaluations: {T.spread(times[name])} s  ratio to single per round "
+                  f"{T.ratios(times[name], times['single'])}  (beyond the embedding pass, x single: "
+                  f"{T.spread(extra)})  {_fmt(_median_timings(results[name]))}")
+        print(f"physical limit: torch sgemm 2048^3 {peak.fmt('.1f')} GFLOP/s (this run)")
+        if gflop:
+            rates = [r1.n_images * gflop / r.timings["embed"] for rs in results.values() for r in rs]
+            print(f"embedding pass: {gflop:.2f} GFLOP/image x {r1.n_images} images: {T.spread(rates).fmt('.1f')} "
+                  f"GFLOP/s = {T.spread(rates).median / peak.median:.2f} of the sgemm rate (medians)")
+    print(f"load average after: {T.load()}")
+
+
+def _median_timings(results: list) -> dict:
+    return {k: T.spread([r.timings[k] for r in results]).median for k in results[0].timings}
 
 
 def _fmt(t: dict) -> str:

@@ -1,27 +1,32 @@
 """Embedding cache: lookup and insert cost at 0, 100k and 1M cached vectors.
 
-Each measurement is a fresh process-level cache object (as a new ``fpr`` command sees it):
-lookup = ``get_many`` of 64 cached hashes; insert = ``add`` of 64 new vectors. Baseline in the
-same run: the cache of ``--baseline`` (the 0.1 sharded-npz cache, loaded whole per process),
-filled to the same sizes with one shard written directly.
+Production path: :class:`fpr.encoders.cache.EmbeddingCache`, a fresh object per measurement (as a new
+``fpr`` command sees it): lookup = ``get_many`` of 64 random cached hashes; insert = ``add`` of 64 new
+vectors. Anchor in the same rounds, timed the same way: the floor of any on-disk store, 64 random rows of
+the same vectors from a memory-mapped ``.npy`` (``np.load(mmap_mode='r')`` then fancy indexing: open +
+page-in, no lookup structure). Optional second anchor: the cache of ``--baseline`` (a tree with the 0.1
+sharded-npz cache, e.g. ``git archive 1b0d38a``, loaded whole per process), filled to the same sizes with
+one shard written directly. Interleaved rounds, order rotated (benchmarks/_timing.py), milliseconds
+median [min - max], ratios round by round, load printed. Physical limit: the fill's bytes per second
+against a large memcpy's bandwidth in the same run (the fill writes every vector once).
 
-    python benchmarks/bench_cache.py [--sizes 0,100000,1000000] [--dim 512] [--baseline /work/main]
+    python benchmarks/bench_cache.py [--sizes 0,100000,1000000] [--dim 512] [--rounds 7] [--baseline TREE]
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fpr.encoders.cache import EmbeddingCache  # noqa: E402
+import _timing as T  # noqa: E402
 
 
 def load_baseline(root: Path):
@@ -54,47 +59,77 @@ def fill_old(folder: Path, n: int, dim: int) -> None:
                  vectors=rng.standard_normal((n, dim)).astype(np.float32))
 
 
-def measure(cls, folder: Path, n: int, dim: int, rounds: int) -> tuple[float, float]:
-    look, ins = [], []
+def fill_floor(path: Path, n: int, dim: int) -> None:
+    rng = np.random.default_rng(0)
+    np.save(path, rng.standard_normal((max(n, 1), dim)).astype(np.float32))
+
+
+def contenders(folders: dict[str, tuple[type, Path]], floor: Path, n: int, dim: int) -> dict:
+    """Per store: a lookup of 64 random cached hashes and an insert of 64 new vectors, each on a fresh
+    object; the floor: 64 random rows of a memory-mapped .npy."""
     rng = np.random.default_rng(1)
-    for r in range(rounds):
-        probe = [f"{i:064x}" for i in rng.choice(max(n, 1), 64)] if n else hashes(10**9, 64)
-        c = cls("k", dim, root=folder)
-        t = time.perf_counter()
-        got = c.get_many(probe)
-        look.append(time.perf_counter() - t)
-        assert len(got) == (64 if n else 0) or len(set(probe)) < 64
-        c = cls("k", dim, root=folder)
-        t = time.perf_counter()
-        c.add(hashes(2 * 10**9 + 64 * r, 64), rng.standard_normal((64, dim)).astype(np.float32))
-        ins.append(time.perf_counter() - t)
-    return statistics.median(look), statistics.median(ins)
+    fresh = iter(range(10 ** 6))
+    out = {}
+
+    def lookup(cls, folder):
+        def run():
+            probe = [f"{i:064x}" for i in rng.choice(max(n, 1), 64)] if n else hashes(10 ** 9, 64)
+            got = cls("k", dim, root=folder).get_many(probe)
+            if len(got) != (len(set(probe)) if n else 0):
+                raise SystemExit(f"{folder.name}: {len(got)} of {len(set(probe))} cached vectors found")
+        return run
+
+    def insert(cls, folder):
+        def run():
+            cls("k", dim, root=folder).add(hashes(2 * 10 ** 9 + 64 * next(fresh), 64),
+                                           rng.standard_normal((64, dim)).astype(np.float32))
+        return run
+
+    def floor_rows():
+        rows = np.load(floor, mmap_mode="r")[np.sort(rng.choice(max(n, 1), 64))]
+        return float(rows.sum())  # touch the pages
+
+    for name, (cls, folder) in folders.items():
+        out[f"{name} lookup"] = lookup(cls, folder)
+        out[f"{name} insert"] = insert(cls, folder)
+    out["floor: mmap rows"] = floor_rows
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="0,100000,1000000")
     ap.add_argument("--dim", type=int, default=512)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--baseline", default=None)
     args = ap.parse_args()
     old = load_baseline(Path(args.baseline)) if args.baseline else None
-    print(f"dim {args.dim}; per fresh cache object: lookup of 64 cached vectors, insert of 64 new ones "
-          f"(median of {args.rounds})")
-    print(f"{'cached':>9} {'lookup ms':>10} {'insert ms':>10} {'fill s':>7}" +
-          (f" {'old lookup ms':>14} {'old insert ms':>14} {'x lookup':>9} {'x insert':>9}" if old else ""))
+    bw = T.copy_gbps()
+    print(f"before: {T.machine()}")
+    print(f"dim {args.dim}; per fresh cache object: lookup of 64 cached vectors, insert of 64 new ones; "
+          f"milliseconds, median [min - max] of {args.rounds} interleaved rounds; memcpy {bw.fmt('.2f')} GB/s\n")
+    cols = ["cached", "lookup ms", "insert ms", "floor: mmap rows ms", "lookup / floor per round", "fill s",
+            "fill GB/s / memcpy"] + (["0.1 lookup ms", "0.1 insert ms", "0.1 / this lookup"] if old else [])
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
     for n in [int(x) for x in args.sizes.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
-            t = time.perf_counter()
-            fill_new(Path(tmp) / "new", n, args.dim)
-            fill_s = time.perf_counter() - t
-            lk, ins = measure(EmbeddingCache, Path(tmp) / "new", n, args.dim, args.rounds)
-            line = f"{n:9d} {lk * 1e3:10.2f} {ins * 1e3:10.2f} {fill_s:7.1f}"
+            dt, _ = T.timed(lambda: fill_new(Path(tmp) / "new", n, args.dim))
+            fill_floor(Path(tmp) / "floor.npy", n, args.dim)
+            folders = {"this": (EmbeddingCache, Path(tmp) / "new")}
             if old:
                 fill_old(Path(tmp) / "old", n, args.dim)
-                olk, oins = measure(old, Path(tmp) / "old", n, args.dim, args.rounds)
-                line += f" {olk * 1e3:14.2f} {oins * 1e3:14.2f} {olk / lk:9.1f} {oins / ins:9.1f}"
-            print(line, flush=True)
+                folders["0.1"] = (old, Path(tmp) / "old")
+            t = T.interleaved(contenders(folders, Path(tmp) / "floor.npy", n, args.dim), args.rounds)
+            ms = {k: T.spread(v).fmt(".2f", scale=1e3) for k, v in t.items()}
+            fill_rate = n * args.dim * 4 / dt / 1e9
+            cells = [f"{n}", ms["this lookup"], ms["this insert"], ms["floor: mmap rows"],
+                     T.ratios(t["this lookup"], t["floor: mmap rows"]).fmt(".1f"), f"{dt:.1f}",
+                     f"{fill_rate / bw.median:.3f}" if n else "-"]
+            if old:
+                cells += [ms["0.1 lookup"], ms["0.1 insert"], T.ratios(t["0.1 lookup"], t["this lookup"]).fmt(".1f")]
+            print("| " + " | ".join(cells) + " |", flush=True)
+    print(f"\nload average after: {T.load()}")
 
 
 if __name__ == "__main__":

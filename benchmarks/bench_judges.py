@@ -7,10 +7,16 @@ query pixel by pixel, so it is a stand-in for GPT-4o, not a model), then:
 
 1. ``fpr score --run RUN --scorers dreambench-concept`` (cold: every answer requested),
    the same again with ``--overwrite`` (warm: every answer from ``<workspace>/judge-cache``),
-   and ``fpr report --run RUN``: the ``dreambench-concept.score`` column next to mAP;
+   and ``fpr report --run RUN --format json``: the ``dreambench-concept.score`` column next to mAP (the
+   printed table lists the judge's columns among those not shown);
 2. ``fpr query ... --scorers dreambench-concept --scorer-option dreambench-concept.mode=choice``:
    the judge picks among the 4 nearest gallery identities, next to the retrieval's own top-1;
 3. a failure table: each scripted fault, one query, and what ``fpr`` stores/prints.
+
+Not a speed benchmark: what it measures are request counts (cold: one per query, warm: none) and
+values. The two wall times (whole ``fpr score`` commands, one run each, process start included) are
+context only; the judge is a local stand-in, so no remote latency or physical limit applies. The load
+average is printed before and after.
 
     PYTHONPATH=. python benchmarks/bench_judges.py
 """
@@ -26,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing as T  # noqa: E402
 
 from tests.scorers.judges.server import API_KEY, MODELS, Fault, JudgeServer  # noqa: E402
 
@@ -40,6 +48,7 @@ def fpr(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess
 
 
 def main() -> None:
+    print(f"before: {T.machine()}\n")
     tmp = Path(tempfile.mkdtemp(prefix="fpr-judges-"))
     ws = tmp / "ws"
     os.environ["FPR_CACHE_DIR"] = str(tmp / "cache")
@@ -58,7 +67,7 @@ def main() -> None:
         fpr(ws, "score", "--run", run, "--scorers", "dreambench-concept", "--overwrite")
         warm_s, warm_n = time.perf_counter() - t, server.count()
         report = fpr(ws, "report", "--run", run, "--format", "json")
-        rows = json.loads(report.stdout)["summary"]
+        rows = json.loads(report.stdout)["runs"][0]["summary"]  # the fpr.run-results/1 document: one run here
         print("| method | group | n | mAP | dreambench-concept | DB++ missing | answers cached |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
@@ -91,6 +100,7 @@ def main() -> None:
                       f" | {r['dreambench-concept.choice_in_options']:.3f} |")
         print()
         failure_table(tmp, server)
+    print(f"\nafter: load average {T.load()}")
 
 
 FAULTS = [

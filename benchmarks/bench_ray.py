@@ -14,8 +14,11 @@ resources of one Ray actor, which gets ``OMP_NUM_THREADS`` = its 1 CPU), ``ray``
 1 and 2 actors, each at two sizes N1 < N2. Ray's extra time over ``local-1t`` (the same
 work on the same resources) is split into a fixed part per command (the actors'
 start, shipping the encoder) and a part per image (object store, task scheduling,
-shard files): extra(N) = fixed + N x per-image, from the two sizes. Best of
-``--rounds`` runs per configuration, interleaved (the machine is shared).
+shard files): extra(N) = fixed + N x per-image, from the two sizes (medians). Each size runs
+``--rounds`` rounds of all four configurations, the order rotated each round
+(benchmarks/_timing.py): seconds median [min - max], the ratio to ``local`` round by round,
+the load average before and after. Physical limit: the resnet18 rows' compute rate (counted
+FLOPs x images / median seconds) against a torch 2048^3 sgemm measured in the same run.
 """
 from __future__ import annotations
 
@@ -34,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("FPR_QUIET", "1")
 
 import fpr.api as api  # noqa: E402
-from fpr.engines import ray_runtime
+from fpr.engines import ray_runtime  # noqa: E402
+import _timing as T  # noqa: E402
 
 
 def make_images(root: Path, n: int, size: int = 96) -> list[str]:
@@ -48,8 +52,7 @@ def make_images(root: Path, n: int, size: int = 96) -> list[str]:
     return paths
 
 
-def timed(encoder: str, paths: list[str], cache_root: Path, threads: int | None = None,
-          **kwargs) -> tuple[float, np.ndarray]:
+def embed(encoder: str, paths: list[str], cache_root: Path, threads: int | None = None, **kwargs) -> np.ndarray:
     import torch
 
     os.environ["FPR_CACHE_DIR"] = str(cache_root)
@@ -57,9 +60,7 @@ def timed(encoder: str, paths: list[str], cache_root: Path, threads: int | None 
     if threads:
         torch.set_num_threads(threads)
     try:
-        t = time.perf_counter()
-        res = api.embed(encoder, paths, device="cpu", **kwargs)
-        return time.perf_counter() - t, res.vectors
+        return api.embed(encoder, paths, device="cpu", **kwargs).vectors
     finally:
         torch.set_num_threads(before)
 
@@ -67,12 +68,12 @@ def timed(encoder: str, paths: list[str], cache_root: Path, threads: int | None 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", default="48,192", help="Two sizes (comma): fixed and per-image overhead.")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shard-size", type=int, default=16)
     ap.add_argument("--encoders", default="fpr-world-v2,bench-resnet18")
     ap.add_argument("--out", default=None, help="Also write the table (markdown) here.")
     args = ap.parse_args()
-    from bench_ablate import register_resnet18
+    from bench_ablate import register_resnet18, resnet18_gflop
 
     register_resnet18()
     import ray
@@ -81,18 +82,23 @@ def main() -> None:
     sizes = [int(x) for x in str(args.images).split(",")]
     lines = ["# Ray engine vs local: embedding throughput on this machine",
              "",
-             f"{os.cpu_count()} CPU cores shared with other work (load average "
-             f"{os.getloadavg()[0]:.1f} at the start), torch {torch.__version__} with {torch.get_num_threads()} "
-             f"threads locally, Ray {ray.__version__}; 96 px JPEG inputs, cold embedding cache, shards of "
-             f"{args.shard_size}, best of {args.rounds} interleaved runs."]
+             f"{os.cpu_count()} CPU cores shared with other work (load average {T.load()} at the start), "
+             f"torch {torch.__version__} with {torch.get_num_threads()} threads locally, Ray {ray.__version__}; "
+             f"96 px JPEG inputs, cold embedding cache, shards of {args.shard_size}; seconds, median [min - max] "
+             f"of {args.rounds} interleaved rounds (order rotated each round)."]
     t = time.perf_counter()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
              runtime_env=ray_runtime.local_runtime_env())
     startup = time.perf_counter() - t
     lines.append(f"Ray local runtime start-up (once per command when no cluster is given; not in the times "
                  f"below): {startup:.1f} s.")
-    lines += ["", "| encoder | images | engine | actors | wall s | images/s | x local |",
-              "|---|---|---|---|---|---|---|"]
+    peak = T.sgemm_gflops(backend="torch")
+    gflop = resnet18_gflop()
+    lines.append(f"Physical limit: torch sgemm 2048^3 {peak.fmt('.1f')} GFLOP/s in this run; resnet18 "
+                 f"{gflop:.2f} GFLOP per 224 px image (counted); the last column is the resnet18 rows' compute "
+                 f"rate over the sgemm rate.")
+    lines += ["", "| encoder | images | engine | actors | wall s | images/s (median) | x local per round | "
+                  "compute / sgemm |", "|---|---|---|---|---|---|---|---|"]
     configs = [("local", None), ("local-1t", None), ("ray", 1), ("ray", 2)]
     overhead = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,30 +106,36 @@ def main() -> None:
         (root / "img").mkdir()
         all_paths = make_images(root / "img", max(sizes))
         for encoder in [e.strip() for e in args.encoders.split(",") if e.strip()]:
-            best: dict = {}
+            med: dict = {}
             for n in sizes:
                 paths = all_paths[:n]
-                ref = None
-                for r in range(args.rounds):
-                    for engine, actors in configs:
-                        kw = {"engine": "ray", "ray": {"actors": actors, "shard_size": args.shard_size}} \
-                            if engine == "ray" else ({"threads": 1, "workers": 0} if engine == "local-1t" else {})
-                        dt, vecs = timed(encoder, paths, root / f"cache-{encoder}-{n}-{engine}-{actors}-{r}", **kw)
-                        if ref is None:
-                            ref = vecs
-                        elif not np.array_equal(ref, vecs):
-                            raise SystemExit(f"{encoder} {engine} {actors}: embeddings differ from the local run")
-                        best[(n, engine, actors)] = min(best.get((n, engine, actors), float("inf")), dt)
-                base = best[(n, "local", None)]
+                ref: list = []
+                calls = iter(range(10 ** 6))
+
+                def contender(engine, actors, paths=paths, n=n):
+                    kw = {"engine": "ray", "ray": {"actors": actors, "shard_size": args.shard_size}} \
+                        if engine == "ray" else ({"threads": 1, "workers": 0} if engine == "local-1t" else {})
+                    return lambda: embed(encoder, paths, root / f"cache-{encoder}-{n}-{next(calls)}", **kw)
+
+                def same(name, vecs):
+                    if not ref:
+                        ref.append(vecs)
+                    elif not np.array_equal(ref[0], vecs):
+                        raise SystemExit(f"{encoder} {name}: embeddings differ from the first run's")
+
+                times = T.interleaved({c: contender(*c) for c in configs}, args.rounds, check=same)
                 for engine, actors in configs:
-                    dt = best[(n, engine, actors)]
-                    lines.append(f"| {encoder} | {n} | {engine} | {actors or '-'} | {dt:.2f} | {n / dt:.1f} | "
-                                 f"{base / dt:.2f} |")
+                    t = times[(engine, actors)]
+                    med[(n, engine, actors)] = T.spread(t).median
+                    per_s = n / T.spread(t).median
+                    limit = f"{per_s * gflop / peak.median:.2f}" if encoder == "bench-resnet18" else "-"
+                    lines.append(f"| {encoder} | {n} | {engine} | {actors or '-'} | {T.spread(t).fmt('.2f')} | "
+                                 f"{per_s:.1f} | {T.ratios(times[('local', None)], t).fmt('.2f')} | {limit} |")
                     print(lines[-1], flush=True)
             if len(sizes) >= 2:  # Ray's cost = fixed (actor start, shipping the encoder) + per image
                 n1, n2 = sizes[0], sizes[-1]
-                extra1 = best[(n1, "ray", 1)] - best[(n1, "local-1t", None)]
-                extra2 = best[(n2, "ray", 1)] - best[(n2, "local-1t", None)]
+                extra1 = med[(n1, "ray", 1)] - med[(n1, "local-1t", None)]
+                extra2 = med[(n2, "ray", 1)] - med[(n2, "local-1t", None)]
                 per_image = (extra2 - extra1) / (n2 - n1)
                 overhead.append(f"| {encoder} | {extra1 - n1 * per_image:.2f} | {per_image * 1e3:.1f} | "
                                 f"{extra2 / n2 * 1e3:.1f} |")
@@ -134,7 +146,8 @@ def main() -> None:
                   "| encoder | fixed s per command | per image ms | overall ms/image at the larger size |",
                   "|---|---|---|---|", *overhead]
     ray.shutdown()
-    lines += ["", "All runs' embeddings were checked equal (bit for bit) to the local run's."]
+    lines += ["", "All runs' embeddings were checked equal (bit for bit) to the first run's of their size.",
+              f"Load average at the end: {T.load()}."]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -3,16 +3,20 @@
 Measured (all bounded in count and time, everything on 127.0.0.1):
 
 * a 100-image submission with the built-in encoder ``fpr-world-v1``: latency of the
-  POST alone (upload + checks + queueing) and end to end (POST until ``done``),
-  p50/p95 over ``--submissions``; baseline: ``fpr.api.run_query`` on the same 100
-  images in this process;
+  POST alone (upload + checks + queueing) and end to end (POST until ``done``) over
+  ``--submissions`` rounds; anchor: ``fpr.api.run_query`` on the same 100 images in this
+  process (the work a worker does, without HTTP and the queue);
 * runs/minute: ``--small-runs`` 4-image runs submitted at once by as many clients,
-  wall time until all are done; baseline: the same runs one after another through
-  ``fpr.api.run_query``;
-* ``GET /v1/runs/{run}`` of a done run (status + report JSON), p50/p95 over
-  ``--gets`` requests; baseline: ``fpr.api.report(run).to_dict()``.
+  wall time until all are done, over ``--rpm-rounds`` rounds; anchor: the same runs one
+  after another through ``fpr.api.run_query``;
+* ``GET /v1/runs/{run}`` of a done run (status + report JSON) over ``--gets`` rounds;
+  anchor: ``fpr.api.report(run).to_dict()``.
 
-    python benchmarks/bench_serve.py [--submissions 5] [--small-runs 12] [--gets 200] [--workers 1]
+Every pair runs in interleaved rounds, the order rotated each round (benchmarks/_timing.py):
+median [min - max], the HTTP/API ratio taken round by round, the load average before and after.
+No physical limit applies beyond the anchor (the same work without the server).
+
+    python benchmarks/bench_serve.py [--submissions 5] [--small-runs 12] [--rpm-rounds 3] [--gets 200] [--workers 1]
 
 Needs the ``serve`` and ``test`` extras (FastAPI, uvicorn, httpx).
 """
@@ -28,15 +32,13 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing as T  # noqa: E402
+
 INDEX = "bench-serve-fpr-world-v1"
-
-
-def pct(values, q) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def free_port() -> int:
@@ -112,11 +114,13 @@ def main() -> None:
     ap.add_argument("--submissions", type=int, default=5, help="100-image submissions (each way)")
     ap.add_argument("--images", type=int, default=100)
     ap.add_argument("--small-runs", type=int, default=12, help="4-image runs for runs/minute (each way)")
+    ap.add_argument("--rpm-rounds", type=int, default=3, help="rounds of the runs/minute pair")
     ap.add_argument("--gets", type=int, default=200)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--size", type=int, default=64, help="world image size")
     ap.add_argument("--timeout", type=float, default=300, help="per-run time limit in seconds")
     args = ap.parse_args()
+    print(f"before: {T.machine()}")
 
     import httpx
     import pandas as pd
@@ -141,70 +145,75 @@ def main() -> None:
         wait_done(client, "warm-http", args.timeout)
         api.run_query(INDEX, pd.DataFrame(big), run="warm-api", workspace=ws, device="cpu")
 
-        post_s, e2e_s, api_s = [], [], []
-        for k in range(args.submissions):
+        post_s: list[float] = []
+        big_k = iter(range(10 ** 6))
+
+        def big_http():
+            k = next(big_k)
             files = submission(big)
             t = time.perf_counter()
             r = client.post("/v1/runs", data={"index": INDEX, "run": f"big-http-{k}"}, files=files)
             post_s.append(time.perf_counter() - t)
             assert r.status_code == 202, r.text
             assert wait_done(client, f"big-http-{k}", args.timeout)["status"] == "done"
-            e2e_s.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            api.run_query(INDEX, pd.DataFrame(big), run=f"big-api-{k}", workspace=ws, device="cpu")
-            api_s.append(time.perf_counter() - t)
+
+        big_a = iter(range(10 ** 6))
+        t_big = T.interleaved({"http": big_http, "api": lambda: api.run_query(
+            INDEX, pd.DataFrame(big), run=f"big-api-{next(big_a)}", workspace=ws, device="cpu")}, args.submissions)
         rows.append((f"{args.images}-image submission, POST only", post_s, None))
-        rows.append((f"{args.images}-image submission, POST until done", e2e_s, api_s))
+        rows.append((f"{args.images}-image submission, POST until done", t_big["http"], t_big["api"]))
 
         small = [queries[(4 * i) % (len(queries) - 4):][:4] for i in range(args.small_runs)]
-        done: list = []
+        rpm_round = iter(range(10 ** 6))
 
-        def one(i):
-            with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
-                              timeout=args.timeout) as c:
-                c.post("/v1/runs", data={"index": INDEX, "run": f"small-http-{i}"}, files=submission(small[i]))
-                done.append(wait_done(c, f"small-http-{i}", args.timeout, interval=0.25)["status"])
+        def small_http():
+            rr = next(rpm_round)
+            done: list = []
 
-        t = time.perf_counter()
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(args.small_runs)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(args.timeout)
-        http_wall = time.perf_counter() - t
-        assert done.count("done") == args.small_runs, done
-        t = time.perf_counter()
-        for i in range(args.small_runs):
-            api.run_query(INDEX, pd.DataFrame(small[i]), run=f"small-api-{i}", workspace=ws, device="cpu")
-        api_wall = time.perf_counter() - t
+            def one(i):
+                with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=args.timeout) as c:
+                    c.post("/v1/runs", data={"index": INDEX, "run": f"small-http-{rr}-{i}"},
+                           files=submission(small[i]))
+                    done.append(wait_done(c, f"small-http-{rr}-{i}", args.timeout, interval=0.25)["status"])
 
-        get_s, rep_s = [], []
-        for _ in range(args.gets):
-            t = time.perf_counter()
-            assert client.get("/v1/runs/big-http-0").status_code == 200
-            get_s.append(time.perf_counter() - t)
-        for _ in range(args.gets):
-            t = time.perf_counter()
-            api.report("big-http-0", workspace=ws).to_dict()
-            rep_s.append(time.perf_counter() - t)
-        rows.append(("GET /v1/runs/{run} (done, with report)", get_s, rep_s))
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(args.small_runs)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(args.timeout)
+            assert done.count("done") == args.small_runs, done
+
+        api_round = iter(range(10 ** 6))
+
+        def small_api():
+            rr = next(api_round)
+            for i in range(args.small_runs):
+                api.run_query(INDEX, pd.DataFrame(small[i]), run=f"small-api-{rr}-{i}", workspace=ws, device="cpu")
+
+        t_small = T.interleaved({"http": small_http, "api": small_api}, args.rpm_rounds)
+
+        t_get = T.interleaved({"http": lambda: client.get("/v1/runs/big-http-0").raise_for_status(),
+                               "api": lambda: api.report("big-http-0", workspace=ws).to_dict()}, args.gets)
+        rows.append(("GET /v1/runs/{run} (done, with report)", t_get["http"], t_get["api"]))
     finally:
         client.close()
         proc.terminate()
         proc.wait(20)
 
-    print(f"fpr serve on loopback, {args.workers} worker(s), CPU, fpr-world-v1, {args.size}px images "
-          f"({os.cpu_count()} cores)")
-    print(f"{'measure':44s} {'http p50':>9s} {'http p95':>9s} {'api p50':>9s} {'api p95':>9s} {'ratio p50':>9s}")
+    print(f"fpr serve on loopback, {args.workers} worker(s), CPU, fpr-world-v1, {args.size}px images; "
+          f"{T.machine()} (after)")
+    print("milliseconds, median [min - max] over interleaved rounds (order rotated each round)\n")
+    print("| measure | rounds | http ms | anchor: api ms | http / api per round |")
+    print("|---|---|---|---|---|")
     for name, h, a in rows:
-        line = f"{name:44s} {pct(h, 50) * 1000:7.0f}ms {pct(h, 95) * 1000:7.0f}ms"
-        if a:
-            line += f" {pct(a, 50) * 1000:7.0f}ms {pct(a, 95) * 1000:7.0f}ms {pct(h, 50) / pct(a, 50):8.2f}x"
-        print(line)
-    http_rpm = args.small_runs / http_wall * 60
-    api_rpm = args.small_runs / api_wall * 60
-    print(f"runs/minute ({args.small_runs} 4-image runs): http {http_rpm:.1f} (all submitted at once), "
-          f"api {api_rpm:.1f} (one after another), ratio {http_rpm / api_rpm:.2f}x")
+        anchor = f"{T.spread(a).fmt('.0f', 1e3)} | {T.ratios(h, a).fmt('.2f')}" if a else "- | -"
+        print(f"| {name} | {len(h)} | {T.spread(h).fmt('.0f', 1e3)} | {anchor} |")
+    http_rpm = [args.small_runs / t * 60 for t in t_small["http"]]
+    api_rpm = [args.small_runs / t * 60 for t in t_small["api"]]
+    print(f"\nruns/minute ({args.small_runs} 4-image runs, {args.rpm_rounds} rounds): http "
+          f"{T.spread(http_rpm).fmt('.1f')} (all submitted at once), anchor api {T.spread(api_rpm).fmt('.1f')} "
+          f"(one after another), http/api per round {T.ratios(http_rpm, api_rpm).fmt('.2f')}")
 
 
 if __name__ == "__main__":
