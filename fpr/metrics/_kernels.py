@@ -19,6 +19,11 @@ import numpy as np
 from numba import njit
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
+# A row with at most PASSES_MAX distinct relevant values, of which at least 1/PASS_SHARE of the items
+# score at or above the lowest, is counted with one vectorised pass per distinct value instead of
+# binning item by item (the same integers: each pass counts the items >= one relevant value).
+PASSES_MAX = 32
+PASS_SHARE = 8
 
 
 @njit(cache=True, nogil=True)
@@ -56,7 +61,17 @@ def _finish(s, u, r, hist):
         return np.nan, 0, 0, 0, False
     m = distinct(u, r, hist)
     low = u[0]
-    if m <= LINEAR_MAX:
+    one = np.empty(1, s.dtype)  # u's values (read from s) back in s's dtype, exactly: SIMD comparisons
+    one[0] = low
+    wide = m <= PASSES_MAX and PASS_SHARE * count_ge(s, one[0]) >= g
+    if wide:  # many items at or above the lowest relevant score (i.i.d.-like rows): m counting passes
+        above = 0
+        for t in range(m - 1, -1, -1):
+            one[0] = u[t]
+            n = count_ge(s, one[0])
+            hist[t] = n - above
+            above = n
+    elif m <= LINEAR_MAX:
         for j in range(g):
             v = s[j]
             if v >= low:
@@ -70,6 +85,15 @@ def _finish(s, u, r, hist):
             if v >= low:
                 hist[bin_of(u, m, v)] += 1
     return walk(hist, m, r)
+
+
+@njit(cache=True, nogil=True)
+def count_ge(s, x):
+    """How many of ``s`` are >= x (NaN never): a branchless pass the compiler vectorises."""
+    c = 0
+    for j in range(s.shape[0]):
+        c += s[j] >= x
+    return c
 
 
 @njit(cache=True, nogil=True)
