@@ -19,11 +19,12 @@ import numpy as np
 from numba import njit
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
-# A row with at most PASSES_MAX distinct relevant values, of which at least 1/PASS_SHARE of the items
-# score at or above the lowest, is counted with one vectorised pass per distinct value instead of
-# binning item by item (the same integers: each pass counts the items >= one relevant value).
-PASSES_MAX = 32
-PASS_SHARE = 8
+# A row with m <= PASSES_MAX distinct relevant values is counted with one vectorised pass per distinct
+# value instead of binning item by item (the same integers: each pass counts the items >= one relevant
+# value) when that is cheaper: m passes cost about m * G / 8 (8 comparisons per SIMD instruction), the
+# binning about c * (m + PASS_COST) / 8 for the c items at or above the lowest relevant value.
+PASSES_MAX = 64
+PASS_COST = 48
 
 
 @njit(cache=True, nogil=True)
@@ -63,7 +64,7 @@ def _finish(s, u, r, hist):
     low = u[0]
     one = np.empty(1, s.dtype)  # u's values (read from s) back in s's dtype, exactly: SIMD comparisons
     one[0] = low
-    wide = m <= PASSES_MAX and PASS_SHARE * count_ge(s, one[0]) >= g
+    wide = m <= PASSES_MAX and count_ge(s, one[0]) * (m + PASS_COST) >= m * g
     if wide:  # many items at or above the lowest relevant score (i.i.d.-like rows): m counting passes
         above = 0
         for t in range(m - 1, -1, -1):
