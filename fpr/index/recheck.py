@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from fpr.errors import InputError
 from fpr.index import exact
 from fpr.metrics.ranking import THREADS, RetrievalMetrics
 
@@ -80,7 +81,8 @@ def underflow_slack(dim: int) -> float:
 def available() -> bool:
     """Whether the recheck path runs here (numba imports and ``FPR_EXACT_PATH`` does not say ``full``)."""
     if PATH not in ("auto", "recheck", "full"):
-        raise ValueError(f"unknown FPR_EXACT_PATH '{PATH}' (valid: auto, recheck, full)")
+        raise InputError(f"unknown FPR_EXACT_PATH '{PATH}'", where="the environment",
+                         hint="set FPR_EXACT_PATH to auto, recheck or full, or unset it")
     if PATH == "full":
         return False
     try:

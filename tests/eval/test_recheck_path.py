@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fpr.errors import InputError
 from fpr.eval import relevance, scoring
 from fpr.index import faiss_index as F
 from fpr.index import recheck
@@ -76,3 +77,11 @@ def test_a_gpu_or_approximate_search_keeps_the_full_path(monkeypatch):
     assert scoring._ScoreSource(gi, len(v)).part(None).rechecked is not None
     monkeypatch.setattr(recheck, "PATH", "full")
     assert scoring._ScoreSource(gi, len(v)).part(None).rechecked is None
+
+
+def test_an_unknown_path_name_is_a_one_line_input_error(monkeypatch):
+    monkeypatch.setattr(recheck, "PATH", "fast")
+    with pytest.raises(InputError) as err:
+        recheck.available()
+    assert err.value.one_line().startswith("unknown FPR_EXACT_PATH 'fast'") and "auto, recheck or full" in \
+        err.value.one_line()
