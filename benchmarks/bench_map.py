@@ -13,6 +13,7 @@ views of random identities. A second, adversarial case uses i.i.d. Gaussian
 scores (relevant items anywhere in the ranking), the engine's worst case.
 
     python benchmarks/bench_map.py [--sizes 1000,5000,20000] [--rounds 5] [--sklearn-sample 300]
+                                   [--cases embedding,gaussian]
 """
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ def main() -> None:
     ap.add_argument("--sklearn-sample", type=int, default=300,
                     help="queries checked with scikit-learn (values only, not timed)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", default="embedding,gaussian", help="which score cases, comma separated")
     args = ap.parse_args()
 
     M.retrieval_metrics(np.zeros((2, 3), np.float32), np.zeros((2, 3), bool))  # JIT warm-up, outside the timing
@@ -99,7 +101,7 @@ def main() -> None:
     print(f"{'case':<10} {'Q=G':>6} {'kernel s':>22} {'numpy s':>22} {'loop s':>22} {'loop/kernel':>20} "
           f"{'loop/numpy':>20} {'mAP':>6} {'max|d| sk':>10} {'max|d| loop':>11}")
     for n in [int(x) for x in args.sizes.split(",")]:
-        for kind in ("embedding", "gaussian"):
+        for kind in args.cases.split(","):
             scores, ql, gl = make_case(kind, n, n, args.identities, args.seed)
             rel = ql[:, None] == gl[None, :]  # the relevance mask, built outside the timing as run_query does
             fns = {"kernel": lambda: engine("numba", scores, rel), "numpy": lambda: engine("numpy", scores, rel),

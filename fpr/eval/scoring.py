@@ -12,7 +12,7 @@ import pandas as pd
 
 from fpr.eval.frames import empty_rankings
 from fpr.eval.relevance import LabelCodes, check_scope
-from fpr.index import exact, faiss_index
+from fpr.index import exact, faiss_index, recheck
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
 
@@ -60,7 +60,7 @@ def auto_block(n_columns: int) -> int:
 
 
 def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: str, gallery_scores, k: int, *,
-                 block: int | None = None) -> Scored:
+                 block: int | None = None, stats: recheck.RecheckStats | None = None) -> Scored:
     """AP, ranks, CMC, mINP and top-k for the queries ``ok``, streamed in blocks of queries.
 
     Peak memory grows with block x G (scope all) or block x G_group (scope group: the
@@ -68,6 +68,11 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     plus Q x k for the rankings; never Q x G. Scope and relevance masks are built per
     block from label codes. AP and ranks come from the metric engine over each query's
     full scoped ranking (exact, no top-k cut).
+
+    For an index or an array of gallery vectors whose top-k needs no FAISS search, the block's scores
+    are float32 proposals rechecked exactly where a comparison needs it (:mod:`fpr.index.recheck`,
+    ``FPR_EXACT_PATH``; ``stats`` counts the rechecks): the same bits as the exact scores through the
+    metric engine and :func:`fpr.metrics.ranking.top_k`, at about the cost of a float32 product.
 
     Scores from an index or an array of gallery vectors are the exact scores of
     :func:`fpr.index.exact.exact_scores`, float32 of the exact inner product: a query's
@@ -103,6 +108,10 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     for cols, pos in _scope_parts(codes, scope, ok):
         part = source.part(cols)
         g_key = codes.g_key if cols is None else codes.g_key[cols]
+        if part.rechecked is not None:
+            _score_rechecked(part.rechecked, qvecs, ok, pos, codes.q_key, g_key, kk, block, stats, values,
+                             (top_rows, top_scores, top_rel), cols)
+            continue
         step = block or auto_block(part.n)
         for s in range(0, len(pos), step):
             p = pos[s:s + step]
@@ -123,6 +132,32 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
                 top_rel[p, :width] = np.take_along_axis(rel, local, axis=1) & found
             del scores, rel
     return Scored(values, top_rows, top_scores, top_rel, ok)
+
+
+def _score_rechecked(gallery: recheck.RecheckedGallery, qvecs: np.ndarray, ok: np.ndarray, pos: np.ndarray,
+                     q_key: np.ndarray, g_key: np.ndarray, k: int, block: int | None,
+                     stats: recheck.RecheckStats | None, values: dict[str, np.ndarray], tops: tuple,
+                     cols: np.ndarray | None) -> None:
+    """The queries ``ok[pos]`` of one scope part through the recheck path, written into ``values`` and
+    ``tops`` (top rows, scores, relevance)."""
+    top_rows, top_scores, top_rel = tops
+    keys = recheck.KeyIndex(g_key)
+    n = len(gallery.v)
+    step = block or recheck.auto_block(n)
+    for s in range(0, len(pos), step):
+        p = pos[s:s + step]
+        rows = ok[p]
+        qk = q_key[rows]
+        res = gallery.block(np.ascontiguousarray(qvecs[rows], dtype=np.float32), keys.of(qk), k, stats=stats)
+        for spec in ranking_metrics():
+            values[spec.column][p] = spec.compute(res.metrics, n)
+        width = res.top_rows.shape[1]
+        if width:
+            found = res.top_rows >= 0  # -1 pads a row with fewer than k finite scores
+            local = np.where(found, res.top_rows, 0)
+            top_rows[p, :width] = np.where(found, local if cols is None else cols[local], -1)
+            top_scores[p, :width] = res.top_scores
+            top_rel[p, :width] = (g_key[local] == qk[:, None]) & found
 
 
 def _scope_parts(codes: LabelCodes, scope: str, ok: np.ndarray):
@@ -165,16 +200,25 @@ class _ScoreSource:
                          (lambda q: fn(q)) if cols is None else (lambda q: fn(q)[:, cols]), None, True)
         if self.is_array:
             v = np.ascontiguousarray(self.src if cols is None else self.src[cols], dtype=np.float32)
-            return _Part(len(v), _exact_part_scores(v, exact.norms(v)), None, True)
+            norms = exact.norms(v)
+            return _Part(len(v), _exact_part_scores(v, norms), None, True, _rechecked(v, norms))
         flat_search = faiss_search_for_flat()
         if cols is None:
             v = self.src.vectors()
             exact_index = self.src.exact_search
-            return _Part(len(v), _exact_part_scores(v, self.src.norms()),
-                         self.src.search_rows if flat_search or not exact_index else None, exact_index)
+            search = self.src.search_rows if flat_search or not exact_index else None
+            return _Part(len(v), _exact_part_scores(v, self.src.norms()), search, exact_index,
+                         _rechecked(v, self.src.norms()) if search is None else None)
         v = np.ascontiguousarray(self.src.vectors()[cols])
         return _Part(len(v), _exact_part_scores(v, self.src.norms()[cols]),
-                     faiss_index.flat_searcher(v).search if flat_search else None, True)
+                     faiss_index.flat_searcher(v).search if flat_search else None, True,
+                     None if flat_search else _rechecked(v, self.src.norms()[cols]))
+
+
+def _rechecked(v: np.ndarray, norms: np.ndarray) -> recheck.RecheckedGallery | None:
+    """The recheck path's view of gallery vectors, or None where the full exact path runs
+    (``FPR_EXACT_PATH=full``, no numba)."""
+    return recheck.RecheckedGallery(v, norms) if recheck.available() else None
 
 
 def faiss_search_for_flat() -> bool:
@@ -194,6 +238,7 @@ class _Part:
     scores_fn: Callable[[np.ndarray], np.ndarray]
     search: Callable | None  # (q, k) -> (scores, local rows)
     exact: bool
+    rechecked: recheck.RecheckedGallery | None = None  # set where the recheck path scores this part
 
     def scores(self, q: np.ndarray) -> np.ndarray:
         return np.asarray(self.scores_fn(q), dtype=np.float32)

@@ -53,6 +53,12 @@ for scope in ("all", "group"):
     for block in (3, None):
         s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10, block=block)
         out[f"{scope}-{block}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.top_rows, s.top_scores)
+from fpr.index import recheck as RC
+RC.PATH = "full"  # the previous path, every score exact: the recheck path (default above) must equal it
+for scope in ("all", "group"):
+    s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10)
+    out[f"full-{scope}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.top_rows, s.top_scores)
+RC.PATH = "auto"
 out["loo_map"] = json.dumps(P.leave_one_out_map(v, idents, groups), sort_keys=True)
 out["fallbacks"] = stats.fallbacks
 print(json.dumps(out))
@@ -87,6 +93,8 @@ def test_scores_ap_and_top_k_are_byte_identical_across_blas_kernels():
     assert "Haswell" not in got["prescott"]["arch"]
     # the old float32 path changes with the kernel: the runs really used different kernels
     assert got["haswell-l2-512"]["float32_blas"] != got["prescott"]["float32_blas"]
+    for name, r in got.items():  # float32 proposals rechecked == every score exact, on every kernel
+        assert r["all-None"] == r["full-all"] and r["group-None"] == r["full-group"], name
     keys = [k for k in got["own"] if k not in ("arch", "float32_blas")]
     for name in ("haswell-l2-512", "prescott"):
         assert {k: got[name][k] for k in keys} == {k: got["own"][k] for k in keys}, name

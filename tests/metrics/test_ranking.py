@@ -286,3 +286,23 @@ def test_dense_blocks_are_counted_in_sorted_rows_with_the_same_bits(engine, monk
     n = retrieval_metrics(s, rel)  # the NaN's sub-block takes the candidate path, the others count
     np.testing.assert_array_equal(np.delete(n.ap, 40), np.delete(m.ap, 40))
     assert n.ap[40] == pytest.approx(loop_ap_with_ties(np.delete(s[40], 3), np.delete(rel[40], 3)), abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_counting_passes_and_item_binning_give_the_same_bits(dtype):
+    """Rows where many items score at or above the lowest relevant score are counted with one pass per
+    distinct relevant value; appending many items far below every relevant score changes neither AP nor
+    the ranks but sends the row to the item-by-item binning, so both counts must give the same bits."""
+    rng = np.random.default_rng(5)
+    g, q = 300, 40
+    s = (rng.integers(-6, 7, (q, g)) / 4).astype(dtype)  # ties everywhere
+    s[rng.random((q, g)) < 0.05] = -0.0
+    rel = rng.random((q, g)) < rng.choice([0.01, 0.05, 0.2], (q, 1))
+    s[(rng.random((q, g)) < 0.02) & ~rel] = np.nan  # non-relevant NaN never counts
+    pad = np.full((q, 20 * g), -1e30, dtype)  # more than 7/8 of the row below the lowest relevant score
+    wide = retrieval_metrics(s, rel)
+    narrow = retrieval_metrics(np.hstack([s, pad]), np.hstack([rel, np.zeros(pad.shape, bool)]))
+    np.testing.assert_array_equal(wide.ap.view(np.int64), narrow.ap.view(np.int64))
+    np.testing.assert_array_equal(wide.first_hit_rank, narrow.first_hit_rank)
+    np.testing.assert_array_equal(wide.last_hit_rank, narrow.last_hit_rank)
+    assert np.isfinite(wide.ap).sum() > 30
