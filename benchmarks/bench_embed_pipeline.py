@@ -19,7 +19,9 @@ PNGs); ``jpeg256`` 256 px JPEGs of colour noise (the slowest content to decode).
 the decode + protocol CPU time per image in one thread; ``bound`` = cores x forward /
 (cores x forward + decode), the ratio if decoding simply added its CPU time to a forward that
 used all cores as well as the anchor does (the pipeline can beat it: one thread per micro-batch
-wastes no time at barriers, and channels-last saves the layout reorders).
+wastes no time at barriers, and channels-last saves the layout reorders). ``cpu ms/img``: the
+process's CPU time per image (all its threads; torch's waiting threads spin, so under load the
+multi-threaded anchor's grows with the wait), the work a path costs whatever the scheduling.
 
     python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--rounds 3]
         [--only fpr-world-v3,bench-resnet18] [--load-procs 1]
@@ -144,14 +146,16 @@ def measure(enc_id: str, data: str, paths: list[str], args) -> dict:
     for f in timed.values():  # warm-up
         f()
     times: dict[str, list[float]] = {k: [] for k in timed}
+    cpu: dict[str, list[float]] = {k: [] for k in timed}  # process CPU time (all threads, spinning included)
     outs: dict[str, np.ndarray] = {}
     load_before = load()
     names = list(timed)
     for r in range(args.rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
-            t = time.perf_counter()
+            c, t = time.process_time(), time.perf_counter()
             outs[k] = timed[k]()
             times[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
     if enc.device.type != "cuda":
         assert outs["protocol"].tobytes() == outs["pipeline"].tobytes(), "pipeline and protocol forward disagree"
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -167,6 +171,8 @@ def measure(enc_id: str, data: str, paths: list[str], args) -> dict:
             "forward ms/img": fwd, "nhwc/forward": rc, "protocol ms/img": med["protocol"] / n * 1e3,
             "pipeline ms/img": med["pipeline"] / n * 1e3, "protocol/forward": rq, "spread ": sq,
             "pipeline/forward": rp, "spread": sp, "bound": cores * fwd / (cores * fwd + dec),
+            "cpu ms/img forward|protocol|pipeline": "|".join(
+                f"{statistics.median(cpu[k]) / n * 1e3:.2f}" for k in ("forward", "protocol", "pipeline")),
             "load": f"{load_before} -> {load()}"}
 
 
@@ -198,7 +204,8 @@ def main() -> None:
           f"workers {'default' if args.workers is None else args.workers}, "
           f"batch {args.batch_size}, {args.rounds} rounds; load (1/5/15 min) at start {load()}", flush=True)
     cols = ["encoder", "images", "n", "device", "decode ms/img", "forward ms/img", "nhwc/forward", "protocol ms/img",
-            "pipeline ms/img", "protocol/forward", "spread ", "pipeline/forward", "spread", "bound", "load"]
+            "pipeline ms/img", "protocol/forward", "spread ", "pipeline/forward", "spread", "bound",
+            "cpu ms/img forward|protocol|pipeline", "load"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols), flush=True)
     for enc_id, data in plan:
         paths = world if data == "world96" else jpegs[:args.n_cnn if enc_id == "bench-resnet18" else args.n]
