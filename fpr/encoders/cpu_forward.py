@@ -14,11 +14,11 @@ same image gives the same bits (``tests/encoders/test_determinism.py``).
 Why channels-last (``-nhwc``, since the protocol ``microbatch32-1thread``): oneDNN runs a
 convolution on an NCHW tensor by reordering it to a blocked layout and back at every layer; on
 an NHWC tensor it does not. Measured on this repository's 2-core machine kind, one thread, a
-micro-batch of 32: 24% less CPU time for the built-in world CNN at 64 px and for resnet18 at
-224 px (``benchmarks/results/embed_pipeline.md``). It changes the last bits (about 2e-5 before
-normalisation), hence the new protocol name. Only the input's layout changes: the model's
-weights stay as loaded (oneDNN picks the same kernel either way, bit for bit), so the
-network object a caller holds is untouched.
+micro-batch of 32: a fifth to a third less CPU time for the built-in world CNN at 64 px and for
+resnet18 at 224 px (``benchmarks/bench_cpu_forward.py``, ``benchmarks/results/embed_pipeline.md``).
+It changes the last bits (about 2e-7 of a normalised embedding), hence the new protocol name.
+Only the input's layout changes: the model's weights stay as loaded (measured bit-identical to
+converting them too, for both networks), so the network object a caller holds is untouched.
 
 Why not one image per forward pass (the protocol before ``microbatch32-1thread``): a batch of
 one runs the tiny world CNN at about 0.4 of its batched speed, and two intra-op threads per
