@@ -90,8 +90,11 @@ def map_single_threaded(fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]
         if len(items) <= 1 or cores == 1:
             yield from map(fn, items)
             return
-        with ThreadPoolExecutor(min(cores, len(items)), thread_name_prefix="fpr-forward") as pool:
+        pool = ThreadPoolExecutor(min(cores, len(items)), thread_name_prefix="fpr-forward")
+        try:
             yield from pool.map(fn, items)
+        finally:  # a consumer that stops early (an error, a closed generator) cancels the tasks not started
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def microbatches(n: int) -> list[range]:

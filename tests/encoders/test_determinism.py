@@ -207,3 +207,23 @@ def test_pipeline_bits_are_the_same_across_threads_paths_and_processes(tmp_path)
         subprocess.run([sys.executable, "-c", _OTHER_PROCESS, str(threads), str(out), *paths[::-1]],
                        check=True, env=env, timeout=300)
         assert np.load(out).tobytes() == ref[::-1].tobytes(), threads
+
+
+def test_a_consumer_that_stops_early_cancels_the_micro_batches_not_started():
+    """map_single_threaded is a generator holding the process's thread setting: closing it after the
+    first result runs no more than the tasks already started, and restores the thread count."""
+    import time
+
+    from fpr.encoders.cpu_forward import map_single_threaded
+
+    ran = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = map_single_threaded(lambda i: time.sleep(0.01) or ran.append(i) or i, list(range(200)))  # 1 s in all
+        assert next(gen) == 0
+        gen.close()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(ran) < 200
