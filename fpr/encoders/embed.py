@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -235,7 +235,8 @@ def _rebatch(chunks, batch_size: int):
         yield rows, parts[0] if len(parts) == 1 else torch.cat(parts), errs
 
 
-def _fused_cpu(encoder: Encoder, dataset: _DecodeDataset, normalize: bool):
+def _fused_cpu(encoder: Encoder, dataset: _DecodeDataset, normalize: bool
+               ) -> Iterator[tuple[list[int], np.ndarray, list[str]]]:
     """(rows, vectors, errors) per micro-batch, in order, for a model on the CPU: each task decodes one
     micro-batch of images and runs the protocol's forward pass on them, on one thread
     (:func:`fpr.encoders.cpu_forward.map_single_threaded`), as many tasks at once as torch had threads.
@@ -247,7 +248,7 @@ def _fused_cpu(encoder: Encoder, dataset: _DecodeDataset, normalize: bool):
     operations release the GIL; no process is started. The vectors are bit-identical to
     :meth:`Encoder.embed_batch` on the same pixels (``tests/encoders/test_determinism.py``)."""
 
-    def task(rows: range):
+    def task(rows: range) -> tuple[list[int], np.ndarray, list[str]]:
         idx, pixels, errs = _collate([dataset[i] for i in rows])
         return idx, encoder.embed_microbatch(pixels, normalize=normalize), errs
 
