@@ -2,19 +2,26 @@
 
 forward (the anchor): the encoder's network on ready batches of ``--batch-size`` (decoded and
 preprocessed beforehand, not timed), torch's default threads -- the fastest a user's own loop
-gets, with bits that depend on the batch; protocol: ``Encoder.embed_batch`` on the same batches
-(fpr's CPU forward: zero-padded micro-batches of one shape, one thread each, several at once;
-bits independent of batch, position and thread count); pipeline: ``embed_paths`` from files
-(hash, read once, decode + protocol, forward, normalise), no cache, default decoding.
-``x/forward`` = forward time / x time (1.0 = as fast as the anchor). The three are timed in
-rotating order in each of ``--rounds`` rounds: median and spread (min-max). ``--load-procs K``
+gets, with bits that depend on the batch; forward-nhwc: the same with the batches in channels-last
+layout (what the anchor gains from the layout alone); protocol: ``Encoder.embed_batch`` on ready
+batches of cores x 32 (fpr's CPU forward, fpr.encoders.cpu_forward: zero-padded micro-batches of
+32, channels-last, one thread each, one per core at once; bits independent of batch, position and
+thread count; a call of 32 images is one micro-batch, one core); pipeline: ``embed_paths`` from
+files (hash, read once, decode + protocol + forward per micro-batch in a thread per core,
+normalise), no cache, default decoding. ``x/forward`` = forward time / x time (1.0 = as fast as
+the anchor). The four are timed in rotating order in each of ``--rounds`` rounds: median and
+spread (min-max) of the per-round ratios. ``--load-procs K``
 runs K busy single-threaded processes throughout (another job on the machine).
 
 Encoders: the shipped built-in CNNs, a random-init resnet18 at 224 px, and ``pixels-16`` (no
 network: the pipeline's own cost shows). Images: ``world96`` renders of the built-in world (96 px
 PNGs); ``jpeg256`` 256 px JPEGs of colour noise (the slowest content to decode). ``decode`` is
 the decode + protocol CPU time per image in one thread; ``bound`` = cores x forward /
-(cores x forward + decode), the ratio if decoding simply added its CPU time on all cores.
+(cores x forward + decode), the ratio if decoding simply added its CPU time to a forward that
+used all cores as well as the anchor does (the pipeline can beat it: one thread per micro-batch
+wastes no time at barriers, and channels-last saves the layout reorders). ``cpu ms/img``: the
+process's CPU time per image (all its threads; torch's waiting threads spin, so under load the
+multi-threaded anchor's grows with the wait), the work a path costs whatever the scheduling.
 
     python benchmarks/bench_embed_pipeline.py [--n 512] [--n-cnn 96] [--batch-size 32] [--rounds 3]
         [--only fpr-world-v3,bench-resnet18] [--load-procs 1]
@@ -41,6 +48,7 @@ import torch  # noqa: E402
 
 from bench_ablate import register_resnet18  # noqa: E402
 from fpr.encoders import embed as E  # noqa: E402
+from fpr.encoders.cpu_forward import CPU_FORWARD, CPU_MICROBATCH  # noqa: E402
 from fpr.encoders.registry import load_encoder  # noqa: E402
 from fpr.encoders.world import SHIPPED_IDS, WORLD_ENCODER_ID  # noqa: E402
 from fpr.galleries.world import build_world  # noqa: E402
@@ -117,26 +125,37 @@ def measure(enc_id: str, data: str, paths: list[str], args) -> dict:
         sync()
         return torch.cat(out).float().cpu().numpy()
 
+    def forward_nhwc() -> np.ndarray:
+        with torch.inference_mode():
+            out = [enc.model(imgs[s:s + b].to(enc.device).contiguous(memory_format=torch.channels_last))
+                   for s in range(0, n, b)]
+        sync()
+        return torch.cat(out).float().cpu().numpy()
+
+    pb = (os.cpu_count() or 1) * CPU_MICROBATCH if enc.device.type == "cpu" else b
+
     def protocol() -> np.ndarray:
-        out = np.concatenate([enc.embed_batch(imgs[s:s + b]) for s in range(0, n, b)])
+        out = np.concatenate([enc.embed_batch(imgs[s:s + pb]) for s in range(0, n, pb)])
         sync()
         return out
 
     def pipeline() -> np.ndarray:
         return E.embed_paths(enc, paths, batch_size=b, workers=args.workers, cache=None).vectors
 
-    timed = {"forward": forward, "protocol": protocol, "pipeline": pipeline}
+    timed = {"forward": forward, "forward-nhwc": forward_nhwc, "protocol": protocol, "pipeline": pipeline}
     for f in timed.values():  # warm-up
         f()
     times: dict[str, list[float]] = {k: [] for k in timed}
+    cpu: dict[str, list[float]] = {k: [] for k in timed}  # process CPU time (all threads, spinning included)
     outs: dict[str, np.ndarray] = {}
     load_before = load()
     names = list(timed)
     for r in range(args.rounds):
-        for k in names[r % 3:] + names[:r % 3]:
-            t = time.perf_counter()
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            c, t = time.process_time(), time.perf_counter()
             outs[k] = timed[k]()
             times[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
     if enc.device.type != "cuda":
         assert outs["protocol"].tobytes() == outs["pipeline"].tobytes(), "pipeline and protocol forward disagree"
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -147,11 +166,13 @@ def measure(enc_id: str, data: str, paths: list[str], args) -> dict:
 
     cores = os.cpu_count() or 1
     fwd = med["forward"] / n * 1e3
-    (rp, sp), (rq, sq) = ratio("pipeline"), ratio("protocol")
+    (rp, sp), (rq, sq), (rc, _) = ratio("pipeline"), ratio("protocol"), ratio("forward-nhwc")
     return {"encoder": enc_id, "images": data, "n": n, "device": enc.device.type, "decode ms/img": dec,
-            "forward ms/img": fwd, "protocol ms/img": med["protocol"] / n * 1e3,
+            "forward ms/img": fwd, "nhwc/forward": rc, "protocol ms/img": med["protocol"] / n * 1e3,
             "pipeline ms/img": med["pipeline"] / n * 1e3, "protocol/forward": rq, "spread ": sq,
             "pipeline/forward": rp, "spread": sp, "bound": cores * fwd / (cores * fwd + dec),
+            "cpu ms/img forward|protocol|pipeline": "|".join(
+                f"{statistics.median(cpu[k]) / n * 1e3:.2f}" for k in ("forward", "protocol", "pipeline")),
             "load": f"{load_before} -> {load()}"}
 
 
@@ -178,11 +199,13 @@ def main() -> None:
     plan += [("bench-resnet18", "jpeg256"), ("pixels-16", "jpeg256")]
     if args.only:
         plan = [p for p in plan if p[0] in args.only.split(",")]
-    print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
+    print("command: python benchmarks/bench_embed_pipeline.py " + " ".join(sys.argv[1:]))
+    print(f"protocol {CPU_FORWARD}; cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
           f"workers {'default' if args.workers is None else args.workers}, "
           f"batch {args.batch_size}, {args.rounds} rounds; load (1/5/15 min) at start {load()}", flush=True)
-    cols = ["encoder", "images", "n", "device", "decode ms/img", "forward ms/img", "protocol ms/img",
-            "pipeline ms/img", "protocol/forward", "spread ", "pipeline/forward", "spread", "bound", "load"]
+    cols = ["encoder", "images", "n", "device", "decode ms/img", "forward ms/img", "nhwc/forward", "protocol ms/img",
+            "pipeline ms/img", "protocol/forward", "spread ", "pipeline/forward", "spread", "bound",
+            "cpu ms/img forward|protocol|pipeline", "load"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols), flush=True)
     for enc_id, data in plan:
         paths = world if data == "world96" else jpegs[:args.n_cnn if enc_id == "bench-resnet18" else args.n]

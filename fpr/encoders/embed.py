@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from PIL import Image
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.cache import EmbeddingCache
-from fpr.encoders.cpu_forward import CPU_MICROBATCH
+from fpr.encoders.cpu_forward import map_single_threaded, microbatches
 from fpr.encoders.registry import Encoder, check_batch_size, check_workers
 from fpr.errors import InputError, choices_hint
 from fpr.images import content_hash, decode_rgb, read_bytes
@@ -142,7 +142,7 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
     ``normalize=False`` returns the encoder's raw (un-normalised) features; they never touch the
     embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`.
     ``batch_size`` >= 1 and ``workers`` >= 0 decode processes (None: on a CPU device, threads of this
-    process decode between forward passes; elsewhere chosen by the number of images); other values are
+    process that each decode and embed a micro-batch; elsewhere chosen by the number of images); other values are
     one InputError, the same one the CLI prints.
     """
     check_batch_size(batch_size)
@@ -235,19 +235,24 @@ def _rebatch(chunks, batch_size: int):
         yield rows, parts[0] if len(parts) == 1 else torch.cat(parts), errs
 
 
-def _phased(dataset: _DecodeDataset, batch_size: int, n_threads: int):
-    """Batches decoded by ``n_threads`` threads of this process, between forward passes, never beside them.
+def _fused_cpu(encoder: Encoder, dataset: _DecodeDataset, normalize: bool
+               ) -> Iterator[tuple[list[int], np.ndarray, list[str]]]:
+    """(rows, vectors, errors) per micro-batch, in order, for a model on the CPU: each task decodes one
+    micro-batch of images and runs the protocol's forward pass on them, on one thread
+    (:func:`fpr.encoders.cpu_forward.map_single_threaded`), as many tasks at once as torch had threads.
 
-    For a model on the CPU, whose forward pass already keeps every core busy (torch's intra-op
-    threads): a decode process running beside it takes a core from one of those threads, and the
-    others then wait for it at each operation's end, so each millisecond of decoding costs the
-    forward more than a millisecond (measured on 2 cores: about 2). Decoding the next batch on all
-    cores, then running the forward, costs the decode's CPU time divided by the cores, no more, and
-    starts no process. PIL's decoding and resizing release the GIL; the pixels stay uint8 and the
-    batch is normalised at once (:meth:`Preprocessing.normalize`)."""
-    with ThreadPoolExecutor(n_threads, thread_name_prefix="fpr-decode") as pool:
-        for start in range(0, len(dataset), batch_size):
-            yield _collate(list(pool.map(dataset.__getitem__, range(start, min(start + batch_size, len(dataset))))))
+    Why fused: the forward pass of one micro-batch uses one core, so a thread's decoding overlaps
+    the other threads' forward passes and costs its CPU time once, with no barrier between a
+    decoding phase and a forward phase (the previous pipeline decoded a batch on all cores, then ran
+    it, and at a batch of 32 ran one micro-batch: one core). PIL's decoding and resizing and torch's
+    operations release the GIL; no process is started. The vectors are bit-identical to
+    :meth:`Encoder.embed_batch` on the same pixels (``tests/encoders/test_determinism.py``)."""
+
+    def task(rows: range) -> tuple[list[int], np.ndarray, list[str]]:
+        idx, pixels, errs = _collate([dataset[i] for i in rows])
+        return idx, encoder.embed_microbatch(pixels, normalize=normalize), errs
+
+    yield from map_single_threaded(task, microbatches(len(dataset)))
 
 
 @dataclass
@@ -324,16 +329,14 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
                 cache: EmbeddingCache | None, desc: str, *, normalize: bool = True,
                 amp_dtype: torch.dtype | None = None, data: Sequence[bytes | None] | None = None
                 ) -> dict[str, tuple[np.ndarray | None, str]]:
-    """``workers``: decode processes beside the model; None picks: on a CPU device, decoding threads in
-    this process between forward passes (:func:`_phased`), elsewhere :func:`default_workers`."""
+    """``workers``: decode processes beside the model; None picks: on a CPU device, threads of this
+    process that each decode and embed one micro-batch (:func:`_fused_cpu`), elsewhere
+    :func:`default_workers`."""
     results: dict[str, tuple[np.ndarray | None, str]] = {}
     if not paths:
         return results
     if workers is None and encoder.device.type == "cpu" and torch.get_num_threads() > 1 and len(paths) > 1:
-        # whole micro-batches only: a shorter batch would be padded (fpr.encoders.cpu_forward)
-        step = -(-batch_size // CPU_MICROBATCH) * CPU_MICROBATCH
-        batches = _phased(_DecodeDataset(paths, encoder.preprocessing, data, pixels=True), step,
-                          torch.get_num_threads())
+        embedded = _fused_cpu(encoder, _DecodeDataset(paths, encoder.preprocessing, data, pixels=True), normalize)
     else:
         n_workers = default_workers(len(paths)) if workers is None else workers
         plan = loader_plan(batch_size, n_workers, encoder.device.type)
@@ -343,10 +346,11 @@ def _embed_rows(encoder: Encoder, paths: list[str], hashes: list[str], batch_siz
             prefetch_factor=plan["prefetch_factor"], persistent_workers=False,
             worker_init_fn=_worker_init if n_workers else None)
         batches = loader if plan["chunk"] == batch_size else _rebatch(loader, batch_size)
+        embedded = ((idx, encoder.embed_batch(batch) if normalize and amp_dtype is None else
+                     encoder.embed_batch(batch, normalize=normalize, amp_dtype=amp_dtype), errs)
+                    for idx, batch, errs in batches)
     with progress.bar(total=len(paths), desc=desc, unit="img") as pbar:
-        for idx, batch, errs in batches:
-            vecs = encoder.embed_batch(batch) if normalize and amp_dtype is None else \
-                encoder.embed_batch(batch, normalize=normalize, amp_dtype=amp_dtype)
+        for idx, vecs, errs in embedded:
             EMBED_STATS["images_embedded"] += len(idx)
             good_h, good_v = [], []
             for j, i in enumerate(idx):

@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched
+from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched, forward_part
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
@@ -246,14 +246,12 @@ class Encoder:
 
         ``amp_dtype`` picks the CUDA autocast type (default :attr:`precision`: bfloat16 where
         supported, else float16). On a CPU the network only ever sees zero-padded micro-batches
-        of one shape, each on one thread (:mod:`fpr.encoders.cpu_forward`), so every embedding is
+        of one shape in channels-last layout, each on one thread (:mod:`fpr.encoders.cpu_forward`), so every embedding is
         independent of its batch, its position and the thread count, bit for bit
         (docs/architecture.md, "Embedding determinism"). On CUDA the batch runs as one.
         """
         with torch.inference_mode():
-            x = batch.to(self.device, non_blocking=True)
-            if x.dtype == torch.uint8:
-                x = self.preprocessing.normalize(x)
+            x = self._on_device(batch)
             if self.device.type == "cuda":
                 x = x.contiguous(memory_format=torch.channels_last)
                 dtype = amp_dtype or (torch.bfloat16 if self.precision == "bf16" else torch.float16)
@@ -263,12 +261,28 @@ class Encoder:
                 feats = forward_microbatched(self.model, x)
             else:
                 feats = self.model(x)
-            feats = feats.float()
-            if feats.ndim != 2 or feats.shape[1] != self.spec.dim:
-                raise RuntimeError(f"encoder {self.id} produced shape {tuple(feats.shape)}, "
-                                   f"expected (B, {self.spec.dim})")
-            if normalize:
-                feats = torch.nn.functional.normalize(feats, dim=1)
+            return self._finish(feats, normalize)
+
+    def embed_microbatch(self, batch: torch.Tensor, *, normalize: bool = True) -> np.ndarray:
+        """:meth:`embed_batch` for one CPU micro-batch (at most ``CPU_MICROBATCH`` rows) on the calling
+        thread, bit-identical to it; for callers that run micro-batches on their own threads inside
+        :func:`fpr.encoders.cpu_forward.single_threaded_ops` (the CPU pipeline of ``embed_paths``)."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"embed_microbatch is the CPU protocol; encoder {self.id} is on {self.device}")
+        with torch.inference_mode():
+            return self._finish(forward_part(self.model, self._on_device(batch)), normalize)
+
+    def _on_device(self, batch: torch.Tensor) -> torch.Tensor:
+        x = batch.to(self.device, non_blocking=True)
+        return self.preprocessing.normalize(x) if x.dtype == torch.uint8 else x
+
+    def _finish(self, feats: torch.Tensor, normalize: bool) -> np.ndarray:
+        feats = feats.float()
+        if feats.ndim != 2 or feats.shape[1] != self.spec.dim:
+            raise RuntimeError(f"encoder {self.id} produced shape {tuple(feats.shape)}, "
+                               f"expected (B, {self.spec.dim})")
+        if normalize:
+            feats = torch.nn.functional.normalize(feats, dim=1)
         return feats.cpu().numpy().astype(np.float32, copy=False)
 
     def embed_text(self, texts: list[str]) -> np.ndarray:

@@ -165,22 +165,34 @@ def test_embed_batch_takes_uint8_pixels_bit_for_bit(images):
     assert enc.embed_batch(pixels).tobytes() == enc.embed_batch(floats).tobytes()
 
 
-def test_cpu_default_decodes_in_threads_between_forward_passes(images, tmp_path, monkeypatch):
-    """workers=None on a CPU with several torch threads: no processes, the same bits, failures in place."""
+def test_cpu_default_decodes_and_embeds_micro_batches_in_threads(images, tmp_path, monkeypatch):
+    """workers=None on a CPU with several torch threads: no processes; each micro-batch of 32 is decoded
+    and embedded by one thread of a pool, every torch operation there on one thread; the same bits as
+    the main process's DataLoader path, failures in place, rows in order."""
+    import threading
+
     enc = load_encoder("fpr-world-v2", device="cpu")
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
-    paths = images[:9] + [str(bad)] + images[9:20]
+    paths = images[:9] + [str(bad)] + images[9:] + images[:30]  # 67 rows, 37 distinct images: micro-batches of 32 and 5
     alone = E.embed_paths(enc, paths, cache=None, workers=0, batch_size=32, on_error="skip")
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(2)
     monkeypatch.setattr(torch.utils.data, "DataLoader", lambda *a, **k: pytest.fail("no decode processes"))
-    decoded_in = set()
+    seen: list[tuple[str, int]] = []  # (thread, torch threads) at each decode
     real = E._DecodeDataset.__getitem__
-    monkeypatch.setattr(E._DecodeDataset, "__getitem__",
-                        lambda self, i: decoded_in.add(__import__("threading").current_thread().name) or real(self, i))
-    for batch_size in (4, 32):
-        got = E.embed_paths(enc, paths, cache=None, batch_size=batch_size, on_error="skip")
-        assert got.vectors[~np.isnan(got.vectors[:, 0])].tobytes() == \
-            alone.vectors[~np.isnan(alone.vectors[:, 0])].tobytes()
-        assert list(got.failed) == [9] and got.failed == alone.failed
-    assert decoded_in and all(name.startswith("fpr-decode") for name in decoded_in)
+    monkeypatch.setattr(E._DecodeDataset, "__getitem__", lambda self, i: seen.append(
+        (threading.current_thread().name, torch.get_num_threads())) or real(self, i))
+    try:
+        for batch_size in (4, 32):
+            got = E.embed_paths(enc, paths, cache=None, batch_size=batch_size, on_error="skip")
+            ok = ~np.isnan(alone.vectors[:, 0])
+            assert np.array_equal(np.isnan(got.vectors[:, 0]), ~ok)
+            assert got.vectors[ok].tobytes() == alone.vectors[ok].tobytes()
+            assert list(got.failed) == [9] and got.failed == alone.failed
+        assert torch.get_num_threads() == 2  # restored after the pipeline
+    finally:
+        torch.set_num_threads(threads_before)
+    names = {name for name, _ in seen}
+    assert len(names) == 2 and all(n.startswith("fpr-forward") for n in names), names
+    assert {t for _, t in seen} == {1}
