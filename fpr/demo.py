@@ -19,7 +19,11 @@
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -212,18 +216,56 @@ def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: st
     return api.run_query(idx.name, gen, workspace=ws_root, seed=seed, device=device, oracle=True, scorers=[])
 
 
-def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str) -> tuple[pd.DataFrame, tuple]:
+def _claims_config(config, seed: int):
+    """The world of one more verdict seed: the primary world's sizes, generations only (no copies)."""
+    from fpr.galleries.world import COPY_METHODS
+
+    return replace(config, seed=seed, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
+
+
+def _claims_name(config) -> str:
+    return f"world-demo-s{config.seed}-claims"
+
+
+def _render_claims_world(ws_root: Path, config, workers: int):
+    from fpr.galleries.world import World
+
+    return World(config).write(ws_root / "demo" / _claims_name(config), workers=workers)
+
+
+@contextmanager
+def _claims_worlds(ws_root: Path, configs: list) -> Iterator[dict]:
+    """The verdict seeds' worlds, rendered in one background process while the primary seed is evaluated.
+
+    {seed: a future of its WorldBuild}; empty (rendered later, in turn) when a process cannot be forked
+    safely. The process is forked before any model or thread exists here and only renders files (the
+    images are pure functions of the config, so they are those of a render in this process); the workspace
+    is written only from this process, after the render.
+    """
+    from fpr.galleries.world import fork_safe
+
+    if not configs or not fork_safe():
+        yield {}
+        return
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+    try:
+        yield {c.seed: pool.submit(_render_claims_world, ws_root, c, 1) for c in configs}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, pending=None
+                 ) -> tuple[pd.DataFrame, tuple]:
     """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
-    encoders and the pipeline; the copies and their scorer are the primary seed's)."""
+    encoders and the pipeline; the copies and their scorer are the primary seed's). ``pending``: the future
+    of its world, rendered in the background (None: render it now)."""
     from fpr import api
     from fpr.galleries.curate import GallerySpec
-    from fpr.galleries.world import COPY_METHODS, World
     from fpr.workflows.meta import claims_frame
 
-    config = replace(config, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
-    name = f"world-demo-s{config.seed}-claims"
+    name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
-    build = World(config).write(ws_root / "demo" / name)
+    build = pending.result() if pending is not None else _render_claims_world(ws_root, config, 0)
     api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
                        overwrite=True)
     idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
@@ -245,21 +287,34 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
     ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``).
     """
-    from fpr import api
-    from fpr.galleries.curate import GallerySpec
-    from fpr.galleries.world import World, WorldConfig
+    from fpr.galleries.world import WorldConfig
     from fpr.store import Workspace
 
-    t0 = time.perf_counter()
-    timings: dict[str, float] = {}
     config = WorldConfig(seed=seed, siblings=siblings, size=size, **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
+    n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
+    extra = [_claims_config(config, s) for s in range(seed + 1, seed + n_seeds)] if general else []
+    # forked first, before this process loads a model or starts a thread
+    with _claims_worlds(ws.root, extra) as pending:
+        return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
+                         copy_paste=copy_paste, general=general, extra=extra, pending=pending)
+
+
+def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
+              general: str | None, extra: list, pending: dict) -> DemoResult:
+    from fpr import api
+    from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.world import World
+
+    seed, siblings, size = config.seed, config.siblings, config.size
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
     tag = f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
     name = f"world-demo-{tag}"
     images = Path(out).expanduser() if out else ws.root / "demo" / name
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
                  f"{len(config.methods)} methods) into {images}")
-    build = World(config).write(images)
+    build = World(config).write(images, workers=0)
     timings["render_s"] = round(time.perf_counter() - t0, 2)
 
     t = time.perf_counter()
@@ -285,11 +340,10 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
         gen = _general_run(ws.root, name, queries, general, seed, device)
         frames = [claims_frame(res.per_query, gen.per_query, seed=seed)]
         general_runs[seed] = (res.run_id, gen.run_id)
-        n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
-        for extra in range(seed + 1, seed + n_seeds):
-            frame, runs = _claims_seed(ws.root, replace(config, seed=extra), encoder, general, device)
+        for cfg in extra:
+            frame, runs = _claims_seed(ws.root, cfg, encoder, general, device, pending.get(cfg.seed))
             frames.append(frame)
-            general_runs[extra] = runs
+            general_runs[cfg.seed] = runs
         claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()
         claims["info"].update({"general": general, "specialist": encoder})
         timings["claims_s"] = round(time.perf_counter() - t, 2)

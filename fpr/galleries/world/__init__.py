@@ -93,7 +93,7 @@ __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "METHOD_CONTEXT", "MET
            "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE", "VAL_RANGE", "COPY_METHODS", "WorldConfig", "World",
            "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity",
            "identity_markings", "check_disjoint", "identity_name", "parse_identity", "build_world", "WorldBuild",
-           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
+           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS", "render_processes", "fork_safe"]
 
 EVAL_RANGE = range(0, 100_000)
 GALLERY_RANGE = range(0, 50_000)
@@ -503,10 +503,15 @@ def render_processes(workers: int, n_jobs: int) -> int:
     and one where forking is unavailable or unsafe (not the main thread, Ray started) or the world is tiny."""
     if workers == 0:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if (workers <= 1 or n_jobs < 64 or threading.current_thread() is not threading.main_thread()
-            or _ray_running() or "fork" not in mp.get_all_start_methods()):
+    if workers <= 1 or n_jobs < 64 or not fork_safe():
         return 1
     return min(workers, 8)
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork workers: fork exists, this is the main thread, no Ray runtime started."""
+    return ("fork" in mp.get_all_start_methods() and threading.current_thread() is threading.main_thread()
+            and not _ray_running())
 
 
 def _ray_running() -> bool:

@@ -1,0 +1,46 @@
+"""The demo's faster paths give the same result: the verdict seeds' worlds rendered in a background process and
+the primary world in a process pool equal everything in one process (a tiny world, two verdict seeds)."""
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+
+import pytest
+
+from fpr import demo
+from fpr.galleries import world as W
+
+TINY = dict(identities=2, gallery=2, references=1, queries=1)
+RUN_ID = re.compile(r"\brun-\d{8}-\d{6}-[0-9a-f]+")
+
+
+def _neutral(res: demo.DemoResult, ws) -> str:
+    """The result's JSON with what differs between two runs of it made neutral: timings, run ids (by order of
+    appearance) and the workspace folder."""
+    doc = res.as_json()
+    doc.pop("timings")
+    text = json.dumps(doc, sort_keys=True).replace(str(ws), "<ws>")
+    ids: dict[str, str] = {}
+    return RUN_ID.sub(lambda m: ids.setdefault(m.group(0), f"run-{len(ids)}"), text)
+
+
+def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, monkeypatch):
+    if not W.fork_safe():
+        pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
+    seen = []
+    real = demo._claims_worlds
+
+    @contextmanager
+    def spy(ws_root, configs):
+        with real(ws_root, configs) as pending:
+            seen.append(sorted(pending))
+            yield pending
+
+    monkeypatch.setattr(demo, "_claims_worlds", spy)
+    forked = demo.run_demo(workspace=tmp_path / "a", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
+    assert seen == [[1]]  # seed 1's world came from the background process
+    monkeypatch.setattr(W, "fork_safe", lambda: False)  # no pool, no background process: the old path
+    inline = demo.run_demo(workspace=tmp_path / "b", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
+    assert sorted(forked.general_runs) == [0, 1] and forked.claims is not None
+    assert _neutral(forked, tmp_path / "a") == _neutral(inline, tmp_path / "b")
