@@ -227,45 +227,41 @@ def _claims_name(config) -> str:
     return f"world-demo-s{config.seed}-claims"
 
 
-def _render_claims_world(ws_root: Path, config, workers: int):
-    from fpr.galleries.world import World
-
-    return World(config).write(ws_root / "demo" / _claims_name(config), workers=workers)
-
-
 @contextmanager
-def _claims_worlds(ws_root: Path, configs: list) -> Iterator[dict]:
-    """The verdict seeds' worlds, rendered in one background process while the primary seed is evaluated.
+def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str) -> Iterator[dict]:
+    """The verdict seeds, each whole (world, gallery, both indices, both runs), in one background process
+    while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
 
-    {seed: a future of its WorldBuild}; empty (rendered later, in turn) when a process cannot be forked
-    safely. The process is forked before any model or thread exists here and only renders files (the
-    images are pure functions of the config, so they are those of a render in this process); the workspace
-    is written only from this process, after the render.
+    Empty (they run later, in turn, here) when a process cannot be forked safely. The process is forked
+    before this one loads a model or starts a thread; it writes its own galleries, indices and runs into
+    the same workspace (every write under the workspace lock, as any two fpr processes do), and every
+    number it returns is a pure function of its world, so the result is the one-process demo's.
     """
     from fpr.galleries.world import fork_safe
 
-    if not configs or not fork_safe():
+    if not configs or not general or not fork_safe():
         yield {}
         return
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
     try:
-        yield {c.seed: pool.submit(_render_claims_world, ws_root, c, 1) for c in configs}
+        # one render process there: this process renders the primary world on every core meanwhile
+        yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, pending=None
+def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0
                  ) -> tuple[pd.DataFrame, tuple]:
     """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
-    encoders and the pipeline; the copies and their scorer are the primary seed's). ``pending``: the future
-    of its world, rendered in the background (None: render it now)."""
+    encoders and the pipeline; the copies and their scorer are the primary seed's)."""
     from fpr import api
     from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.world import World
     from fpr.workflows.meta import claims_frame
 
     name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
-    build = pending.result() if pending is not None else _render_claims_world(ws_root, config, 0)
+    build = World(config).write(ws_root / "demo" / name, workers=render_workers)
     api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
                        overwrite=True)
     idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
@@ -295,7 +291,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
     extra = [_claims_config(config, s) for s in range(seed + 1, seed + n_seeds)] if general else []
     # forked first, before this process loads a model or starts a thread
-    with _claims_worlds(ws.root, extra) as pending:
+    with _background_seeds(ws.root, extra, encoder, general, device) as pending:
         return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
                          copy_paste=copy_paste, general=general, extra=extra, pending=pending)
 
@@ -341,7 +337,8 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
         frames = [claims_frame(res.per_query, gen.per_query, seed=seed)]
         general_runs[seed] = (res.run_id, gen.run_id)
         for cfg in extra:
-            frame, runs = _claims_seed(ws.root, cfg, encoder, general, device, pending.get(cfg.seed))
+            job = pending.get(cfg.seed)
+            frame, runs = job.result() if job is not None else _claims_seed(ws.root, cfg, encoder, general, device)
             frames.append(frame)
             general_runs[cfg.seed] = runs
         claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()

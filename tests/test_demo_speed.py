@@ -1,5 +1,5 @@
-"""The demo's faster paths give the same result: the verdict seeds' worlds rendered in a background process and
-the primary world in a process pool equal everything in one process (a tiny world, two verdict seeds)."""
+"""The demo's faster paths give the same result: the verdict seeds evaluated in a background process and the
+primary world rendered in a process pool equal everything in one process (a tiny world, two verdict seeds)."""
 from __future__ import annotations
 
 import json
@@ -29,17 +29,17 @@ def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, mo
     if not W.fork_safe():
         pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
     seen = []
-    real = demo._claims_worlds
+    real = demo._background_seeds
 
     @contextmanager
-    def spy(ws_root, configs):
-        with real(ws_root, configs) as pending:
+    def spy(*args):
+        with real(*args) as pending:
             seen.append(sorted(pending))
             yield pending
 
-    monkeypatch.setattr(demo, "_claims_worlds", spy)
+    monkeypatch.setattr(demo, "_background_seeds", spy)
     forked = demo.run_demo(workspace=tmp_path / "a", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
-    assert seen == [[1]]  # seed 1's world came from the background process
+    assert seen == [[1]]  # seed 1 was evaluated in the background process
     monkeypatch.setattr(W, "fork_safe", lambda: False)  # no pool, no background process: the old path
     inline = demo.run_demo(workspace=tmp_path / "b", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
     assert sorted(forked.general_runs) == [0, 1] and forked.claims is not None
