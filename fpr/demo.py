@@ -246,6 +246,12 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     try:
         # one render process there: this process renders the primary world on every core meanwhile
         yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
+    except BaseException:
+        # the demo failed or was interrupted here: stop the seeds' work rather than wait for it (the pool
+        # has no public way to; a killed writer's transaction is rolled back, its file lock released)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

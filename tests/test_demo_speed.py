@@ -44,3 +44,31 @@ def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, mo
     inline = demo.run_demo(workspace=tmp_path / "b", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
     assert sorted(forked.general_runs) == [0, 1] and forked.claims is not None
     assert _neutral(forked, tmp_path / "a") == _neutral(inline, tmp_path / "b")
+
+
+def _slow_seed(*args) -> None:
+    """A verdict seed that takes a minute (module level: the pool sends it by name)."""
+    import time
+
+    time.sleep(60)
+
+
+def test_a_failing_demo_stops_its_background_seeds_at_once(tmp_path, monkeypatch):
+    """An error in the primary seed is raised without waiting for the verdict seeds (which would take their
+    whole run): the background process is stopped."""
+    import time
+
+    from fpr.errors import InputError
+
+    if not W.fork_safe():
+        pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
+
+    def fail(*args, **kwargs):
+        raise InputError("stop here")
+
+    monkeypatch.setattr(demo, "_run_demo", fail)
+    monkeypatch.setattr(demo, "_claims_seed", _slow_seed)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="stop here"):
+        demo.run_demo(workspace=tmp_path / "ws", quick=True, config=TINY, claim_seeds=3, copy_paste=False)
+    assert time.perf_counter() - t0 < 30
