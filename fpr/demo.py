@@ -242,7 +242,7 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     if not configs or not general or not fork_safe():
         yield {}
         return
-    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"))
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_exit_with_parent)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
         yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
@@ -254,6 +254,18 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _exit_with_parent() -> None:
+    """In the background process: be stopped when the demo's process dies (killed by a time limit, say)
+    instead of finishing a seed nobody waits for. Linux only (prctl); elsewhere it runs to its end."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0

@@ -526,8 +526,9 @@ def _save_png(img: Image.Image, path: Path) -> None:
     tmp.replace(path)
 
 
-def build_world(root: str | Path, **config) -> WorldBuild:
+def build_world(root: str | Path, *, workers: int = 1, **config) -> WorldBuild:
     """Render a world under ``root`` (``config``: :class:`WorldConfig` fields); the source for ``import_gallery``.
+    ``workers``: render processes (0: one per core; the files are the same bytes whatever the number).
 
         build = build_world("world", seed=0, identities=10)
         fpr.api.import_gallery("world", build.records, source="world")
@@ -536,4 +537,4 @@ def build_world(root: str | Path, **config) -> WorldBuild:
     for key in ("species", "methods", "profiles"):  # lists from callers, tuples in the frozen config
         if config.get(key) is not None:
             config[key] = tuple(config[key])
-    return World(WorldConfig(**config)).write(root)
+    return World(WorldConfig(**config)).write(root, workers=workers)
