@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import time
 from collections.abc import Iterator
@@ -227,13 +228,18 @@ def _claims_name(config) -> str:
     return f"world-demo-s{config.seed}-claims"
 
 
+# What a verdict seed runs (torch, the workflows, the pipeline): importing it starts no thread
+_PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.workflows.runs", "fpr.workflows.meta",
+            "fpr.encoders.trained", "fpr.eval.pipeline")
+
+
 @contextmanager
 def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str) -> Iterator[dict]:
     """The verdict seeds, each whole (world, gallery, both indices, both runs), in one background process
     while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
 
     Empty (they run later, in turn, here) when a process cannot be forked safely. The process is forked
-    before this one loads a model or starts a thread; it writes its own galleries, indices and runs into
+    before this one loads a model or starts a thread (after the imports both need); it writes its own galleries, indices and runs into
     the same workspace (every write under the workspace lock, as any two fpr processes do), and every
     number it returns is a pure function of its world, so the result is the one-process demo's.
     """
@@ -242,6 +248,8 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     if not configs or not general or not fork_safe():
         yield {}
         return
+    for module in _PRELOAD:  # both processes need them: imported once, here, and inherited by the fork
+        importlib.import_module(module)
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_exit_with_parent)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
