@@ -228,7 +228,7 @@ def _claims_name(config) -> str:
     return f"world-demo-s{config.seed}-claims"
 
 
-# What a verdict seed runs (torch, the workflows, the pipeline): importing it starts no thread
+# What a verdict seed runs (torch, the workflows, the pipeline); importing them starts no thread
 _PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.workflows.runs", "fpr.workflows.meta",
             "fpr.encoders.trained", "fpr.eval.pipeline")
 
@@ -239,9 +239,11 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
 
     Empty (they run later, in turn, here) when a process cannot be forked safely. The process is forked
-    before this one loads a model or starts a thread (after the imports both need); it writes its own galleries, indices and runs into
-    the same workspace (every write under the workspace lock, as any two fpr processes do), and every
-    number it returns is a pure function of its world, so the result is the one-process demo's.
+    after the imports both need and before this one loads a model or starts a thread pool of its own
+    (OpenBLAS's exists from numpy's import and is reset by its fork handler, as for the render and
+    copy-paste pools). It writes its own galleries, indices and runs into the same workspace (every
+    write under the workspace lock, as any two fpr processes do), and every number it returns is a pure
+    function of its world, so the result is the one-process demo's.
     """
     from fpr.galleries.world import fork_safe
 
@@ -312,6 +314,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     from fpr.galleries.world import WorldConfig
     from fpr.store import Workspace
 
+    t0 = time.perf_counter()
     config = WorldConfig(seed=seed, siblings=siblings, size=size, **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
     n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
@@ -319,25 +322,25 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     # forked first, before this process loads a model or starts a thread
     with _background_seeds(ws.root, extra, encoder, general, device) as pending:
         return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
-                         copy_paste=copy_paste, general=general, extra=extra, pending=pending)
+                         copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0)
 
 
 def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
-              general: str | None, extra: list, pending: dict) -> DemoResult:
+              general: str | None, extra: list, pending: dict, t0: float) -> DemoResult:
     from fpr import api
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World
 
     seed, siblings, size = config.seed, config.siblings, config.size
-    t0 = time.perf_counter()
     timings: dict[str, float] = {}
     tag = f"s{seed}" + ("-quick" if quick else "") + (f"-sib{siblings:g}" if siblings else "")
     name = f"world-demo-{tag}"
     images = Path(out).expanduser() if out else ws.root / "demo" / name
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
                  f"{len(config.methods)} methods) into {images}")
+    t = time.perf_counter()
     build = World(config).write(images, workers=0)
-    timings["render_s"] = round(time.perf_counter() - t0, 2)
+    timings["render_s"] = round(time.perf_counter() - t, 2)
 
     t = time.perf_counter()
     api.import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
