@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -229,7 +228,6 @@ def _claims_name(config) -> str:
     return f"world-demo-s{config.seed}-claims"
 
 
-BACKGROUND_NICE = 5  # the verdict seeds' process runs this much nicer than the demo's
 # What a verdict seed runs (torch, the workflows, the pipeline); importing them starts no thread
 _PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.workflows.runs", "fpr.workflows.meta",
             "fpr.encoders.trained", "fpr.eval.pipeline")
@@ -254,7 +252,7 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         return
     for module in _PRELOAD:  # both processes need them: imported once, here, and inherited by the fork
         importlib.import_module(module)
-    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_background_init)
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_exit_with_parent)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
         yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
@@ -268,16 +266,13 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _background_init() -> None:
-    """In the background process: yield the cores to the primary seed (the copy-paste scorer's pool wants
-    both; the seeds fill the gaps, a lower priority changes no value), and be stopped when the demo's
-    process dies (killed by a time limit, say) instead of finishing a seed nobody waits for (Linux only,
-    prctl; elsewhere it runs to its end)."""
+def _exit_with_parent() -> None:
+    """In the background process: be stopped when the demo's process dies (killed by a time limit, say)
+    instead of finishing a seed nobody waits for. Linux only (prctl); elsewhere it runs to its end."""
     import ctypes
     import signal
     import sys
 
-    os.nice(BACKGROUND_NICE)
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
