@@ -403,7 +403,6 @@ class World:
         """
         import pandas as pd
 
-        from fpr import progress
         from fpr.tables import write_table
 
         start = time.perf_counter()
@@ -453,7 +452,7 @@ class World:
                                   for q in queries]), root / "queries.csv")
         return WorldBuild(root, records, queries, len(jobs), time.perf_counter() - start, asdict(c))
 
-    def render_job(self, job: "_Job") -> None:
+    def render_job(self, job: _Job) -> None:
         """Render one image of :meth:`write` and save it as PNG at ``job.path``."""
         if job.kind == "real":
             img = self.real_image(job.species, job.ident, job.what, job.k)
@@ -462,7 +461,7 @@ class World:
                                      job.ident, job.k)
         _save_png(img, job.path)
 
-    def _render_jobs(self, jobs: list["_Job"], desc: str, workers: int) -> None:
+    def _render_jobs(self, jobs: list[_Job], desc: str, workers: int) -> None:
         from fpr import progress
 
         n = render_processes(workers, len(jobs))
