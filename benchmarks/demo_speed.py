@@ -273,9 +273,9 @@ at load 9-14 the demo got about a third of a core (cpu s / wall s), so its wall 
 the machine, not its parallelism, and the rows of tree 637ccec show no gain (that tree also imported torch
 and the workflows a second time in the background process, about 9 CPU s under that load; da4f9b9 imports
 them once before the fork). The trees da4f9b9 and 5c50c9b run the same code (5c50c9b only moves the start
-of `total_s`), and the final branch head (the revert of 976461e) runs 5c50c9b's code. At load 2-9 the
-demo without copy-paste ran 1.48x faster; the full demo 1.28x (median of 3 pairs over da4f9b9/5c50c9b,
-single pairs 0.74-1.81). The copy-paste scorer (owned elsewhere, unchanged here) is the same code on both
+of `total_s`), and a1b2c2f (the branch after the revert of 976461e) runs 5c50c9b's code. At load 2-9 the
+demo without copy-paste ran 1.48x faster; the full demo 1.2x (median of 4 pairs over da4f9b9, 5c50c9b and
+a1b2c2f: 1.30, 1.81, 0.74, 1.10). The copy-paste scorer (owned elsewhere, unchanged here) is the same code on both
 sides. The idle figure the issue asks for needs an idle machine: rerun
 
     PYTHONPATH=. python benchmarks/demo_speed.py --runs 4 --flags=--no-copy-paste --no-table
