@@ -19,8 +19,13 @@
 """
 from __future__ import annotations
 
+import importlib
+import multiprocessing as mp
 import time
 from collections.abc import Sequence
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -243,18 +248,79 @@ def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: st
     return api.run_query(idx.name, gen, workspace=ws_root, seed=seed, device=device, oracle=True, scorers=[])
 
 
-def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str) -> tuple[pd.DataFrame, tuple]:
+def _claims_config(config, seed: int):
+    """The world of one more verdict seed: the primary world's sizes, generations only (no copies)."""
+    from fpr.galleries.world import COPY_METHODS
+
+    return replace(config, seed=seed, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
+
+
+def _claims_name(config) -> str:
+    return f"world-demo-s{config.seed}{_stress_tag(config)}-claims"
+
+
+# What a verdict seed runs (torch, the workflows, the pipeline); importing them starts no thread
+_PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.workflows.runs", "fpr.workflows.meta",
+            "fpr.encoders.trained", "fpr.eval.pipeline")
+
+
+@contextmanager
+def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str) -> Iterator[dict]:
+    """The verdict seeds, each whole (world, gallery, both indices, both runs), in one background process
+    while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
+
+    Empty (they run later, in turn, here) when a process cannot be forked safely. The process is forked
+    after the imports both need and before this one loads a model or starts a thread pool of its own
+    (OpenBLAS's exists from numpy's import and is reset by its fork handler, as for the render and
+    copy-paste pools). It writes its own galleries, indices and runs into the same workspace (every
+    write under the workspace lock, as any two fpr processes do), and every number it returns is a pure
+    function of its world, so the result is the one-process demo's.
+    """
+    from fpr.galleries.world import fork_safe
+
+    if not configs or not general or not fork_safe():
+        yield {}
+        return
+    for module in _PRELOAD:  # both processes need them: imported once, here, and inherited by the fork
+        importlib.import_module(module)
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_exit_with_parent)
+    try:
+        # one render process there: this process renders the primary world on every core meanwhile
+        yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
+    except BaseException:
+        # the demo failed or was interrupted here: stop the seeds' work rather than wait for it (the pool
+        # has no public way to; a killed writer's transaction is rolled back, its file lock released)
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _exit_with_parent() -> None:
+    """In the background process: be stopped when the demo's process dies (killed by a time limit, say)
+    instead of finishing a seed nobody waits for. Linux only (prctl); elsewhere it runs to its end."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0
+                 ) -> tuple[pd.DataFrame, tuple]:
     """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
     encoders and the pipeline; the copies and their scorer are the primary seed's)."""
     from fpr import api
     from fpr.galleries.curate import GallerySpec
-    from fpr.galleries.world import COPY_METHODS, World
+    from fpr.galleries.world import World
     from fpr.workflows.meta import claims_frame
 
-    config = replace(config, methods=tuple(m for m in config.methods if m not in COPY_METHODS))
-    name = f"world-demo-s{config.seed}{_stress_tag(config)}-claims"
+    name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
-    build = World(config).write(ws_root / "demo" / name)
+    build = World(config).write(ws_root / "demo" / name, workers=render_workers)
     api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
                        overwrite=True)
     idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
@@ -281,24 +347,38 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
     ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``).
     """
-    from fpr import api
-    from fpr.galleries.curate import GallerySpec
-    from fpr.galleries.world import World, WorldConfig
+    from fpr.galleries.world import WorldConfig
     from fpr.store import Workspace
 
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
     config = WorldConfig(seed=seed, siblings=siblings, size=size, profiles=tuple(profiles),
                          home_background=home_background, occlusion=occlusion,
                          **{**(QUICK if quick else FULL), **(config or {})})
     ws = Workspace.open(workspace)
+    n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
+    extra = [_claims_config(config, s) for s in range(seed + 1, seed + n_seeds)] if general else []
+    # forked first, before this process loads a model or starts a thread
+    with _background_seeds(ws.root, extra, encoder, general, device) as pending:
+        return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
+                         copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0)
+
+
+def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
+              general: str | None, extra: list, pending: dict, t0: float) -> DemoResult:
+    from fpr import api
+    from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.world import World
+
+    seed, siblings, size = config.seed, config.siblings, config.size
+    timings: dict[str, float] = {}
     tag = f"s{seed}" + ("-quick" if quick else "") + _stress_tag(config)
     name = f"world-demo-{tag}"
     images = Path(out).expanduser() if out else ws.root / "demo" / name
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
                  f"{len(config.methods)} methods) into {images}")
-    build = World(config).write(images)
-    timings["render_s"] = round(time.perf_counter() - t0, 2)
+    t = time.perf_counter()
+    build = World(config).write(images, workers=0)
+    timings["render_s"] = round(time.perf_counter() - t, 2)
 
     t = time.perf_counter()
     api.import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
@@ -323,11 +403,11 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
         gen = _general_run(ws.root, name, queries, general, seed, device)
         frames = [claims_frame(res.per_query, gen.per_query, seed=seed)]
         general_runs[seed] = (res.run_id, gen.run_id)
-        n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
-        for extra in range(seed + 1, seed + n_seeds):
-            frame, runs = _claims_seed(ws.root, replace(config, seed=extra), encoder, general, device)
+        for cfg in extra:
+            job = pending.get(cfg.seed)
+            frame, runs = job.result() if job is not None else _claims_seed(ws.root, cfg, encoder, general, device)
             frames.append(frame)
-            general_runs[extra] = runs
+            general_runs[cfg.seed] = runs
         claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()
         claims["info"].update({"general": general, "specialist": encoder})
         timings["claims_s"] = round(time.perf_counter() - t, 2)

@@ -56,7 +56,12 @@ query's drift redraws (drift hidden from any encoder).
 """
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import sys
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -89,7 +94,7 @@ __all__ = ["SPECIES", "KINDS", "METHODS", "METHOD_DRIFT", "METHOD_CONTEXT", "MET
            "EVAL_RANGE", "TRAIN_RANGE", "GENERIC_RANGE", "VAL_RANGE", "COPY_METHODS", "WorldConfig", "World",
            "train_identities", "val_identities", "identity_view", "WORLD_VERSION", "Markings", "render_identity",
            "identity_markings", "check_disjoint", "identity_name", "parse_identity", "build_world", "WorldBuild",
-           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS"]
+           "GALLERY_FAMILIES", "NOVEL_FAMILIES", "FAMILIES", "CANVAS", "render_processes", "fork_safe"]
 
 EVAL_RANGE = range(0, 100_000)
 GALLERY_RANGE = range(0, 50_000)
@@ -390,11 +395,15 @@ class World:
         return compose(layer, new_bg)
 
     # -- writing
-    def write(self, root: str | Path, *, progress_desc: str = "rendering world") -> WorldBuild:
-        """Render gallery, references and queries as PNGs under ``root``; write gallery.csv and queries.csv."""
+    def write(self, root: str | Path, *, progress_desc: str = "rendering world", workers: int = 1) -> WorldBuild:
+        """Render gallery, references and queries as PNGs under ``root``; write gallery.csv and queries.csv.
+
+        ``workers`` > 1: render in that many forked processes, an identity per task (its markings are
+        computed once there); the files and both tables are byte for byte those of one process (every
+        image is a pure function of the config and its job), and the tables are made here, in job order.
+        """
         import pandas as pd
 
-        from fpr import progress
         from fpr.tables import write_table
 
         start = time.perf_counter()
@@ -402,38 +411,37 @@ class World:
         root = Path(root).expanduser().resolve()
         records: list[ImageRecord] = []
         queries: list[dict] = []
-        jobs = []
+        jobs: list[_Job] = []
         for sp in c.species:
             for ident in self.ids[sp]:
                 name = identity_name(sp, ident)
                 for role, n in (("reference", c.references), ("gallery", c.gallery)):
                     for k in range(n):
                         path = root / ("references" if role == "reference" else "gallery") / sp / name / f"{k:02d}.png"
-                        jobs.append(("real", sp, ident, role, k, path))
+                        jobs.append(_Job("real", sp, ident, role, k, path))
                 for method in c.methods + c.profiles:
                     for k in range(c.queries):
                         path = root / "queries" / method / sp / f"{name}-{k}.png"
-                        jobs.append(("query", sp, ident, method, k, path))
+                        jobs.append(_Job("query", sp, ident, method, k, path))
+        for folder in sorted({job.path.parent for job in jobs}):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._render_jobs(jobs, progress_desc, workers)
         ref_paths: dict[tuple[str, int], list[str]] = {}
-        for kind, sp, ident, what, k, path in progress.bar(jobs, desc=progress_desc, unit="img"):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            name = identity_name(sp, ident)
-            if kind == "real":
-                img = self.real_image(sp, ident, what, k)
-                _save_png(img, path)
-                records.append(ImageRecord(str(path), name, sp, what, split="eval"))
-                if what == "reference":
-                    ref_paths.setdefault((sp, ident), []).append(str(path))
+        for job in jobs:
+            name = identity_name(job.species, job.ident)
+            if job.kind == "real":
+                records.append(ImageRecord(str(job.path), name, job.species, job.what, split="eval"))
+                if job.what == "reference":
+                    ref_paths.setdefault((job.species, job.ident), []).append(str(job.path))
             else:
-                spec = self.query_spec(what, sp, ident, k)
-                _save_png(self._render_query(spec, sp, ident, k), path)
-                refs = ref_paths[(sp, ident)]
+                spec = self.query_spec(job.what, job.species, job.ident, job.k)
+                refs = ref_paths[(job.species, job.ident)]
                 made_from_ref = spec.context in (COPY_CONTEXT, "ref-pose", "ref-scene")
-                queries.append({"query_id": f"{what}/{name}/{k}", "path": str(path), "identity": name, "group": sp,
-                                "method": what, "context": spec.context, "drift": spec.drift,
-                                "profile": spec.profile, "prompt": f"a photo of [V] {sp}",
+                queries.append({"query_id": f"{job.what}/{name}/{job.k}", "path": str(job.path), "identity": name,
+                                "group": job.species, "method": job.what, "context": spec.context,
+                                "drift": spec.drift, "profile": spec.profile, "prompt": f"a photo of [V] {job.species}",
                                 "reference_paths": ";".join(refs),
-                                "source_reference": refs[k % c.references] if made_from_ref else ""})
+                                "source_reference": refs[job.k % c.references] if made_from_ref else ""})
         # the files name images relative to their own folder (the readers resolve them there), so a
         # world moved or copied with its folder (or with the workspace holding it) still reads
         def rel(paths: str) -> str:
@@ -445,6 +453,72 @@ class World:
                                   for q in queries]), root / "queries.csv")
         return WorldBuild(root, records, queries, len(jobs), time.perf_counter() - start, asdict(c))
 
+    def render_job(self, job: _Job) -> None:
+        """Render one image of :meth:`write` and save it as PNG at ``job.path``."""
+        if job.kind == "real":
+            img = self.real_image(job.species, job.ident, job.what, job.k)
+        else:
+            img = self._render_query(self.query_spec(job.what, job.species, job.ident, job.k), job.species,
+                                     job.ident, job.k)
+        _save_png(img, job.path)
+
+    def _render_jobs(self, jobs: list[_Job], desc: str, workers: int) -> None:
+        from fpr import progress
+
+        n = render_processes(workers, len(jobs))
+        if n <= 1:
+            for job in progress.bar(jobs, desc=desc, unit="img"):
+                self.render_job(job)
+            return
+        tasks: dict[tuple[str, int], list[_Job]] = {}
+        for job in jobs:
+            tasks.setdefault((job.species, job.ident), []).append(job)
+        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool, \
+                progress.bar(total=len(jobs), desc=f"{desc} ({n} processes)", unit="img") as bar:
+            futures = {pool.submit(_render_task, self, task): len(task) for task in tasks.values()}
+            for fut in as_completed(futures):
+                fut.result()  # a worker's error is raised here, as it would be in one process
+                bar.update(futures[fut])
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One image of :meth:`World.write`: a real image (role, k) or a query (method, k) of an identity."""
+
+    kind: str  # "real" | "query"
+    species: str
+    ident: int
+    what: str  # role or method
+    k: int
+    path: Path
+
+
+def _render_task(world: World, jobs: list[_Job]) -> None:
+    for job in jobs:
+        world.render_job(job)
+
+
+def render_processes(workers: int, n_jobs: int) -> int:
+    """How many processes :meth:`World.write` renders in: ``workers`` (0: one per usable core), at most 8,
+    and one where forking is unavailable or unsafe (not the main thread, Ray started) or the world is tiny."""
+    if workers == 0:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if workers <= 1 or n_jobs < 64 or not fork_safe():
+        return 1
+    return min(workers, 8)
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork workers: fork exists, this is the main thread, no Ray runtime started."""
+    return ("fork" in mp.get_all_start_methods() and threading.current_thread() is threading.main_thread()
+            and not _ray_running())
+
+
+def _ray_running() -> bool:
+    """A process with Ray's threads (a started Ray runtime) must not fork; Ray merely imported may."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(getattr(ray, "is_initialized", lambda: True)())
+
 
 def _save_png(img: Image.Image, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -452,8 +526,9 @@ def _save_png(img: Image.Image, path: Path) -> None:
     tmp.replace(path)
 
 
-def build_world(root: str | Path, **config) -> WorldBuild:
+def build_world(root: str | Path, *, workers: int = 1, **config) -> WorldBuild:
     """Render a world under ``root`` (``config``: :class:`WorldConfig` fields); the source for ``import_gallery``.
+    ``workers``: render processes (0: one per core; the files are the same bytes whatever the number).
 
         build = build_world("world", seed=0, identities=10)
         fpr.api.import_gallery("world", build.records, source="world")
@@ -462,4 +537,4 @@ def build_world(root: str | Path, **config) -> WorldBuild:
     for key in ("species", "methods", "profiles"):  # lists from callers, tuples in the frozen config
         if config.get(key) is not None:
             config[key] = tuple(config[key])
-    return World(WorldConfig(**config)).write(root)
+    return World(WorldConfig(**config)).write(root, workers=workers)

@@ -1,0 +1,74 @@
+"""The demo's faster paths give the same result: the verdict seeds evaluated in a background process and the
+primary world rendered in a process pool equal everything in one process (a tiny world, two verdict seeds)."""
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+
+import pytest
+
+from fpr import demo
+from fpr.galleries import world as W
+
+TINY = dict(identities=2, gallery=2, references=1, queries=1)
+RUN_ID = re.compile(r"\brun-\d{8}-\d{6}-[0-9a-f]+")
+
+
+def _neutral(res: demo.DemoResult, ws) -> str:
+    """The result's JSON with what differs between two runs of it made neutral: timings, run ids (by order of
+    appearance) and the workspace folder."""
+    doc = res.as_json()
+    doc.pop("timings")
+    text = json.dumps(doc, sort_keys=True).replace(str(ws), "<ws>")
+    ids: dict[str, str] = {}
+    return RUN_ID.sub(lambda m: ids.setdefault(m.group(0), f"run-{len(ids)}"), text)
+
+
+def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, monkeypatch):
+    if not W.fork_safe():
+        pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
+    seen = []
+    real = demo._background_seeds
+
+    @contextmanager
+    def spy(*args):
+        with real(*args) as pending:
+            seen.append(sorted(pending))
+            yield pending
+
+    monkeypatch.setattr(demo, "_background_seeds", spy)
+    forked = demo.run_demo(workspace=tmp_path / "a", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
+    assert seen == [[1]]  # seed 1 was evaluated in the background process
+    monkeypatch.setattr(W, "fork_safe", lambda: False)  # no pool, no background process: the old path
+    inline = demo.run_demo(workspace=tmp_path / "b", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
+    assert sorted(forked.general_runs) == [0, 1] and forked.claims is not None
+    assert _neutral(forked, tmp_path / "a") == _neutral(inline, tmp_path / "b")
+
+
+def _slow_seed(*args) -> None:
+    """A verdict seed that takes a minute (module level: the pool sends it by name)."""
+    import time
+
+    time.sleep(60)
+
+
+def test_a_failing_demo_stops_its_background_seeds_at_once(tmp_path, monkeypatch):
+    """An error in the primary seed is raised without waiting for the verdict seeds (which would take their
+    whole run): the background process is stopped."""
+    import time
+
+    from fpr.errors import InputError
+
+    if not W.fork_safe():
+        pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
+
+    def fail(*args, **kwargs):
+        raise InputError("stop here")
+
+    monkeypatch.setattr(demo, "_run_demo", fail)
+    monkeypatch.setattr(demo, "_claims_seed", _slow_seed)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="stop here"):
+        demo.run_demo(workspace=tmp_path / "ws", quick=True, config=TINY, claim_seeds=3, copy_paste=False)
+    assert time.perf_counter() - t0 < 30
