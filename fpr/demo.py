@@ -22,8 +22,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import time
-from collections.abc import Sequence
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
