@@ -282,7 +282,7 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         return
     for module in _PRELOAD:  # both processes need them: imported once, here, and inherited by the fork
         importlib.import_module(module)
-    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_exit_with_parent)
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_background_init)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
         yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
@@ -296,12 +296,22 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _exit_with_parent() -> None:
-    """In the background process: be stopped when the demo's process dies (killed by a time limit, say)
-    instead of finishing a seed nobody waits for. Linux only (prctl); elsewhere it runs to its end."""
+def _background_init() -> None:
+    """In the background process, first: torch on one intra-op thread, and stopped with the demo's process.
+
+    One thread because this process may have been forked from one whose OpenMP pool already ran (a second
+    demo in one Python session, a test run): a forked child that enters an OpenMP parallel region of the
+    parent's pool waits forever; with one thread torch runs every op inline (as DataLoader workers do).
+    The seed's numbers do not change: the CPU embedding protocol's bits do not depend on the thread count.
+    Stopped with the parent (killed by a time limit, say) instead of finishing a seed nobody waits for:
+    Linux only (prctl); elsewhere it runs to its end."""
     import ctypes
     import signal
     import sys
+
+    import torch
+
+    torch.set_num_threads(1)
 
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1

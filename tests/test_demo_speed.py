@@ -72,3 +72,28 @@ def test_a_failing_demo_stops_its_background_seeds_at_once(tmp_path, monkeypatch
     with pytest.raises(InputError, match="stop here"):
         demo.run_demo(workspace=tmp_path / "ws", quick=True, config=TINY, claim_seeds=3, copy_paste=False)
     assert time.perf_counter() - t0 < 30
+
+
+def test_background_seeds_run_after_torchs_thread_pool_has_run(tmp_path):
+    """A demo in a process whose torch already ran a parallel op (a second demo in one session, a test run):
+    the forked background seed must not wait forever on the parent's OpenMP pool. In a fresh interpreter,
+    under a time limit, so that a hang fails here instead of stopping the suite."""
+    import os
+    import subprocess
+    import sys
+
+    if not W.fork_safe():
+        pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
+    script = (
+        "import torch\n"
+        "torch.set_num_threads(2)\n"
+        "x = torch.randn(1500, 1500); (x @ x).sum().item(); torch.randn(4_000_000).add_(1)\n"
+        "from fpr import demo\n"
+        f"res = demo.run_demo(workspace={str(tmp_path / 'ws')!r}, quick=True, config={TINY!r}, claim_seeds=2,\n"
+        "                     copy_paste=False)\n"
+        "print('seeds', sorted(res.general_runs))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "seeds [0, 1]" in out.stdout
