@@ -54,6 +54,9 @@ share of an identity's real images at its own home background, as camera sites d
 in real re-identification data; ``occlusion`` puts an occluder over the region a graded
 query's drift redraws (drift hidden from any encoder).
 """
+# Over 500 lines by reason: the world's public face (config, identities, the build and its one writing path,
+# serial or forked) in one place; a tenth of it is the docstring above. The method set, patterns and rendering
+# are already their own modules (methods.py, patterns.py, render.py).
 from __future__ import annotations
 
 import multiprocessing as mp
