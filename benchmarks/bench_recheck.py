@@ -30,7 +30,7 @@ import numpy as np
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/benchmarks"]
 from _synthetic import clustered
 from fpr.eval import scoring
-from fpr.index import recheck
+from fpr.eval import recheck
 
 def vm(key):
     for line in open("/proc/self/status"):

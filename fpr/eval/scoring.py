@@ -10,9 +10,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from fpr.eval import recheck
 from fpr.eval.frames import empty_rankings
 from fpr.eval.relevance import LabelCodes, check_scope
-from fpr.index import exact, faiss_index, recheck
+from fpr.index import exact, faiss_index
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
 
@@ -70,7 +71,7 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
     full scoped ranking (exact, no top-k cut).
 
     For an index or an array of gallery vectors whose top-k needs no FAISS search, the block's scores
-    are float32 proposals rechecked exactly where a comparison needs it (:mod:`fpr.index.recheck`,
+    are float32 proposals rechecked exactly where a comparison needs it (:mod:`fpr.eval.recheck`,
     ``FPR_EXACT_PATH``; ``stats`` counts the rechecks): the same bits as the exact scores through the
     metric engine and :func:`fpr.metrics.ranking.top_k`, at about the cost of a float32 product.
 

@@ -53,7 +53,7 @@ for scope in ("all", "group"):
     for block in (3, None):
         s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10, block=block)
         out[f"{scope}-{block}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.top_rows, s.top_scores)
-from fpr.index import recheck as RC
+from fpr.eval import recheck as RC
 RC.PATH = "full"  # the previous path, every score exact: the recheck path (default above) must equal it
 for scope in ("all", "group"):
     s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10)

@@ -8,9 +8,8 @@ import pandas as pd
 import pytest
 
 from fpr.errors import InputError
-from fpr.eval import relevance, scoring
+from fpr.eval import recheck, relevance, scoring
 from fpr.index import faiss_index as F
-from fpr.index import recheck
 
 pytestmark = pytest.mark.determinism
 

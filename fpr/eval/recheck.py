@@ -10,7 +10,7 @@ a rigorous bound on its error says which comparisons it settles:
 
 (Higham's bound for a dot product of D terms with products and sums rounded in float32, any order,
 FMA or not; Cauchy-Schwarz; ``a`` covers gradual underflow and flush-to-zero of results, at most one
-smallest-normal per operation). The per-row pass (:mod:`fpr.index._recheck_kernels`) computes the
+smallest-normal per operation). The per-row pass (:mod:`fpr.eval._recheck_kernels`) computes the
 relevant items' exact scores, then rechecks only the items whose interval holds a relevant score and
 the top-k candidates whose interval is wider than one float32. A row whose proposals could overflow
 float32 (|q| |g| near 2^128) is rechecked element by element.
@@ -86,7 +86,7 @@ def available() -> bool:
     if PATH == "full":
         return False
     try:
-        from fpr.index import _recheck_kernels  # noqa: F401  (numba compiles on first use)
+        from fpr.eval import _recheck_kernels  # noqa: F401  (numba compiles on first use)
     except ImportError:
         if PATH == "recheck":
             raise
@@ -170,7 +170,7 @@ class RecheckedGallery:
         """Metrics and top-k (k <= G) of a block of queries. ``proposals``: a float32 (n, G) stand-in
         for the product (tests pass perturbed ones: any values within the error bound give the same
         result)."""
-        from fpr.index import _recheck_kernels as K
+        from fpr.eval import _recheck_kernels as K
 
         q = np.ascontiguousarray(queries, dtype=np.float32)
         n, g = len(q), len(self.v)

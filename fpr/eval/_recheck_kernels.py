@@ -1,4 +1,4 @@
-"""The per-row pass of :mod:`fpr.index.recheck`, compiled (numba): one pass over a row's float32
+"""The per-row pass of :mod:`fpr.eval.recheck`, compiled (numba): one pass over a row's float32
 proposals settles AP, ranks and the top-k candidates; exact scores only where the proposal cannot.
 
 Each proposal p (whatever float32 BLAS computed it) is within b = bq32[i] * ng[j] + a32 of the exact

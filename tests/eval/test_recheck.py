@@ -1,4 +1,4 @@
-"""The recheck path (fpr.index.recheck): float32 proposals + exact rechecks give the same bits as the
+"""The recheck path (fpr.eval.recheck): float32 proposals + exact rechecks give the same bits as the
 exact scores through the metric engine and top_k, on hand-computed rows, adversarial rows (1-ulp gaps,
 ties, zeros of either sign, many equal relevant scores, cancellation that float32 cannot resolve),
 random and clustered data, and proposals perturbed anywhere within the error bound (any BLAS)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fpr.eval import recheck as R
 from fpr.index import exact as E
-from fpr.index import recheck as R
 from fpr.metrics.ranking import retrieval_metrics, top_k
 
 pytestmark = pytest.mark.determinism
