@@ -7,10 +7,28 @@ PY := $(VENV)/bin/python
 
 .PHONY: demo test bench clean
 
+# A download cut off halfway (seen in CI: ray's 79 MB wheel stopped at 33 MB, six times) must not fail the
+# set-up: pip resumes a cut download (--resume-retries, pip >= 25.1) and the whole install is tried again
+# after a pause; wheels already downloaded come from pip's cache on the next attempt.
+PIP_NET := --retries 10 --timeout 60
+PIP_ATTEMPTS := 4
+INSTALL_SPEC := -e '.[cpu,test]'
+
+define pip_retry
+	@for attempt in $$(seq 1 $(PIP_ATTEMPTS)); do \
+	    $(PY) -m pip install --quiet $(PIP_NET) $(1) && exit 0; \
+	    [ $$attempt -lt $(PIP_ATTEMPTS) ] || break; \
+	    echo "pip install failed (attempt $$attempt of $(PIP_ATTEMPTS)); retrying in $$((attempt * 15)) s" >&2; \
+	    sleep $$((attempt * 15)); \
+	done; \
+	echo "pip install $(1) failed $(PIP_ATTEMPTS) times: check the network or the package index, then rerun make" >&2; \
+	exit 1
+endef
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu,test]'
+	$(call pip_retry,--upgrade 'pip>=25.1')
+	$(call pip_retry,--resume-retries 20 $(INSTALL_SPEC))
 	touch $@
 
 demo: $(VENV)/.installed
