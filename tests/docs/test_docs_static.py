@@ -192,6 +192,41 @@ def test_world_stress_figures_equal_the_specialist_tests_pins():
         assert tuple(sep) == pytest.approx(pins.OCCLUDED_AUROC[seed], abs=0.002)
 
 
+def _table_rows(text: str, header: str) -> dict[str, list[float]]:
+    """The rows of the markdown table whose header row starts with ``header``: first cell -> the numbers of
+    the other cells (bold and the part after ';' dropped)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rows[cells[0]] = [float(c.replace("*", "").split(";")[0]) for c in cells[1:]]
+    return rows
+
+
+def test_general_standin_auroc_table_equals_the_pins_and_the_results_files():
+    """docs/world.md's table of issue #23's line is typed from three measurements: the stand-ins' pins in
+    tests/galleries/test_world_specialist.py (which measure them), fpr-general-v2's check file and the
+    specialist's row of the world-contexts file. The three-decimal figures must equal them."""
+    from tests.galleries import test_world_specialist as pins
+
+    doc = _table_rows((ROOT / "docs" / "world.md").read_text(), "| AUROC of new-scene@0 over |")
+    for eid, short in (("fpr-general-v2", "fpr-general-v2"), ("fpr-general-v1", "fpr-general-v1")):
+        scene = [pins.GENERAL_AUROC[eid][s][1] for s in (0, 1, 2)]
+        pose = [pins.GENERAL_AUROC[eid][s][0] for s in (0, 1, 2)]
+        got_scene = next(v for k, v in doc.items() if k.startswith(f"ref-scene@1, `{short}`"))
+        got_pose = next(v for k, v in doc.items() if k.startswith(f"ref-pose@1, `{short}`"))
+        assert got_scene == pytest.approx(scene, abs=6e-4), eid
+        assert got_pose == pytest.approx(pose, abs=6e-4), eid
+    check = _table_rows((ROOT / "benchmarks/results/general_standin_layout_check.md").read_text(),
+                        "| seed | oracle mAP |")
+    assert [check[str(s)][1] for s in (0, 1, 2)] == pytest.approx(doc["ref-scene@1, `fpr-general-v2`"], abs=6e-4)
+    contexts = _table_rows((ROOT / "benchmarks/results/world_contexts.md").read_text(), "| AUROC (Sim; AP) |")
+    assert doc["ref-scene@1, specialist `fpr-world-v3`"] == contexts["new-scene@0 over ref-scene@1"]
+
+
 # A timing figure: a number (or range) followed by s, ms or min ("1.1 s", "20-40 s", "30.9 ms/img", "49.5 min").
 TIMING = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?:-\d+(?:\.\d+)?)?\s?(?:s|ms|min)\b")
 RESULTS_CITE = re.compile(r"benchmarks/results/[\w./-]+\.(?:md|json)")
