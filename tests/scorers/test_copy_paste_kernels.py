@@ -177,3 +177,42 @@ def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
                           for row in windows])
         assert idx[m] == int(np.argmax(exact)) and val[m] == exact.max(), m
     assert idx[0] == 17
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (9, 8), (37, 128), (128, 85), (128, 128)])
+def test_window_rows_and_every_second_are_numpys_copies(shape):
+    """The compiled gathers give exactly what sliding_window_view and slicing give (odd and even sizes)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    image = np.random.default_rng(shape[0] * 1000 + shape[1]).random(shape, dtype=np.float32)
+    image[0, 0], image[-1, -1] = -0.0, np.float32(1e-42)  # a negative zero and a subnormal survive the copy
+    want = sliding_window_view(image, (PATCH, PATCH)).reshape(-1, PATCH * PATCH)
+    rows = np.empty_like(want)
+    kernel("_window_rows")(image, PATCH, rows)
+    assert rows.tobytes() == np.ascontiguousarray(want).tobytes()
+    h, w = shape[0] - PATCH + 1, shape[1] - PATCH + 1
+    coarse_want = want.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH)
+    coarse, coarse_t = np.empty_like(coarse_want), np.empty(coarse_want.T.shape, np.float32)
+    kernel("_every_second")(rows, w, h, coarse, coarse_t)
+    assert coarse.tobytes() == np.ascontiguousarray(coarse_want).tobytes()
+    assert coarse_t.tobytes() == np.ascontiguousarray(coarse_want.T).tobytes()
+
+
+def test_prepared_images_equal_their_separate_preparation():
+    """Sharing the working-size greyscale image between patches and windows changes no bit."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import QueryWindows, ReferencePatches, _prepared
+
+    rng = np.random.default_rng(12)
+    image = Image.fromarray(rng.integers(0, 256, (90, 140, 3), dtype=np.uint8))
+    patches, windows = _prepared(image)
+    alone_p, alone_w = ReferencePatches.of(image), QueryWindows.of(image)
+    for field in ("templates", "centres", "scale_index", "n_textured", "rank", "flipped", "flipped_centres", "weight"):
+        assert getattr(patches, field).tobytes() == getattr(alone_p, field).tobytes(), field
+    for field in ("windows", "coarse", "coarse_t"):
+        assert getattr(windows, field).tobytes() == getattr(alone_w, field).tobytes(), field
+    assert (windows.width, windows.height, windows.coarse_width) == (alone_w.width, alone_w.height,
+                                                                     alone_w.coarse_width)

@@ -1,0 +1,193 @@
+"""copy-paste's compiled NCC kernels: the local NCCs, the search's exact recheck, verification's decisions.
+
+Each kernel is a plain function compiled by numba on first use (``kernel(name)``; numba's import and
+compile stay out of fpr's import, ``cache=True`` keeps the machine code between processes: a fresh
+clone pays the compile once). The scorer's constants come in as arguments, so this module depends on
+nothing of copy_paste (which owns the algorithm and its definitions); what each kernel must reproduce is
+said in its docstring and tested against its NumPy formulation in tests/scorers/test_copy_paste_kernels.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
+    """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
+
+    Each NCC is one fixed expression, so its bits depend on nothing else (not the BLAS, the batch, the
+    CPU's vector width): the 64 products are exact in float64, summed in eight interleaved partial sums
+    (d mod 8, in order) combined as a fixed tree, then rounded to float32. Outside the image: 0.
+    """
+    n_k, n_d = templates.shape
+    n = 2 * r + 1
+    acc = np.empty(8)  # the eight partial sums, updated as one vector per step (same bits as eight scalars)
+    tk = np.empty(n_d)
+    for k in range(n_k):
+        for d in range(n_d):
+            tk[d] = templates[k, d]
+        for a in range(n):
+            y = y0[k] + a - r
+            for b in range(n):
+                x = x0[k] + b - r
+                if x < 0 or x >= width or y < 0 or y >= height:
+                    inside[k, a, b] = False
+                    out[k, a, b] = 0.0
+                    continue
+                inside[k, a, b] = True
+                row = y * width + x
+                for j in range(8):
+                    acc[j] = 0.0
+                for i in range(0, n_d, 8):
+                    for j in range(8):
+                        acc[j] += tk[i + j] * np.float64(windows[row, i + j])
+                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
+                out[k, a, b] = np.float32(low + high)
+
+
+def _fixed_dot(u, v):
+    """The NCC expression of :func:`_local_ncc_loops` for two rows (exact float64 products, the fixed tree)."""
+    acc = np.zeros(8)
+    for i in range(0, u.shape[0], 8):
+        for j in range(8):
+            acc[j] += np.float64(u[i + j]) * np.float64(v[i + j])
+    return np.float32(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
+
+
+def _best_match_loops(ncc, templates, windows, top, margin, idx, val):
+    """Per template: the window with the highest NCC as :func:`_local_ncc_loops` computes it, and that NCC.
+
+    ``ncc`` is the BLAS product and ``top`` its row argmax. Per row, the floor (float32, rounded down) = its
+    maximum less ``margin``, the BLAS error bound; the windows at or above it (usually the argmax alone,
+    found by a branch-free count) are recomputed, so the result is the argmax (first on ties) of the fixed
+    expression over *all* windows: it cannot depend on the BLAS. (NumPy's argmax stays: SIMD, where a
+    compiled scan is branchy.)
+    """
+    n_m, n_l = ncc.shape
+    for m in range(n_m):
+        floor64 = np.float64(ncc[m, top[m]]) - margin
+        floor = np.float32(floor64)
+        if np.float64(floor) > floor64:  # rounded up: one float32 step down
+            floor = np.nextafter(floor, np.float32(-np.inf))
+        count = 0
+        for l in range(n_l):
+            count += ncc[m, l] >= floor
+        if count == 1:
+            idx[m], val[m] = top[m], _fixed_dot_compiled(templates[m], windows[top[m]])
+            continue
+        best, at = np.float32(-np.inf), 0
+        for l in range(n_l):
+            if ncc[m, l] >= floor:
+                v = _fixed_dot_compiled(templates[m], windows[l])
+                if v > best:
+                    best, at = v, l
+        idx[m], val[m] = at, best
+
+
+def _offset32(lo, mid, hi):
+    """Sub-pixel offset of a peak from a parabola through three float32 samples (0 where a neighbour is missing);
+    float32 arithmetic throughout."""
+    if not (np.isfinite(lo) and np.isfinite(mid) and np.isfinite(hi)):
+        return np.float32(0.0)
+    den = (lo - np.float32(2.0) * mid) + hi
+    if not den < np.float32(-1e-6):
+        return np.float32(0.0)
+    return min(max((np.float32(0.5) * (lo - hi)) / den, np.float32(-0.5)), np.float32(0.5))
+
+
+def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ncc_min, drop, half, ok, px, py):
+    """:func:`verify`'s decisions from the 5x5 local NCCs, per template (see there); loose: sub-pixel peaks.
+
+    float32 where NCCs meet NCCs or thresholds (the thresholds as float32), float64 once the sub-pixel
+    offsets (float64) enter: each value is one fixed expression.
+    """
+    ninf = np.float32(-np.inf)
+    ncc_min, drop = np.float32(ncc_min), np.float32(drop)
+    two, four = np.float32(2.0), np.float32(4.0)
+    q = np.empty((3, 3), np.float32)  # strict: the 3x3 around the nearest sample, -4 outside (NCC >= -1)
+    for k in range(ncc.shape[0]):
+        v, ja, jb = ninf, 1, 1  # the first maximum of the inner 3x3, row-major (as argmax)
+        first = True
+        for a in range(1, 4):
+            for b in range(1, 4):
+                val = ncc[k, a, b] if inside[k, a, b] else ninf
+                if first or val > v:
+                    v, ja, jb, first = val, a, b, False
+        if strict:
+            for a in range(3):
+                for b in range(3):
+                    q[a, b] = ncc[k, a + 1, b + 1] if inside[k, a + 1, b + 1] else np.float32(-4.0)
+            gx, gy = (q[1, 2] - q[1, 0]) / two, (q[2, 1] - q[0, 1]) / two
+            hxx, hyy = (q[1, 2] - two * q[1, 1]) + q[1, 0], (q[2, 1] - two * q[1, 1]) + q[0, 1]
+            hxy = (((q[2, 2] - q[2, 0]) - q[0, 2]) + q[0, 0]) / four
+            x, y = fx[k], fy[k]
+            at = (((q[1, 1] + gx * x) + gy * y) + 0.5 * ((hxx * x) * x + (hyy * y) * y)) + (hxy * x) * y
+            ok[k] = v >= ncc_min and at >= v - drop
+        else:
+            lo = ncc[k, ja, jb - 1] if inside[k, ja, jb - 1] else ninf
+            hi = ncc[k, ja, jb + 1] if inside[k, ja, jb + 1] else ninf
+            dx = _offset32_compiled(lo, v, hi)
+            lo = ncc[k, ja - 1, jb] if inside[k, ja - 1, jb] else ninf
+            hi = ncc[k, ja + 1, jb] if inside[k, ja + 1, jb] else ninf
+            dy = _offset32_compiled(lo, v, hi)
+            px[k] = (np.float64(x0[k] + jb - 2) + np.float64(dx)) + half
+            py[k] = (np.float64(y0[k] + ja - 2) + np.float64(dy)) + half
+            ok[k] = v >= ncc_min
+
+
+def _support_loops(ncc, inside, ncc_min):
+    """How many templates reach ``ncc_min`` (as float32) somewhere inside their 3x3 (outside counts -1)."""
+    ncc_min = np.float32(ncc_min)
+    count = 0
+    for k in range(ncc.shape[0]):
+        m = np.float32(-1.0)
+        for a in range(3):
+            for b in range(3):
+                if inside[k, a, b] and ncc[k, a, b] > m:
+                    m = ncc[k, a, b]
+        if m >= ncc_min:
+            count += 1
+    return count
+
+
+def _window_rows(image, p, out):
+    """``out[y * w + x] = image[y:y + p, x:x + p].ravel()`` for every position (w = width - p + 1): what
+    ``sliding_window_view(image, (p, p)).reshape(-1, p * p)`` copies, in one pass (a copy: the same bits)."""
+    h, w = image.shape[0] - p + 1, image.shape[1] - p + 1
+    for y in range(h):
+        for x in range(w):
+            row = y * w + x
+            for dy in range(p):
+                for dx in range(p):
+                    out[row, dy * p + dx] = image[y + dy, x + dx]
+
+
+def _every_second(windows, width, height, coarse, coarse_t):
+    """The windows at positions (2i, 2j), row-major, into ``coarse`` and its transpose ``coarse_t`` (copies)."""
+    cw = (width + 1) // 2
+    for i in range((height + 1) // 2):
+        for j in range(cw):
+            src, dst = 2 * i * width + 2 * j, i * cw + j
+            for d in range(windows.shape[1]):
+                v = windows[src, d]
+                coarse[dst, d] = v
+                coarse_t[d, dst] = v
+
+
+_COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
+# replaced by compiled ones before the kernels that call them compile
+_offset32_compiled, _fixed_dot_compiled = _offset32, _fixed_dot
+
+
+def kernel(name: str):
+    """The compiled version of one of this module's kernels (compiled, or loaded from numba's cache, on first use)."""
+    global _offset32_compiled, _fixed_dot_compiled
+    if name not in _COMPILED:
+        from numba import njit
+
+        if _offset32_compiled is _offset32:
+            _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
+            _fixed_dot_compiled = njit(cache=True, nogil=True)(_fixed_dot)
+        _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
+    return _COMPILED[name]
+
+
