@@ -173,7 +173,9 @@ def _windows(q: np.ndarray) -> np.ndarray:
 class QueryWindows:
     """Every PATCH x PATCH window of the query, detrended, unit rows, at WORK_SIDE; and every second one."""
 
-    windows: np.ndarray  # (L, PATCH*PATCH) float32, row-major over positions
+    # float32, positions row-major: (L, PATCH*PATCH), or (8, L, 8) blocked as .of stores them (the local
+    # NCC's vectorisable layout, copy_paste_kernels._to_blocks; either gives the same NCCs)
+    windows: np.ndarray
     width: int  # windows per row
     height: int  # windows per column
     coarse: np.ndarray  # (L2, PATCH*PATCH): positions (2i, 2j), for the search
@@ -192,7 +194,9 @@ class QueryWindows:
         coarse = np.empty((cw * ((h + 1) // 2), PATCH * PATCH), np.float32)
         coarse_t = np.empty((PATCH * PATCH, len(coarse)), np.float32)
         _kernel("_every_second")(win, w, h, coarse, coarse_t)
-        return cls(win, w, h, coarse, cw, coarse_t)
+        blocks = np.empty((8, len(win), 8), np.float32)
+        _kernel("_to_blocks")(win, blocks.reshape(8, -1))
+        return cls(blocks, w, h, coarse, cw, coarse_t)
 
 
 @dataclass
@@ -340,7 +344,9 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
                a: complex, b: complex, r: int):
     """NCC of each template with the (2r+1)^2 windows around where ``z -> a z + b`` puts it.
 
-    Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
+    ``windows`` in either layout of :attr:`QueryWindows.windows`: row-major runs the definition
+    (``_local_ncc_loops``), blocked its vectorised form (the same bits). Returns (predicted centres, window
+    x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
     """
     pred = a * centres + b
     x0 = np.rint(pred.real - PATCH / 2).astype(np.int64)
@@ -348,8 +354,11 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     n = 2 * r + 1
     inside = np.empty((len(centres), n, n), bool)
     ncc = np.empty((len(centres), n, n), np.float32)
-    _kernel("_local_ncc_loops")(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
-                        inside, ncc)
+    t = np.ascontiguousarray(templates, dtype=np.float32)
+    if windows.ndim == 3:
+        _kernel("_local_ncc_blocked")(t, windows.reshape(8, -1), width, height, x0, y0, r, inside, ncc)
+    else:
+        _kernel("_local_ncc_loops")(t, windows, width, height, x0, y0, r, inside, ncc)
     return pred, x0, y0, inside, ncc
 
 

@@ -44,6 +44,81 @@ def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
                 out[k, a, b] = np.float32(low + high)
 
 
+def _local_ncc_blocked(templates, blocks, width, height, x0, y0, r, inside, out):
+    """:func:`_local_ncc_loops` (the definition: same arguments, same bits) on the windows stored blocked:
+    ``blocks[i, pos * 8 + j]`` = component ``8 i + j`` of the window at ``pos`` (see :func:`_to_blocks`).
+
+    Why: in that layout one template row's ``2r + 1`` windows are ``8 (2r + 1)`` contiguous lanes per
+    block ``i``, so the loop over lanes (block ``i`` unrolled inside it, in order) is one that LLVM's loop
+    vectoriser takes; each lane is the definition's partial sum ``j`` of one window, accumulated in the
+    same order from the same exact products, and the windows' trees are the definition's. A row that
+    leaves the image on the left or right takes the per-window path (same expression, scalar).
+    """
+    n_k = templates.shape[0]
+    n = 2 * r + 1
+    lanes = 8 * n
+    rep = np.empty((8, lanes))  # the template's block i, repeated once per window of a row (float64: exact)
+    acc = np.empty(lanes)
+    for k in range(n_k):
+        for i in range(8):
+            for c in range(n):
+                for j in range(8):
+                    rep[i, c * 8 + j] = templates[k, i * 8 + j]
+        xs = x0[k] - r
+        for a in range(n):
+            y = y0[k] + a - r
+            if y < 0 or y >= height:
+                for c in range(n):
+                    inside[k, a, c] = False
+                    out[k, a, c] = 0.0
+                continue
+            if xs >= 0 and xs + n <= width:
+                base = (y * width + xs) * 8
+                b0, b1, b2, b3 = blocks[0, base:], blocks[1, base:], blocks[2, base:], blocks[3, base:]
+                b4, b5, b6, b7 = blocks[4, base:], blocks[5, base:], blocks[6, base:], blocks[7, base:]
+                for m in range(lanes):
+                    v = 0.0
+                    v += rep[0, m] * np.float64(b0[m])
+                    v += rep[1, m] * np.float64(b1[m])
+                    v += rep[2, m] * np.float64(b2[m])
+                    v += rep[3, m] * np.float64(b3[m])
+                    v += rep[4, m] * np.float64(b4[m])
+                    v += rep[5, m] * np.float64(b5[m])
+                    v += rep[6, m] * np.float64(b6[m])
+                    v += rep[7, m] * np.float64(b7[m])
+                    acc[m] = v
+                for c in range(n):
+                    o = c * 8
+                    low = (acc[o] + acc[o + 1]) + (acc[o + 2] + acc[o + 3])
+                    high = (acc[o + 4] + acc[o + 5]) + (acc[o + 6] + acc[o + 7])
+                    inside[k, a, c] = True
+                    out[k, a, c] = np.float32(low + high)
+                continue
+            for c in range(n):
+                x = xs + c
+                if x < 0 or x >= width:
+                    inside[k, a, c] = False
+                    out[k, a, c] = 0.0
+                    continue
+                inside[k, a, c] = True
+                base = (y * width + x) * 8
+                for j in range(8):
+                    v = 0.0
+                    for i in range(8):
+                        v += rep[i, j] * np.float64(blocks[i, base + j])
+                    acc[j] = v
+                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
+                out[k, a, c] = np.float32(low + high)
+
+
+def _to_blocks(windows, blocks):
+    """``blocks[i, pos * 8 + j] = windows[pos, 8 i + j]``: the layout of :func:`_local_ncc_blocked` (a copy)."""
+    for i in range(8):
+        for pos in range(windows.shape[0]):
+            for j in range(8):
+                blocks[i, pos * 8 + j] = windows[pos, i * 8 + j]
+
+
 def _fixed_dot(u, v):
     """The NCC expression of :func:`_local_ncc_loops` for two rows (exact float64 products, the fixed tree)."""
     acc = np.zeros(8)

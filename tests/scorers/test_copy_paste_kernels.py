@@ -216,3 +216,56 @@ def test_prepared_images_equal_their_separate_preparation():
         assert getattr(windows, field).tobytes() == getattr(alone_w, field).tobytes(), field
     assert (windows.width, windows.height, windows.coarse_width) == (alone_w.width, alone_w.height,
                                                                      alone_w.coarse_width)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+def test_blocked_local_ncc_equals_the_definition_bit_for_bit(r):
+    """The vectorised kernel (windows stored blocked) against ``_local_ncc_loops`` (the definition) on random
+    unit windows, every border (rows and columns leaving the image on each side, images narrower than a row
+    of windows) and adversarial components: zeros of both signs, subnormals, huge and cancelling values."""
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(40 + r)
+    for width, height in ((30, 22), (3, 9), (1, 1), (2 * r + 1, 4)):
+        windows = _windows(rng, width, height)
+        nasty = rng.random(windows.shape) < 0.1
+        windows[nasty] = rng.choice(np.array([0.0, -0.0, 1e-40, -1e-42, 3e38, -3e38, 1.0, -1.0, 0.5], np.float32),
+                                    nasty.sum())
+        n = 400
+        templates = _windows(rng, n, 1)
+        templates[::7] = windows[rng.integers(0, len(windows), len(templates[::7]))]  # exact self-matches
+        templates[3::11, ::3] = -0.0
+        x0 = rng.integers(-r - 2, width + r + 2, n)
+        y0 = rng.integers(-r - 2, height + r + 2, n)
+        k = 2 * r + 1
+        want_in, want = np.empty((n, k, k), bool), np.empty((n, k, k), np.float32)
+        kernel("_local_ncc_loops")(templates, windows, width, height, x0, y0, r, want_in, want)
+        blocks = np.empty((8, len(windows) * 8), np.float32)
+        kernel("_to_blocks")(windows, blocks)
+        assert blocks.reshape(8, -1, 8).transpose(1, 0, 2).reshape(len(windows), 64).tobytes() == windows.tobytes()
+        got_in, got = np.empty((n, k, k), bool), np.empty((n, k, k), np.float32)
+        kernel("_local_ncc_blocked")(templates, blocks, width, height, x0, y0, r, got_in, got)
+        assert got_in.tobytes() == want_in.tobytes()
+        assert got.tobytes() == want.tobytes(), (width, height)
+        assert want_in.any() and not want_in.all()
+
+
+def test_query_windows_store_the_blocked_layout_of_the_row_major_windows():
+    """QueryWindows.of keeps the blocked layout; through _local_ncc both layouts give the same values."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import QueryWindows, _grey, _windows as row_major
+
+    image = Image.fromarray(np.random.default_rng(13).integers(0, 256, (70, 101, 3), dtype=np.uint8))
+    qw = QueryWindows.of(image)
+    rows = row_major(_grey(image, 128))
+    assert qw.windows.shape == (8, len(rows), 8)
+    assert qw.windows.transpose(1, 0, 2).reshape(len(rows), 64).tobytes() == rows.tobytes()
+    rng = np.random.default_rng(14)
+    templates = _windows(rng, 50, 1)
+    centres = rng.uniform(-5, 140, 50) + 1j * rng.uniform(-5, 100, 50)
+    a, b = 0.97 + 0.03j, 1.25 - 0.5j
+    got = _local_ncc(templates, qw.windows, qw.width, qw.height, centres, a, b, 2)
+    want = _local_ncc(templates, rows, qw.width, qw.height, centres, a, b, 2)
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
