@@ -95,6 +95,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -647,19 +648,29 @@ class _ReferenceCache:
     def __init__(self, size: int = 256):
         self.size, self.items = size, OrderedDict()
 
-    def get(self, path: str) -> tuple[ReferencePatches, QueryWindows]:
+    def get(self, path: str) -> "_Prepared":
         if path not in self.items:
-            self.items[path] = _prepared(load_rgb(path))
+            self.items[path] = _Prepared(load_rgb(path))
             if len(self.items) > self.size:
                 self.items.popitem(last=False)
         return self.items[path]
 
 
-def _prepared(image: Image.Image) -> tuple[ReferencePatches, QueryWindows]:
-    """An image's patches (sought in the other image) and windows (searched), from one greyscale conversion at
-    the working size (their scale-1 image)."""
-    grey = _grey(image, WORK_SIDE)
-    return ReferencePatches.of(image, grey), QueryWindows.of(image, grey)
+class _Prepared:
+    """An image's patches (sought in the other image) and windows (searched), each made on first use (a
+    direction not tried, because the other already found a nearly complete copy, costs nothing), from one
+    greyscale conversion at the working size (their scale-1 image)."""
+
+    def __init__(self, image: Image.Image):
+        self.image, self.grey = image, _grey(image, WORK_SIDE)
+
+    @cached_property
+    def patches(self) -> ReferencePatches:
+        return ReferencePatches.of(self.image, self.grey)
+
+    @cached_property
+    def windows(self) -> QueryWindows:
+        return QueryWindows.of(self.image, self.grey)
 
 
 def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[tuple]:
@@ -667,20 +678,20 @@ def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[t
     image = load_rgb(job.path)
     qid, stop, threshold, app_t, appearance = (job.query_id, settings.stop, settings.threshold,
                                                settings.appearance_threshold, job.appearance)
-    qp, qw = _prepared(image)
+    query = _Prepared(image)
     best, fwd, rev, checkable = (0.0, 0, False), 0.0, 0.0, False
     for path in job.refs:
         if best[0] >= stop:  # a nearly complete copy found: nothing can change the flag
             break
-        rp, rw = refs.get(path)
-        checkable = checkable or len(rp.templates) > 0
+        ref = refs.get(path)
+        checkable = checkable or len(ref.patches.templates) > 0
         # both ways: the reference's patches in the query, and the query's in the reference (a
         # reference on a busy background spends its textured patches there; a copy on a plain
         # one keeps them on the subject)
         for forward in (True, False):
             if best[0] >= stop:
                 break
-            m = pixel_match(qw, rp) if forward else pixel_match(rw, qp)
+            m = pixel_match(query.windows, ref.patches) if forward else pixel_match(ref.windows, query.patches)
             fwd, rev = (max(fwd, m[0]), rev) if forward else (fwd, max(rev, m[0]))
             if (m[1], m[0]) > (best[1], best[0]):
                 best = m

@@ -204,11 +204,13 @@ def test_prepared_images_equal_their_separate_preparation():
     """Sharing the working-size greyscale image between patches and windows changes no bit."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste import QueryWindows, ReferencePatches, _prepared
+    from fpr.scorers.copy_paste import QueryWindows, ReferencePatches, _Prepared
 
     rng = np.random.default_rng(12)
     image = Image.fromarray(rng.integers(0, 256, (90, 140, 3), dtype=np.uint8))
-    patches, windows = _prepared(image)
+    prepared = _Prepared(image)
+    patches, windows = prepared.patches, prepared.windows
+    assert prepared.patches is patches  # made once
     alone_p, alone_w = ReferencePatches.of(image), QueryWindows.of(image)
     for field in ("templates", "centres", "scale_index", "n_textured", "rank", "flipped", "flipped_centres", "weight"):
         assert getattr(patches, field).tobytes() == getattr(alone_p, field).tobytes(), field
