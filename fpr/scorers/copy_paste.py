@@ -160,13 +160,21 @@ def _grey(image: Image.Image, side: float) -> np.ndarray:
     return np.asarray(im.filter(ImageFilter.GaussianBlur(BLUR)), dtype=np.float32) / 255.0
 
 
-def _windows(q: np.ndarray) -> np.ndarray:
+def _detrended_rows(q: np.ndarray) -> np.ndarray:
+    """Every PATCH x PATCH window of ``q`` as a row (positions row-major), detrended."""
     rows = np.empty(((q.shape[0] - PATCH + 1) * (q.shape[1] - PATCH + 1), PATCH * PATCH), np.float32)
     _kernel("_window_rows")(q, PATCH, rows)  # sliding_window_view's rows, copied in one compiled pass
-    win = _detrend(rows, in_place=True)
-    norm = np.linalg.norm(win, axis=1)
-    # Flat windows get a floor instead of a tiny norm, so they never reach a high NCC.
-    win /= np.maximum(norm, TEXTURE_MIN * PATCH * 0.5)[:, None]
+    return _detrend(rows, in_place=True)
+
+
+# Flat windows get a floor instead of a tiny norm, so they never reach a high NCC.
+WINDOW_NORM_FLOOR = np.float32(TEXTURE_MIN * PATCH * 0.5)
+
+
+def _windows(q: np.ndarray) -> np.ndarray:
+    """The windows as unit rows, positions row-major: the definition of what QueryWindows.of lays out."""
+    win = _detrended_rows(q)
+    win /= np.maximum(np.linalg.norm(win, axis=1), WINDOW_NORM_FLOOR)[:, None]
     return win
 
 
@@ -189,14 +197,15 @@ class QueryWindows:
     def of(cls, image: Image.Image, grey: np.ndarray | None = None) -> "QueryWindows":
         """``grey``: the image's ``_grey(image, WORK_SIDE)`` when the caller has it already."""
         q = _grey(image, WORK_SIDE) if grey is None else grey
-        win = np.ascontiguousarray(_windows(q), dtype=np.float32)
+        win = _detrended_rows(q)
         h, w = q.shape[0] - PATCH + 1, q.shape[1] - PATCH + 1
         cw = (w + 1) // 2
         coarse = np.empty((cw * ((h + 1) // 2), PATCH * PATCH), np.float32)
         coarse_t = np.empty((PATCH * PATCH, len(coarse)), np.float32)
-        _kernel("_every_second")(win, w, h, coarse, coarse_t)
         blocks = np.empty((8, len(win), 8), np.float32)
-        _kernel("_to_blocks")(win, blocks.reshape(8, -1))
+        # _windows' division by the floored norms, fused with the layouts (one pass; the same bits)
+        _kernel("_normalised_layouts")(win, np.linalg.norm(win, axis=1), WINDOW_NORM_FLOOR, w, blocks.reshape(8, -1),
+                                       coarse, coarse_t)
         return cls(blocks, w, h, coarse, cw, coarse_t)
 
 

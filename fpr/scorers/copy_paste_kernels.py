@@ -236,16 +236,25 @@ def _window_rows(image, p, out):
                     out[row, dy * p + dx] = image[y + dy, x + dx]
 
 
-def _every_second(windows, width, height, coarse, coarse_t):
-    """The windows at positions (2i, 2j), row-major, into ``coarse`` and its transpose ``coarse_t`` (copies)."""
+def _normalised_layouts(win, norm, floor, width, blocks, coarse, coarse_t):
+    """The detrended windows ``win`` (L, 64) divided by ``max(norm, floor)`` per row (float32, as NumPy's
+    ``win /= np.maximum(norm, floor)[:, None]``: a correctly rounded float32 quotient, here the float64
+    quotient rounded once to float32, which is the same number), written in one pass into the blocked
+    layout (:func:`_to_blocks`) and, at positions (2i, 2j), into ``coarse`` and its transpose ``coarse_t``.
+    ``floor`` is float32; a NaN norm divides as NumPy's maximum propagates it."""
     cw = (width + 1) // 2
-    for i in range((height + 1) // 2):
-        for j in range(cw):
-            src, dst = 2 * i * width + 2 * j, i * cw + j
-            for d in range(windows.shape[1]):
-                v = windows[src, d]
-                coarse[dst, d] = v
-                coarse_t[d, dst] = v
+    for pos in range(win.shape[0]):
+        y, x = pos // width, pos % width
+        d = norm[pos] if (norm[pos] >= floor or np.isnan(norm[pos])) else floor
+        grid = y % 2 == 0 and x % 2 == 0
+        dst = (y // 2) * cw + x // 2
+        for i in range(8):
+            for j in range(8):
+                v = np.float32(np.float64(win[pos, i * 8 + j]) / np.float64(d))
+                blocks[i, pos * 8 + j] = v
+                if grid:
+                    coarse[dst, i * 8 + j] = v
+                    coarse_t[i * 8 + j, dst] = v
 
 
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use

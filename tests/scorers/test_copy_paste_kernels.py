@@ -180,22 +180,36 @@ def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
 
 
 @pytest.mark.parametrize("shape", [(8, 8), (9, 8), (37, 128), (128, 85), (128, 128)])
-def test_window_rows_and_every_second_are_numpys_copies(shape):
-    """The compiled gathers give exactly what sliding_window_view and slicing give (odd and even sizes)."""
+def test_window_rows_and_normalised_layouts_are_numpys(shape):
+    """The compiled gather gives exactly sliding_window_view's rows; the fused division and layouts give exactly
+    NumPy's ``win / np.maximum(norm, floor)`` in the blocked layout and its every-second windows and their
+    transpose (odd and even sizes; flat windows under the floor, zeros of both signs, subnormals, a NaN)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
+    from fpr.scorers.copy_paste import WINDOW_NORM_FLOOR
     from fpr.scorers.copy_paste_kernels import kernel
 
-    image = np.random.default_rng(shape[0] * 1000 + shape[1]).random(shape, dtype=np.float32)
-    image[0, 0], image[-1, -1] = -0.0, np.float32(1e-42)  # a negative zero and a subnormal survive the copy
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    image = rng.random(shape, dtype=np.float32)
+    image[0, 0], image[-1, -1] = -0.0, np.float32(1e-42)
     want = sliding_window_view(image, (PATCH, PATCH)).reshape(-1, PATCH * PATCH)
     rows = np.empty_like(want)
     kernel("_window_rows")(image, PATCH, rows)
     assert rows.tobytes() == np.ascontiguousarray(want).tobytes()
+
+    win = (rows - rows.mean(axis=1, keepdims=True)).astype(np.float32)
+    win[::5] *= np.float32(1e-3)  # flat: divided by the floor
+    if len(win) > 2:
+        win[1, :3] = [-0.0, 1e-45, 3e-39]
+        win[2, 7] = np.nan
+    norm = np.linalg.norm(win, axis=1)
+    unit = win / np.maximum(norm, WINDOW_NORM_FLOOR)[:, None]
     h, w = shape[0] - PATCH + 1, shape[1] - PATCH + 1
-    coarse_want = want.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH)
+    coarse_want = unit.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH)
     coarse, coarse_t = np.empty_like(coarse_want), np.empty(coarse_want.T.shape, np.float32)
-    kernel("_every_second")(rows, w, h, coarse, coarse_t)
+    blocks = np.empty((8, len(win) * 8), np.float32)
+    kernel("_normalised_layouts")(win, norm, WINDOW_NORM_FLOOR, w, blocks, coarse, coarse_t)
+    assert blocks.reshape(8, -1, 8).transpose(1, 0, 2).reshape(len(win), 64).tobytes() == unit.tobytes()
     assert coarse.tobytes() == np.ascontiguousarray(coarse_want).tobytes()
     assert coarse_t.tobytes() == np.ascontiguousarray(coarse_want.T).tobytes()
 
