@@ -238,23 +238,25 @@ def _window_rows(image, p, out):
 
 def _normalised_layouts(win, norm, floor, width, blocks, coarse, coarse_t):
     """The detrended windows ``win`` (L, 64) divided by ``max(norm, floor)`` per row (float32, as NumPy's
-    ``win /= np.maximum(norm, floor)[:, None]``: a correctly rounded float32 quotient, here the float64
-    quotient rounded once to float32, which is the same number), written in one pass into the blocked
+    ``win /= np.maximum(norm, floor)[:, None]``: the correctly rounded float32 quotient, whether LLVM divides
+    in float32 or in float64 and rounds once, the same number), written in one pass into the blocked
     layout (:func:`_to_blocks`) and, at positions (2i, 2j), into ``coarse`` and its transpose ``coarse_t``.
     ``floor`` is float32; a NaN norm divides as NumPy's maximum propagates it."""
     cw = (width + 1) // 2
+    row = np.empty(win.shape[1], np.float32)
     for pos in range(win.shape[0]):
-        y, x = pos // width, pos % width
         d = norm[pos] if (norm[pos] >= floor or np.isnan(norm[pos])) else floor
-        grid = y % 2 == 0 and x % 2 == 0
-        dst = (y // 2) * cw + x // 2
+        for m in range(row.shape[0]):  # branch-free, so the loop vectoriser takes the divisions
+            row[m] = win[pos, m] / d
         for i in range(8):
             for j in range(8):
-                v = np.float32(np.float64(win[pos, i * 8 + j]) / np.float64(d))
-                blocks[i, pos * 8 + j] = v
-                if grid:
-                    coarse[dst, i * 8 + j] = v
-                    coarse_t[i * 8 + j, dst] = v
+                blocks[i, pos * 8 + j] = row[i * 8 + j]
+        y, x = pos // width, pos % width
+        if y % 2 == 0 and x % 2 == 0:
+            dst = (y // 2) * cw + x // 2
+            for m in range(row.shape[0]):
+                coarse[dst, m] = row[m]
+                coarse_t[m, dst] = row[m]
 
 
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
