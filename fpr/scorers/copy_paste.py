@@ -387,11 +387,17 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     (repeated spots or stripes). Returns (inlier mask, query positions: refined to a sub-pixel when
     loose, the predictions when strict).
     """
-    pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
     n = len(centres)
     ok, px, py = np.empty(n, bool), np.empty(n), np.empty(n)
-    fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
-    _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, NCC_MIN, DROP_MAX, PATCH / 2, ok, px, py)
+    if windows.ndim == 3:  # blocked (QueryWindows.of): the steps below in one compiled call, the same bits
+        pred = a * centres + b
+        _kernel("_verify_near")(np.ascontiguousarray(templates, dtype=np.float32), windows.reshape(8, -1), width,
+                                height, pred.real, pred.imag, PATCH / 2, tol is None, NCC_MIN, DROP_MAX, ok, px, py)
+    else:
+        pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
+        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
+        _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, NCC_MIN, DROP_MAX, PATCH / 2, ok, px,
+                                 py)
     if tol is None:
         return ok, pred
     pos = px + 1j * py
@@ -400,6 +406,11 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
 
 def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
     """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
+    if query.windows.ndim == 3:  # blocked: the steps below in one compiled call, the same bits
+        pred = a * centres + b
+        return int(_kernel("_support_near")(np.ascontiguousarray(templates, dtype=np.float32),
+                                            query.windows.reshape(8, -1), query.width, query.height, pred.real,
+                                            pred.imag, PATCH / 2, NCC_MIN))
     _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
     return int(_kernel("_support_loops")(local, inside, NCC_MIN))
 

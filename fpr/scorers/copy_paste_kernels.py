@@ -259,21 +259,51 @@ def _normalised_layouts(win, norm, floor, width, blocks, coarse, coarse_t):
                 coarse_t[m, dst] = row[m]
 
 
+def _near(templates, blocks, width, height, pred_re, pred_im, half, r, x0, y0, fx, fy, inside, ncc):
+    """:func:`_local_ncc_blocked` around predicted centres, with copy_paste._local_ncc's NumPy steps before it:
+    ``x0 = rint(pred.real - half)`` (round half to even, as np.rint), ``fx = (pred.real - half) - x0`` (the
+    prediction within its nearest sample), the same for y: one call instead of a dozen NumPy ones."""
+    for k in range(pred_re.shape[0]):
+        xr, yr = pred_re[k] - half, pred_im[k] - half
+        x0[k], y0[k] = np.int64(np.rint(xr)), np.int64(np.rint(yr))
+        fx[k], fy[k] = xr - np.float64(x0[k]), yr - np.float64(y0[k])
+    _local_ncc_blocked_compiled(templates, blocks, width, height, x0, y0, r, inside, ncc)
+
+
+def _verify_near(templates, blocks, width, height, pred_re, pred_im, half, strict, ncc_min, drop, ok, px, py):
+    """copy_paste.verify's local NCCs and decisions in one call (:func:`_near`, then :func:`_verify_loops`)."""
+    n = pred_re.shape[0]
+    x0, y0, fx, fy = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n)
+    inside, ncc = np.empty((n, 5, 5), np.bool_), np.empty((n, 5, 5), np.float32)
+    _near_compiled(templates, blocks, width, height, pred_re, pred_im, half, 2, x0, y0, fx, fy, inside, ncc)
+    _verify_loops_compiled(ncc, inside, x0, y0, fx, fy, strict, ncc_min, drop, half, ok, px, py)
+
+
+def _support_near(templates, blocks, width, height, pred_re, pred_im, half, ncc_min):
+    """copy_paste._support in one call (:func:`_near` within 1 px, then :func:`_support_loops`)."""
+    n = pred_re.shape[0]
+    x0, y0, fx, fy = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n)
+    inside, ncc = np.empty((n, 3, 3), np.bool_), np.empty((n, 3, 3), np.float32)
+    _near_compiled(templates, blocks, width, height, pred_re, pred_im, half, 1, x0, y0, fx, fy, inside, ncc)
+    return _support_loops_compiled(ncc, inside, ncc_min)
+
+
+# kernels that other kernels call, in an order where each one's callees come first: the callers bind their
+# compiled versions (``<name>_compiled``; the plain functions until then, so the module imports without numba)
+_CALLEES = ("_offset32", "_fixed_dot", "_local_ncc_blocked", "_verify_loops", "_support_loops", "_near")
+for _name in _CALLEES:
+    globals()[_name + "_compiled"] = globals()[_name]
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
-# replaced by compiled ones before the kernels that call them compile
-_offset32_compiled, _fixed_dot_compiled = _offset32, _fixed_dot
 
 
 def kernel(name: str):
     """The compiled version of one of this module's kernels (compiled, or loaded from numba's cache, on first use)."""
-    global _offset32_compiled, _fixed_dot_compiled
     if name not in _COMPILED:
         from numba import njit
 
-        if _offset32_compiled is _offset32:
-            _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
-            _fixed_dot_compiled = njit(cache=True, nogil=True)(_fixed_dot)
-        _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
+        if not _COMPILED:
+            for callee in _CALLEES:
+                _COMPILED[callee] = globals()[callee + "_compiled"] = njit(cache=True, nogil=True)(globals()[callee])
+        if name not in _COMPILED:
+            _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
     return _COMPILED[name]
-
-

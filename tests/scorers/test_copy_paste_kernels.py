@@ -285,3 +285,38 @@ def test_query_windows_store_the_blocked_layout_of_the_row_major_windows():
     want = _local_ncc(templates, rows, qw.width, qw.height, centres, a, b, 2)
     for g, w in zip(got, want):
         assert g.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("tol", [None, 2.0, 0.3])
+def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
+    """verify and _support on blocked windows (one compiled call each) against the step-by-step path (NumPy
+    predictions, rint and offsets, the definition's local NCCs, the decision kernels) on row-major windows:
+    the same masks, positions and counts, bit for bit, at half-integer predictions (rint's ties) and borders."""
+    from fpr.scorers import copy_paste as cp
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(21)
+    width, height = 40, 31
+    windows = _windows(rng, width, height)
+    blocks = np.empty((8, len(windows) * 8), np.float32)
+    kernel("_to_blocks")(windows, blocks)
+    blocked = blocks.reshape(8, len(windows), 8)
+    n = 600
+    centres = rng.uniform(-4, width + 12, n) + 1j * rng.uniform(-4, height + 12, n)
+    centres[:100] = np.round(centres[:100] * 2) / 2  # half-integer centres: rint rounds half to even
+    templates = windows[rng.integers(0, len(windows), n)].copy()  # exact matches somewhere, mostly elsewhere
+    templates[::3] = _windows(rng, len(templates[::3]), 1)
+    for k in range(200, 400):  # the window the identity puts template k on: found there
+        x, y = int(np.rint(centres[k].real - 4)), int(np.rint(centres[k].imag - 4))
+        if 0 <= x < width and 0 <= y < height:
+            templates[k] = windows[y * width + x]
+    found = 0
+    query_rows = cp.QueryWindows(windows, width, height, np.zeros((1, 64), np.float32), 1)
+    query_blocked = cp.QueryWindows(blocked, width, height, np.zeros((1, 64), np.float32), 1)
+    for a, b in ((1 + 0j, 0j), (1 + 0j, 0.5 - 0.5j), (0.97 + 0.04j, 1.3 - 0.2j), (1.05 - 0.02j, -2.5 + 0j)):
+        ok_r, pos_r = cp.verify(templates, windows, width, height, centres, a, b, tol)
+        ok_b, pos_b = cp.verify(templates, blocked, width, height, centres, a, b, tol)
+        assert ok_b.tobytes() == ok_r.tobytes() and pos_b.tobytes() == pos_r.tobytes()
+        assert cp._support(templates, query_blocked, centres, a, b) == cp._support(templates, query_rows, centres, a, b)
+        found += int(ok_r.sum())
+    assert 0 < found < 4 * n
