@@ -257,6 +257,22 @@ class ReferencePatches:
         return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
 
+    def at_scale(self, si: int, mirrored: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(templates, centres) of scale ``si``, mirrored or not: ``[scale_index == si]``, as views (the patches
+        are stored scale by scale, so that selection is one contiguous run)."""
+        start = int(self.n_textured[:si].sum())
+        run = slice(start, start + int(self.n_textured[si]))
+        return (self.flipped if mirrored else self.templates)[run], \
+            (self.flipped_centres if mirrored else self.centres)[run]
+
+    @cached_property
+    def search(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The searched patches, made once per reference (pixel_match asks per query): (their templates then
+        their mirror images, contiguous; scale index; centres; mirrored centres)."""
+        chosen = self.rank < SEARCH_PATCHES
+        return (np.concatenate([self.templates[chosen], self.flipped[chosen]]), self.scale_index[chosen],
+                self.centres[chosen], self.flipped_centres[chosen])
+
 
 _PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -467,18 +483,16 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     if len(ref.templates) == 0:
         return 0.0, 0, False
     best = (0.0, 0, False)
-    search = ref.rank < SEARCH_PATCHES
-    n = int(search.sum())
-    templates = np.concatenate([ref.templates[search], ref.flipped[search]])
+    templates, scale, centres, flipped_centres = ref.search
+    n = len(scale)
     idx, val = _best_matches(templates, query.coarse, query.coarse_t)
     y, x = np.divmod(idx, query.coarse_width)
     q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
-    scale = ref.scale_index[search]
     hyps = []
     for mirrored in (False, True):
         part = slice(n, 2 * n) if mirrored else slice(0, n)
         q, good = q_all[part], val[part] >= NCC_MIN
-        cen = (ref.flipped_centres if mirrored else ref.centres)[search]
+        cen = flipped_centres if mirrored else centres
         for si in np.unique(scale[good]):
             sel = good & (scale == si)
             n0, a, b = best_transform(cen[sel], q[sel], HYPOTHESIS_TOLERANCE)
@@ -489,9 +503,7 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     collected = []
     for n0, si, mirrored, a, b in hyps:
         si = -si
-        at = ref.scale_index == si
-        t_at = (ref.flipped if mirrored else ref.templates)[at]
-        c_at = (ref.flipped_centres if mirrored else ref.centres)[at]
+        t_at, c_at = ref.at_scale(si, mirrored)
         support = _support(t_at, query, c_at, a, b)
         if support >= 3:
             collected.append((support, si, mirrored, t_at, c_at, a, b))

@@ -320,3 +320,28 @@ def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
         assert cp._support(templates, query_blocked, centres, a, b) == cp._support(templates, query_rows, centres, a, b)
         found += int(ok_r.sum())
     assert 0 < found < 4 * n
+
+
+def test_reference_patch_views_equal_the_mask_selections():
+    """ReferencePatches.at_scale and .search (views and cached arrays) equal the boolean selections they replace."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import SCALES, SEARCH_PATCHES, ReferencePatches
+
+    image = Image.fromarray(np.random.default_rng(15).integers(0, 256, (60, 150, 3), dtype=np.uint8))
+    ref = ReferencePatches.of(image.resize((20, 50)))  # small: the largest scales keep few patches, some none
+    assert 0 in set(ref.n_textured) or len(set(ref.n_textured)) > 1
+    for ref in (ref, ReferencePatches.of(image)):
+        for si in range(len(SCALES)):
+            for mirrored in (False, True):
+                t, c = ref.at_scale(si, mirrored)
+                at = ref.scale_index == si
+                assert t.tobytes() == (ref.flipped if mirrored else ref.templates)[at].tobytes()
+                assert c.tobytes() == (ref.flipped_centres if mirrored else ref.centres)[at].tobytes()
+        chosen = ref.rank < SEARCH_PATCHES
+        templates, scale, centres, flipped_centres = ref.search
+        assert templates.tobytes() == np.concatenate([ref.templates[chosen], ref.flipped[chosen]]).tobytes()
+        assert scale.tobytes() == ref.scale_index[chosen].tobytes()
+        assert centres.tobytes() == ref.centres[chosen].tobytes()
+        assert flipped_centres.tobytes() == ref.flipped_centres[chosen].tobytes()
+        assert ref.search is ref.search  # made once
