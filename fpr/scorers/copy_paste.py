@@ -108,6 +108,7 @@ from fpr.encoders.embed import embed_paths
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.copy_paste_kernels import kernel as _kernel
+from fpr.scorers.copy_paste_kernels import row_norms
 from fpr.scorers.encoding import cached_encoder
 from fpr.scorers.options import Option
 
@@ -204,8 +205,8 @@ class QueryWindows:
         coarse_t = np.empty((PATCH * PATCH, len(coarse)), np.float32)
         blocks = np.empty((8, len(win), 8), np.float32)
         # _windows' division by the floored norms, fused with the layouts (one pass; the same bits)
-        _kernel("_normalised_layouts")(win, np.linalg.norm(win, axis=1), WINDOW_NORM_FLOOR, w, blocks.reshape(8, -1),
-                                       coarse, coarse_t)
+        _kernel("_normalised_layouts")(win, row_norms(win), WINDOW_NORM_FLOOR, w, blocks.reshape(8, -1), coarse,
+                                       coarse_t)
         return cls(blocks, w, h, coarse, cw, coarse_t)
 
 
@@ -236,7 +237,7 @@ class ReferencePatches:
             win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
             ny, nx = win.shape[:2]
             t = _detrend(win.reshape(-1, PATCH * PATCH))
-            tn = np.linalg.norm(t, axis=1)
+            tn = row_norms(t)
             keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
             if len(keep) > MAX_PATCHES_PER_SCALE:
                 keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])

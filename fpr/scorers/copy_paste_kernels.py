@@ -259,6 +259,49 @@ def _normalised_layouts(win, norm, floor, width, blocks, coarse, coarse_t):
                 coarse_t[m, dst] = row[m]
 
 
+def _row_norms(x, out):
+    """``out[p] = np.linalg.norm(x[p])`` for float32 rows of 64 as NumPy computes it: ``sqrt`` of
+    ``add.reduce(x * x)``, whose float32 pairwise summation (numpy/_core/src/umath/loops_utils.h.src) on a row
+    of 64 keeps eight partial sums (element j, j + 8, ... in order) combined as ``((r0 + r1) + (r2 + r3)) +
+    ((r4 + r5) + (r6 + r7))``; each square rounded to float32 first. :func:`row_norms` checks it against this
+    machine's NumPy before use."""
+    r = np.empty(8, np.float32)
+    for p in range(x.shape[0]):
+        for j in range(8):
+            r[j] = x[p, j] * x[p, j]
+        for i in range(8, 64, 8):
+            for j in range(8):
+                r[j] += x[p, i + j] * x[p, i + j]
+        out[p] = np.sqrt(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])))
+
+
+_NORMS_PORTED: list[bool] = []
+
+
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """``np.linalg.norm(x, axis=1)`` of C-contiguous float32 rows of 64, the same bits: compiled
+    (:func:`_row_norms`, 5x faster on 128 px windows) when it gives this machine's NumPy bits on a probe set
+    (checked once per process: random rows over many magnitudes, signed zeros, subnormals, overflow, NaN),
+    NumPy's otherwise (a NumPy whose reduction sums in another order)."""
+    if not _NORMS_PORTED:
+        rng = np.random.default_rng(20261126)
+        probe = rng.standard_normal((4000, 64)).astype(np.float32)
+        probe *= (10.0 ** rng.integers(-20, 19, (4000, 1))).astype(np.float32)
+        probe[:8, :4] = [[0.0, -0.0, 1e-45, -3e-39], [3e38, 1.0, -2.0, 0.5], [np.nan, 1, 2, 3], [np.inf, 0, 0, 0],
+                         [-0.0, -0.0, -0.0, -0.0], [1e-20, 1e-20, 1e-23, 0], [1e19, 1e19, 1e19, 1e19], [1, 1, 1, 1]]
+        probe[4] = -0.0
+        got = np.empty(len(probe), np.float32)
+        kernel("_row_norms")(probe, got)
+        with np.errstate(over="ignore", invalid="ignore"):  # the probe's overflows are deliberate
+            want = np.linalg.norm(probe, axis=1)
+        _NORMS_PORTED.append(bool(((got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))).all()))
+    if not (_NORMS_PORTED[0] and x.dtype == np.float32 and x.ndim == 2 and x.shape[1] == 64 and x.flags.c_contiguous):
+        return np.linalg.norm(x, axis=1)
+    out = np.empty(len(x), np.float32)
+    kernel("_row_norms")(x, out)
+    return out
+
+
 def _near(templates, blocks, width, height, pred_re, pred_im, half, r, x0, y0, fx, fy, inside, ncc):
     """:func:`_local_ncc_blocked` around predicted centres, with copy_paste._local_ncc's NumPy steps before it:
     ``x0 = rint(pred.real - half)`` (round half to even, as np.rint), ``fx = (pred.real - half) - x0`` (the

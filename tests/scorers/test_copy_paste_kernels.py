@@ -345,3 +345,25 @@ def test_reference_patch_views_equal_the_mask_selections():
         assert centres.tobytes() == ref.centres[chosen].tobytes()
         assert flipped_centres.tobytes() == ref.flipped_centres[chosen].tobytes()
         assert ref.search is ref.search  # made once
+
+
+def test_row_norms_are_numpys_bit_for_bit():
+    """The compiled row norms against np.linalg.norm(axis=1): random rows over magnitudes whose squares
+    underflow and overflow, signed zeros, subnormals, NaN and infinity; and the probe says the port is used."""
+    from fpr.scorers import copy_paste_kernels as ck
+
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((50_000, 64)).astype(np.float32)
+    x *= (10.0 ** rng.integers(-25, 21, (len(x), 1))).astype(np.float32)
+    pick = rng.random(x.shape) < 0.02
+    x[pick] = rng.choice(np.array([0.0, -0.0, 1e-45, -1e-40, 3e38, np.inf, -np.inf, np.nan], np.float32), pick.sum())
+    with np.errstate(over="ignore", invalid="ignore"):  # deliberate overflows
+        want = np.linalg.norm(x, axis=1)
+    got = ck.row_norms(x)
+    assert ck._NORMS_PORTED == [True]  # this machine's NumPy sums as the port does
+    same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), np.flatnonzero(~same)[:5]
+    assert np.isinf(got).any() and (got == 0).any() and np.isnan(got).any()
+    strided = x[:, ::2].copy()  # not rows of 64: NumPy's own
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert ck.row_norms(strided).tobytes() == np.linalg.norm(strided, axis=1).tobytes()
