@@ -54,8 +54,15 @@ def _local_ncc_blocked(templates, blocks, width, height, x0, y0, r, inside, out)
     same order from the same exact products, and the windows' trees are the definition's. A row that
     leaves the image on the left or right takes the per-window path (same expression, scalar).
     """
+    _local_ncc_band_compiled(templates, blocks, width, height, x0, y0, r, r, 0, 2 * r, inside, out)
+
+
+def _local_ncc_band(templates, blocks, width, height, x0, y0, r, rx, a_lo, a_hi, inside, out):
+    """:func:`_local_ncc_blocked` on part of each template's (2r+1) x (2r+1) grid: rows ``a_lo..a_hi`` and the
+    ``2 rx + 1`` middle columns (``r - rx .. r + rx``); the other entries of ``inside`` and ``out`` are not
+    written. The same expression for every window it computes."""
     n_k = templates.shape[0]
-    n = 2 * r + 1
+    n = 2 * rx + 1  # windows per row computed; column c of them is column c + r - rx of the grid
     lanes = 8 * n
     rep = np.empty((8, lanes))  # the template's block i, repeated once per window of a row (float64: exact)
     acc = np.empty(lanes)
@@ -64,13 +71,13 @@ def _local_ncc_blocked(templates, blocks, width, height, x0, y0, r, inside, out)
             for c in range(n):
                 for j in range(8):
                     rep[i, c * 8 + j] = templates[k, i * 8 + j]
-        xs = x0[k] - r
-        for a in range(n):
+        xs = x0[k] - rx
+        for a in range(a_lo, a_hi + 1):
             y = y0[k] + a - r
             if y < 0 or y >= height:
                 for c in range(n):
-                    inside[k, a, c] = False
-                    out[k, a, c] = 0.0
+                    inside[k, a, c + r - rx] = False
+                    out[k, a, c + r - rx] = 0.0
                 continue
             if xs >= 0 and xs + n <= width:
                 base = (y * width + xs) * 8
@@ -91,16 +98,16 @@ def _local_ncc_blocked(templates, blocks, width, height, x0, y0, r, inside, out)
                     o = c * 8
                     low = (acc[o] + acc[o + 1]) + (acc[o + 2] + acc[o + 3])
                     high = (acc[o + 4] + acc[o + 5]) + (acc[o + 6] + acc[o + 7])
-                    inside[k, a, c] = True
-                    out[k, a, c] = np.float32(low + high)
+                    inside[k, a, c + r - rx] = True
+                    out[k, a, c + r - rx] = np.float32(low + high)
                 continue
             for c in range(n):
                 x = xs + c
                 if x < 0 or x >= width:
-                    inside[k, a, c] = False
-                    out[k, a, c] = 0.0
+                    inside[k, a, c + r - rx] = False
+                    out[k, a, c + r - rx] = 0.0
                     continue
-                inside[k, a, c] = True
+                inside[k, a, c + r - rx] = True
                 base = (y * width + x) * 8
                 for j in range(8):
                     v = 0.0
@@ -108,7 +115,7 @@ def _local_ncc_blocked(templates, blocks, width, height, x0, y0, r, inside, out)
                         v += rep[i, j] * np.float64(blocks[i, base + j])
                     acc[j] = v
                 low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
-                out[k, a, c] = np.float32(low + high)
+                out[k, a, c + r - rx] = np.float32(low + high)
 
 
 def _to_blocks(windows, blocks):
@@ -169,6 +176,20 @@ def _offset32(lo, mid, hi):
     return min(max((np.float32(0.5) * (lo - hi)) / den, np.float32(-0.5)), np.float32(0.5))
 
 
+def _inner_peak(ncc, inside, k):
+    """(NCC, row, column) of the first maximum of template k's inner 3x3 (rows and columns 1..3 of its 5x5,
+    row-major, as argmax; outside the image -inf)."""
+    ninf = np.float32(-np.inf)
+    v, ja, jb = ninf, 1, 1
+    first = True
+    for a in range(1, 4):
+        for b in range(1, 4):
+            val = ncc[k, a, b] if inside[k, a, b] else ninf
+            if first or val > v:
+                v, ja, jb, first = val, a, b, False
+    return v, ja, jb
+
+
 def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ncc_min, drop, half, ok, px, py):
     """:func:`verify`'s decisions from the 5x5 local NCCs, per template (see there); loose: sub-pixel peaks.
 
@@ -180,13 +201,7 @@ def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ncc_min, drop, half, ok, 
     two, four = np.float32(2.0), np.float32(4.0)
     q = np.empty((3, 3), np.float32)  # strict: the 3x3 around the nearest sample, -4 outside (NCC >= -1)
     for k in range(ncc.shape[0]):
-        v, ja, jb = ninf, 1, 1  # the first maximum of the inner 3x3, row-major (as argmax)
-        first = True
-        for a in range(1, 4):
-            for b in range(1, 4):
-                val = ncc[k, a, b] if inside[k, a, b] else ninf
-                if first or val > v:
-                    v, ja, jb, first = val, a, b, False
+        v, ja, jb = _inner_peak_compiled(ncc, inside, k)
         if strict:
             for a in range(3):
                 for b in range(3):
@@ -306,19 +321,56 @@ def _near(templates, blocks, width, height, pred_re, pred_im, half, r, x0, y0, f
     """:func:`_local_ncc_blocked` around predicted centres, with copy_paste._local_ncc's NumPy steps before it:
     ``x0 = rint(pred.real - half)`` (round half to even, as np.rint), ``fx = (pred.real - half) - x0`` (the
     prediction within its nearest sample), the same for y: one call instead of a dozen NumPy ones."""
+    _nearest_compiled(pred_re, pred_im, half, x0, y0, fx, fy)
+    _local_ncc_blocked_compiled(templates, blocks, width, height, x0, y0, r, inside, ncc)
+
+
+def _nearest(pred_re, pred_im, half, x0, y0, fx, fy):
+    """Each prediction's nearest window, ``x0 = rint(pred.real - half)`` (round half to even, as np.rint),
+    and the prediction within it, ``fx = (pred.real - half) - x0``; the same for y."""
     for k in range(pred_re.shape[0]):
         xr, yr = pred_re[k] - half, pred_im[k] - half
         x0[k], y0[k] = np.int64(np.rint(xr)), np.int64(np.rint(yr))
         fx[k], fy[k] = xr - np.float64(x0[k]), yr - np.float64(y0[k])
-    _local_ncc_blocked_compiled(templates, blocks, width, height, x0, y0, r, inside, ncc)
+
+
+def _window_ncc(templates, blocks, k, pos):
+    """The NCC of template k with the window at ``pos`` (blocked layout): the definition's expression (eight
+    partial sums over the exact float64 products, in order, the fixed tree, rounded to float32)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    base = pos * 8
+    for i in range(8):
+        t, w = templates[k, i * 8:], blocks[i, base:]
+        s0 += np.float64(t[0]) * np.float64(w[0])
+        s1 += np.float64(t[1]) * np.float64(w[1])
+        s2 += np.float64(t[2]) * np.float64(w[2])
+        s3 += np.float64(t[3]) * np.float64(w[3])
+        s4 += np.float64(t[4]) * np.float64(w[4])
+        s5 += np.float64(t[5]) * np.float64(w[5])
+        s6 += np.float64(t[6]) * np.float64(w[6])
+        s7 += np.float64(t[7]) * np.float64(w[7])
+    return np.float32(((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)))
 
 
 def _verify_near(templates, blocks, width, height, pred_re, pred_im, half, strict, ncc_min, drop, ok, px, py):
-    """copy_paste.verify's local NCCs and decisions in one call (:func:`_near`, then :func:`_verify_loops`)."""
+    """copy_paste.verify's local NCCs and decisions in one call: :func:`_verify_loops` on the 5x5 NCCs, of
+    which only the ones its decisions read are computed (the same values): strictly the inner 3x3 (9 of
+    25); loosely the inner three rows (15) and, above or below the inner peak when it lies on the inner
+    3x3's top or bottom row, that one window (the sub-pixel parabola's vertical neighbour)."""
     n = pred_re.shape[0]
     x0, y0, fx, fy = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n), np.empty(n)
-    inside, ncc = np.empty((n, 5, 5), np.bool_), np.empty((n, 5, 5), np.float32)
-    _near_compiled(templates, blocks, width, height, pred_re, pred_im, half, 2, x0, y0, fx, fy, inside, ncc)
+    inside, ncc = np.zeros((n, 5, 5), np.bool_), np.zeros((n, 5, 5), np.float32)
+    _nearest_compiled(pred_re, pred_im, half, x0, y0, fx, fy)
+    _local_ncc_band_compiled(templates, blocks, width, height, x0, y0, 2, 1 if strict else 2, 1, 3, inside, ncc)
+    if not strict:
+        for k in range(n):
+            _, ja, jb = _inner_peak_compiled(ncc, inside, k)
+            if ja != 2:  # row 0 or 4 at column jb: one window, the same expression
+                a = ja - 1 if ja == 1 else ja + 1
+                x, y = x0[k] + jb - 2, y0[k] + a - 2
+                if 0 <= x < width and 0 <= y < height:
+                    inside[k, a, jb] = True
+                    ncc[k, a, jb] = _window_ncc_compiled(templates, blocks, k, y * width + x)
     _verify_loops_compiled(ncc, inside, x0, y0, fx, fy, strict, ncc_min, drop, half, ok, px, py)
 
 
@@ -333,7 +385,8 @@ def _support_near(templates, blocks, width, height, pred_re, pred_im, half, ncc_
 
 # kernels that other kernels call, in an order where each one's callees come first: the callers bind their
 # compiled versions (``<name>_compiled``; the plain functions until then, so the module imports without numba)
-_CALLEES = ("_offset32", "_fixed_dot", "_local_ncc_blocked", "_verify_loops", "_support_loops", "_near")
+_CALLEES = ("_offset32", "_fixed_dot", "_local_ncc_band", "_local_ncc_blocked", "_inner_peak", "_verify_loops",
+            "_support_loops", "_nearest", "_near", "_window_ncc")
 for _name in _CALLEES:
     globals()[_name + "_compiled"] = globals()[_name]
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
