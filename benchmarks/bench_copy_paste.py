@@ -20,6 +20,11 @@ Measured (one process, one BLAS thread, interleaved rounds whose order rotates, 
   greyscale at the scorer's working size (128 px on the longer side), the reference resized to the
   query's shape.
 
+* **prep**: the per-image preparation alone, as the scorer does it once per image and call: loading,
+  greyscale at 128 px, the patches at six scales and the detrended windows, for each query and each
+  distinct reference (both the patches and the windows of every image: an upper bound, the scorer skips
+  a direction it does not try). Its bits are fixed by PIL (resize, blur) and the BLAS (detrending), so it
+  can be moved but not compiled; it is not part of the floor, which is the search alone.
 * **baseline** (``--baseline-rev``, default 97dca06: the scorer before its matching was compiled): that
   revision's ``copy_paste.py`` loaded under another name, run the same way; its values must equal the
   scorer's bit for bit (checked once), except ``appearance``, now the correctly rounded dot product
@@ -125,6 +130,16 @@ def run_ssim(pairs) -> float:
     return total
 
 
+def run_prep(batch: QueryBatch) -> int:
+    images = list(batch.paths) + sorted({r for refs in batch.reference_paths for r in refs[:cp.DEFAULTS["max_refs"]]})
+    total = 0
+    for path in images:
+        image = load_rgb(path)
+        grey = cp._grey(image, cp.WORK_SIDE)
+        total += len(cp.ReferencePatches.of(image, grey).templates) + cp.QueryWindows.of(image, grey).width
+    return total
+
+
 def run_scorer(batch: QueryBatch, module=cp) -> pd.DataFrame:
     return module.CopyPaste().score(batch)
 
@@ -164,9 +179,9 @@ def main() -> None:
         flops = sum(2 * k * 64 * c for k, c in shapes)
         print(f"world seed {args.seed}: {n} queries, {len(pairs)} (query, reference) pairs; {len(shapes)} search "
               f"products per call ({flops / n / 1e6:.2f} MFLOP per query)")
-        run_scorer(batch), run_floor(operands), run_ssim(pairs)  # warm: imports, numba caches, encoder
+        run_scorer(batch), run_floor(operands), run_ssim(pairs), run_prep(batch)  # warm: imports, numba caches, encoder
         tasks = {"scorer": lambda: run_scorer(batch), "floor": lambda: run_floor(operands),
-                 "ssim": lambda: run_ssim(pairs)}
+                 "ssim": lambda: run_ssim(pairs), "prep": lambda: run_prep(batch)}
         if base is not None:
             values = [run_scorer(batch, m).query("metric != 'appearance'")["value"].to_numpy().tobytes()
                       for m in (base, cp)]

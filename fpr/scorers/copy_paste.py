@@ -83,7 +83,8 @@ every BLAS).
 """
 # Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
 # whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
-# a third of it is the docstring above.
+# a third of it is the docstring above. Its compiled kernels live in copy_paste_kernels (NCC loops and
+# decisions) and copy_paste_exact (NumPy's complex arithmetic ported), each tested against NumPy.
 from __future__ import annotations
 
 import math
@@ -94,6 +95,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -105,6 +107,8 @@ from fpr import progress
 from fpr.encoders.embed import embed_paths
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
+from fpr.scorers.copy_paste_kernels import kernel as _kernel
+from fpr.scorers.copy_paste_kernels import row_norms
 from fpr.scorers.encoding import cached_encoder
 from fpr.scorers.options import Option
 
@@ -143,9 +147,10 @@ def _basis(p: int) -> np.ndarray:
     return _BASIS[p]
 
 
-def _detrend(x: np.ndarray) -> np.ndarray:
+def _detrend(x: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """``x`` less its projection on the basis (``in_place``: into ``x``, which the caller owns; the same bits)."""
     b = _basis(PATCH)
-    return x - (x @ b.T) @ b
+    return np.subtract(x, (x @ b.T) @ b, out=x if in_place else None)
 
 
 def _grey(image: Image.Image, side: float) -> np.ndarray:
@@ -156,11 +161,21 @@ def _grey(image: Image.Image, side: float) -> np.ndarray:
     return np.asarray(im.filter(ImageFilter.GaussianBlur(BLUR)), dtype=np.float32) / 255.0
 
 
+def _detrended_rows(q: np.ndarray) -> np.ndarray:
+    """Every PATCH x PATCH window of ``q`` as a row (positions row-major), detrended."""
+    rows = np.empty(((q.shape[0] - PATCH + 1) * (q.shape[1] - PATCH + 1), PATCH * PATCH), np.float32)
+    _kernel("_window_rows")(q, PATCH, rows)  # sliding_window_view's rows, copied in one compiled pass
+    return _detrend(rows, in_place=True)
+
+
+# Flat windows get a floor instead of a tiny norm, so they never reach a high NCC.
+WINDOW_NORM_FLOOR = np.float32(TEXTURE_MIN * PATCH * 0.5)
+
+
 def _windows(q: np.ndarray) -> np.ndarray:
-    win = _detrend(sliding_window_view(q, (PATCH, PATCH)).reshape(-1, PATCH * PATCH))
-    norm = np.linalg.norm(win, axis=1)
-    # Flat windows get a floor instead of a tiny norm, so they never reach a high NCC.
-    win /= np.maximum(norm, TEXTURE_MIN * PATCH * 0.5)[:, None]
+    """The windows as unit rows, positions row-major: the definition of what QueryWindows.of lays out."""
+    win = _detrended_rows(q)
+    win /= np.maximum(np.linalg.norm(win, axis=1), WINDOW_NORM_FLOOR)[:, None]
     return win
 
 
@@ -168,7 +183,9 @@ def _windows(q: np.ndarray) -> np.ndarray:
 class QueryWindows:
     """Every PATCH x PATCH window of the query, detrended, unit rows, at WORK_SIDE; and every second one."""
 
-    windows: np.ndarray  # (L, PATCH*PATCH) float32, row-major over positions
+    # float32, positions row-major: (L, PATCH*PATCH), or (8, L, 8) blocked as .of stores them (the local
+    # NCC's vectorisable layout, copy_paste_kernels._to_blocks; either gives the same NCCs)
+    windows: np.ndarray
     width: int  # windows per row
     height: int  # windows per column
     coarse: np.ndarray  # (L2, PATCH*PATCH): positions (2i, 2j), for the search
@@ -178,12 +195,19 @@ class QueryWindows:
     coarse_t: np.ndarray | None = None
 
     @classmethod
-    def of(cls, image: Image.Image) -> "QueryWindows":
-        q = _grey(image, WORK_SIDE)
-        win = np.ascontiguousarray(_windows(q), dtype=np.float32)
+    def of(cls, image: Image.Image, grey: np.ndarray | None = None) -> "QueryWindows":
+        """``grey``: the image's ``_grey(image, WORK_SIDE)`` when the caller has it already."""
+        q = _grey(image, WORK_SIDE) if grey is None else grey
+        win = _detrended_rows(q)
         h, w = q.shape[0] - PATCH + 1, q.shape[1] - PATCH + 1
-        coarse = np.ascontiguousarray(win.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH))
-        return cls(win, w, h, coarse, (w + 1) // 2, np.ascontiguousarray(coarse.T))
+        cw = (w + 1) // 2
+        coarse = np.empty((cw * ((h + 1) // 2), PATCH * PATCH), np.float32)
+        coarse_t = np.empty((PATCH * PATCH, len(coarse)), np.float32)
+        blocks = np.empty((8, len(win), 8), np.float32)
+        # _windows' division by the floored norms, fused with the layouts (one pass; the same bits)
+        _kernel("_normalised_layouts")(win, row_norms(win), WINDOW_NORM_FLOOR, w, blocks.reshape(8, -1), coarse,
+                                       coarse_t)
+        return cls(blocks, w, h, coarse, cw, coarse_t)
 
 
 @dataclass
@@ -200,11 +224,12 @@ class ReferencePatches:
     weight: np.ndarray  # (K,) texture energy (squared residual norm): strong marking edges count most
 
     @classmethod
-    def of(cls, image: Image.Image) -> "ReferencePatches":
-        grey = image.convert("L")
+    def of(cls, image: Image.Image, grey: np.ndarray | None = None) -> "ReferencePatches":
+        """``grey``: the image's ``_grey(image, WORK_SIDE)`` when the caller has it (scale 1 is that image)."""
+        image_l = image.convert("L")
         temps, cents, scs, counts, ranks, fcents, weights = [], [], [], [], [], [], []
         for si, s in enumerate(SCALES):
-            r = _grey(grey, WORK_SIDE * s)
+            r = grey if (s == 1.0 and grey is not None) else _grey(image_l, WORK_SIDE * s)
             if min(r.shape) < PATCH:
                 counts.append(0)
                 continue  # (nothing else to append: no patches at this scale)
@@ -212,7 +237,7 @@ class ReferencePatches:
             win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
             ny, nx = win.shape[:2]
             t = _detrend(win.reshape(-1, PATCH * PATCH))
-            tn = np.linalg.norm(t, axis=1)
+            tn = row_norms(t)
             keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
             if len(keep) > MAX_PATCHES_PER_SCALE:
                 keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
@@ -232,6 +257,22 @@ class ReferencePatches:
         flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
         return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
+
+    def at_scale(self, si: int, mirrored: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(templates, centres) of scale ``si``, mirrored or not: ``[scale_index == si]``, as views (the patches
+        are stored scale by scale, so that selection is one contiguous run)."""
+        start = int(self.n_textured[:si].sum())
+        run = slice(start, start + int(self.n_textured[si]))
+        return (self.flipped if mirrored else self.templates)[run], \
+            (self.flipped_centres if mirrored else self.centres)[run]
+
+    @cached_property
+    def search(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The searched patches, made once per reference (pixel_match asks per query): (their templates then
+        their mirror images, contiguous; scale index; centres; mirrored centres)."""
+        chosen = self.rank < SEARCH_PATCHES
+        return (np.concatenate([self.templates[chosen], self.flipped[chosen]]), self.scale_index[chosen],
+                self.centres[chosen], self.flipped_centres[chosen])
 
 
 _PAIRS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -296,73 +337,6 @@ def _best_transform_numpy(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     return best
 
 
-def _local_ncc_loops(templates, windows, width, height, x0, y0, r, inside, out):
-    """``out[k, a, b]``: NCC of template k with the window at (x0[k] + b - r, y0[k] + a - r); ``inside``: it exists.
-
-    Each NCC is one fixed expression, so its bits depend on nothing else (not the BLAS, the batch, the
-    CPU's vector width): the 64 products are exact in float64, summed in eight interleaved partial sums
-    (d mod 8, in order) combined as a fixed tree, then rounded to float32. Outside the image: 0.
-    """
-    n_k, n_d = templates.shape
-    n = 2 * r + 1
-    acc = np.empty(8)  # the eight partial sums, updated as one vector per step (same bits as eight scalars)
-    tk = np.empty(n_d)
-    for k in range(n_k):
-        for d in range(n_d):
-            tk[d] = templates[k, d]
-        for a in range(n):
-            y = y0[k] + a - r
-            for b in range(n):
-                x = x0[k] + b - r
-                if x < 0 or x >= width or y < 0 or y >= height:
-                    inside[k, a, b] = False
-                    out[k, a, b] = 0.0
-                    continue
-                inside[k, a, b] = True
-                row = y * width + x
-                for j in range(8):
-                    acc[j] = 0.0
-                for i in range(0, n_d, 8):
-                    for j in range(8):
-                        acc[j] += tk[i + j] * np.float64(windows[row, i + j])
-                low, high = (acc[0] + acc[1]) + (acc[2] + acc[3]), (acc[4] + acc[5]) + (acc[6] + acc[7])
-                out[k, a, b] = np.float32(low + high)
-
-
-def _fixed_dot(u, v):
-    """The NCC expression of :func:`_local_ncc_loops` for two rows (exact float64 products, the fixed tree)."""
-    acc = np.zeros(8)
-    for i in range(0, u.shape[0], 8):
-        for j in range(8):
-            acc[j] += np.float64(u[i + j]) * np.float64(v[i + j])
-    return np.float32(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])))
-
-
-def _best_match_loops(ncc, templates, windows, top, floor, idx, val):
-    """Per template: the window with the highest NCC as :func:`_local_ncc_loops` computes it, and that NCC.
-
-    ``ncc`` is the BLAS product, ``top`` its row argmax and ``floor`` (float32, rounded down) its row
-    maximum less the BLAS error margin: only windows at or above it are recomputed (usually the argmax
-    alone, found by a branch-free count), so the result is the argmax (first on ties) of the fixed
-    expression over *all* windows: it cannot depend on the BLAS.
-    """
-    n_m, n_l = ncc.shape
-    for m in range(n_m):
-        count = 0
-        for l in range(n_l):
-            count += ncc[m, l] >= floor[m]
-        if count == 1:
-            idx[m], val[m] = top[m], _fixed_dot_compiled(templates[m], windows[top[m]])
-            continue
-        best, at = np.float32(-np.inf), 0
-        for l in range(n_l):
-            if ncc[m, l] >= floor[m]:
-                v = _fixed_dot_compiled(templates[m], windows[l])
-                if v > best:
-                    best, at = v, l
-        idx[m], val[m] = at, best
-
-
 def _best_matches(templates: np.ndarray, windows: np.ndarray,
                   windows_t: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(index, NCC) of each template's best window: the search's decisions, independent of the BLAS kernel.
@@ -373,105 +347,33 @@ def _best_matches(templates: np.ndarray, windows: np.ndarray,
     expression lies within ``2 gamma_64 + 2.5e-7`` (with 1% slack on the gamma term) of the BLAS row
     maximum. ``windows_t``: ``windows.T`` stored contiguous (faster; any layout gives the same result).
     """
-    ncc = templates @ (windows_t if windows_t is not None else windows.T)  # (2n, L2)
+    wt = windows_t if windows_t is not None else windows.T
+    ncc = np.matmul(templates, wt, out=_product_buffer(len(templates), wt.shape[1]))  # (2n, L2)
     gamma = 64 * 2.0 ** -24 / (1 - 64 * 2.0 ** -24)
-    top = ncc.argmax(axis=1)
-    floor64 = ncc[np.arange(len(top)), top].astype(np.float64) - (2 * gamma * 1.01 + 2.5e-7)
-    floor = floor64.astype(np.float32)
-    floor = np.where(floor.astype(np.float64) > floor64, np.nextafter(floor, np.float32(-np.inf)), floor)
     idx, val = np.empty(len(templates), np.int64), np.empty(len(templates), np.float32)
-    _kernel("_best_match_loops")(ncc, templates, windows, top, floor, idx, val)
+    _kernel("_best_match_loops")(ncc, templates, windows, ncc.argmax(axis=1), 2 * gamma * 1.01 + 2.5e-7, idx, val)
     return idx, val
 
 
-def _offset32(lo, mid, hi):
-    """Sub-pixel offset of a peak from a parabola through three float32 samples (0 where a neighbour is missing);
-    float32 arithmetic throughout."""
-    if not (np.isfinite(lo) and np.isfinite(mid) and np.isfinite(hi)):
-        return np.float32(0.0)
-    den = (lo - np.float32(2.0) * mid) + hi
-    if not den < np.float32(-1e-6):
-        return np.float32(0.0)
-    return min(max((np.float32(0.5) * (lo - hi)) / den, np.float32(-0.5)), np.float32(0.5))
+_BUFFERS = threading.local()  # per thread: the HTTP service matches in worker threads
 
 
-def _verify_loops(ncc, inside, x0, y0, fx, fy, strict, ok, px, py):
-    """:func:`verify`'s decisions from the 5x5 local NCCs, per template (see there); loose: sub-pixel peaks.
-
-    float32 where NCCs meet NCCs or thresholds (the thresholds as float32), float64 once the sub-pixel
-    offsets (float64) enter: each value is one fixed expression.
-    """
-    ninf = np.float32(-np.inf)
-    ncc_min, drop = np.float32(NCC_MIN), np.float32(DROP_MAX)
-    two, four = np.float32(2.0), np.float32(4.0)
-    q = np.empty((3, 3), np.float32)  # strict: the 3x3 around the nearest sample, -4 outside (NCC >= -1)
-    for k in range(ncc.shape[0]):
-        v, ja, jb = ninf, 1, 1  # the first maximum of the inner 3x3, row-major (as argmax)
-        first = True
-        for a in range(1, 4):
-            for b in range(1, 4):
-                val = ncc[k, a, b] if inside[k, a, b] else ninf
-                if first or val > v:
-                    v, ja, jb, first = val, a, b, False
-        if strict:
-            for a in range(3):
-                for b in range(3):
-                    q[a, b] = ncc[k, a + 1, b + 1] if inside[k, a + 1, b + 1] else np.float32(-4.0)
-            gx, gy = (q[1, 2] - q[1, 0]) / two, (q[2, 1] - q[0, 1]) / two
-            hxx, hyy = (q[1, 2] - two * q[1, 1]) + q[1, 0], (q[2, 1] - two * q[1, 1]) + q[0, 1]
-            hxy = (((q[2, 2] - q[2, 0]) - q[0, 2]) + q[0, 0]) / four
-            x, y = fx[k], fy[k]
-            at = (((q[1, 1] + gx * x) + gy * y) + 0.5 * ((hxx * x) * x + (hyy * y) * y)) + (hxy * x) * y
-            ok[k] = v >= ncc_min and at >= v - drop
-        else:
-            lo = ncc[k, ja, jb - 1] if inside[k, ja, jb - 1] else ninf
-            hi = ncc[k, ja, jb + 1] if inside[k, ja, jb + 1] else ninf
-            dx = _offset32_compiled(lo, v, hi)
-            lo = ncc[k, ja - 1, jb] if inside[k, ja - 1, jb] else ninf
-            hi = ncc[k, ja + 1, jb] if inside[k, ja + 1, jb] else ninf
-            dy = _offset32_compiled(lo, v, hi)
-            px[k] = (np.float64(x0[k] + jb - 2) + np.float64(dx)) + PATCH / 2
-            py[k] = (np.float64(y0[k] + ja - 2) + np.float64(dy)) + PATCH / 2
-            ok[k] = v >= ncc_min
-
-
-def _support_loops(ncc, inside):
-    """How many templates reach NCC_MIN (as float32) somewhere inside their 3x3 (outside counts -1)."""
-    ncc_min = np.float32(NCC_MIN)
-    count = 0
-    for k in range(ncc.shape[0]):
-        m = np.float32(-1.0)
-        for a in range(3):
-            for b in range(3):
-                if inside[k, a, b] and ncc[k, a, b] > m:
-                    m = ncc[k, a, b]
-        if m >= ncc_min:
-            count += 1
-    return count
-
-
-_COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
-# replaced by compiled ones before the kernels that call them compile
-_offset32_compiled, _fixed_dot_compiled = _offset32, _fixed_dot
-
-
-def _kernel(name: str):
-    global _offset32_compiled, _fixed_dot_compiled
-    if name not in _COMPILED:
-        from numba import njit
-
-        if _offset32_compiled is _offset32:
-            _offset32_compiled = njit(cache=True, nogil=True)(_offset32)
-            _fixed_dot_compiled = njit(cache=True, nogil=True)(_fixed_dot)
-        _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
-    return _COMPILED[name]
+def _product_buffer(rows: int, cols: int) -> np.ndarray:
+    """A C-contiguous (rows, cols) float32 array reused by the search's products: a fresh 0.7 MB result per
+    product costs the allocator's page faults each time (same sgemm call, same bits)."""
+    buf = getattr(_BUFFERS, "search", None)
+    if buf is None or buf.size < rows * cols:
+        buf = _BUFFERS.search = np.empty(max(rows * cols, 1 << 18), np.float32)
+    return buf[:rows * cols].reshape(rows, cols)
 
 
 def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: int, centres: np.ndarray,
                a: complex, b: complex, r: int):
     """NCC of each template with the (2r+1)^2 windows around where ``z -> a z + b`` puts it.
 
-    Returns (predicted centres, window x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
+    ``windows`` in either layout of :attr:`QueryWindows.windows`: row-major runs the definition
+    (``_local_ncc_loops``), blocked its vectorised form (the same bits). Returns (predicted centres, window
+    x0, window y0 of the nearest sample, inside mask, NCC (K, 2r+1, 2r+1)).
     """
     pred = a * centres + b
     x0 = np.rint(pred.real - PATCH / 2).astype(np.int64)
@@ -479,8 +381,11 @@ def _local_ncc(templates: np.ndarray, windows: np.ndarray, width: int, height: i
     n = 2 * r + 1
     inside = np.empty((len(centres), n, n), bool)
     ncc = np.empty((len(centres), n, n), np.float32)
-    _kernel("_local_ncc_loops")(np.ascontiguousarray(templates, dtype=np.float32), windows, width, height, x0, y0, r,
-                        inside, ncc)
+    t = np.ascontiguousarray(templates, dtype=np.float32)
+    if windows.ndim == 3:
+        _kernel("_local_ncc_blocked")(t, windows.reshape(8, -1), width, height, x0, y0, r, inside, ncc)
+    else:
+        _kernel("_local_ncc_loops")(t, windows, width, height, x0, y0, r, inside, ncc)
     return pred, x0, y0, inside, ncc
 
 
@@ -499,11 +404,17 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
     (repeated spots or stripes). Returns (inlier mask, query positions: refined to a sub-pixel when
     loose, the predictions when strict).
     """
-    pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
     n = len(centres)
     ok, px, py = np.empty(n, bool), np.empty(n), np.empty(n)
-    fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
-    _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, ok, px, py)
+    if windows.ndim == 3:  # blocked (QueryWindows.of): the steps below in one compiled call, the same bits
+        pred = a * centres + b
+        _kernel("_verify_near")(np.ascontiguousarray(templates, dtype=np.float32), windows.reshape(8, -1), width,
+                                height, pred.real, pred.imag, PATCH / 2, tol is None, NCC_MIN, DROP_MAX, ok, px, py)
+    else:
+        pred, x0, y0, inside, local = _local_ncc(templates, windows, width, height, centres, a, b, 2)
+        fx, fy = pred.real - PATCH / 2 - x0, pred.imag - PATCH / 2 - y0  # the prediction within its nearest sample
+        _kernel("_verify_loops")(local, inside, x0, y0, fx, fy, tol is None, NCC_MIN, DROP_MAX, PATCH / 2, ok, px,
+                                 py)
     if tol is None:
         return ok, pred
     pos = px + 1j * py
@@ -512,8 +423,13 @@ def verify(templates: np.ndarray, windows: np.ndarray, width: int, height: int, 
 
 def _support(templates: np.ndarray, query: "QueryWindows", centres: np.ndarray, a: complex, b: complex) -> int:
     """How many templates reach NCC_MIN within 1 px of where ``z -> a z + b`` puts them (a cheap first check)."""
+    if query.windows.ndim == 3:  # blocked: the steps below in one compiled call, the same bits
+        pred = a * centres + b
+        return int(_kernel("_support_near")(np.ascontiguousarray(templates, dtype=np.float32),
+                                            query.windows.reshape(8, -1), query.width, query.height, pred.real,
+                                            pred.imag, PATCH / 2, NCC_MIN))
     _, _, _, inside, local = _local_ncc(templates, query.windows, query.width, query.height, centres, a, b, 1)
-    return int(_kernel("_support_loops")(local, inside))
+    return int(_kernel("_support_loops")(local, inside, NCC_MIN))
 
 
 def _refit(p: np.ndarray, q: np.ndarray) -> tuple[complex, complex]:
@@ -568,18 +484,16 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     if len(ref.templates) == 0:
         return 0.0, 0, False
     best = (0.0, 0, False)
-    search = ref.rank < SEARCH_PATCHES
-    n = int(search.sum())
-    templates = np.concatenate([ref.templates[search], ref.flipped[search]])
+    templates, scale, centres, flipped_centres = ref.search
+    n = len(scale)
     idx, val = _best_matches(templates, query.coarse, query.coarse_t)
     y, x = np.divmod(idx, query.coarse_width)
     q_all = (2 * x + PATCH / 2) + 1j * (2 * y + PATCH / 2)
-    scale = ref.scale_index[search]
     hyps = []
     for mirrored in (False, True):
         part = slice(n, 2 * n) if mirrored else slice(0, n)
         q, good = q_all[part], val[part] >= NCC_MIN
-        cen = (ref.flipped_centres if mirrored else ref.centres)[search]
+        cen = flipped_centres if mirrored else centres
         for si in np.unique(scale[good]):
             sel = good & (scale == si)
             n0, a, b = best_transform(cen[sel], q[sel], HYPOTHESIS_TOLERANCE)
@@ -590,9 +504,7 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     collected = []
     for n0, si, mirrored, a, b in hyps:
         si = -si
-        at = ref.scale_index == si
-        t_at = (ref.flipped if mirrored else ref.templates)[at]
-        c_at = (ref.flipped_centres if mirrored else ref.centres)[at]
+        t_at, c_at = ref.at_scale(si, mirrored)
         support = _support(t_at, query, c_at, a, b)
         if support >= 3:
             collected.append((support, si, mirrored, t_at, c_at, a, b))
@@ -769,13 +681,29 @@ class _ReferenceCache:
     def __init__(self, size: int = 256):
         self.size, self.items = size, OrderedDict()
 
-    def get(self, path: str) -> tuple[ReferencePatches, QueryWindows]:
+    def get(self, path: str) -> "_Prepared":
         if path not in self.items:
-            image = load_rgb(path)
-            self.items[path] = (ReferencePatches.of(image), QueryWindows.of(image))
+            self.items[path] = _Prepared(load_rgb(path))
             if len(self.items) > self.size:
                 self.items.popitem(last=False)
         return self.items[path]
+
+
+class _Prepared:
+    """An image's patches (sought in the other image) and windows (searched), each made on first use (a
+    direction not tried, because the other already found a nearly complete copy, costs nothing), from one
+    greyscale conversion at the working size (their scale-1 image)."""
+
+    def __init__(self, image: Image.Image):
+        self.image, self.grey = image, _grey(image, WORK_SIDE)
+
+    @cached_property
+    def patches(self) -> ReferencePatches:
+        return ReferencePatches.of(self.image, self.grey)
+
+    @cached_property
+    def windows(self) -> QueryWindows:
+        return QueryWindows.of(self.image, self.grey)
 
 
 def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[tuple]:
@@ -783,20 +711,20 @@ def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[t
     image = load_rgb(job.path)
     qid, stop, threshold, app_t, appearance = (job.query_id, settings.stop, settings.threshold,
                                                settings.appearance_threshold, job.appearance)
-    qw, qp = QueryWindows.of(image), ReferencePatches.of(image)
+    query = _Prepared(image)
     best, fwd, rev, checkable = (0.0, 0, False), 0.0, 0.0, False
     for path in job.refs:
         if best[0] >= stop:  # a nearly complete copy found: nothing can change the flag
             break
-        rp, rw = refs.get(path)
-        checkable = checkable or len(rp.templates) > 0
+        ref = refs.get(path)
+        checkable = checkable or len(ref.patches.templates) > 0
         # both ways: the reference's patches in the query, and the query's in the reference (a
         # reference on a busy background spends its textured patches there; a copy on a plain
         # one keeps them on the subject)
         for forward in (True, False):
             if best[0] >= stop:
                 break
-            m = pixel_match(qw, rp) if forward else pixel_match(rw, qp)
+            m = pixel_match(query.windows, ref.patches) if forward else pixel_match(ref.windows, query.patches)
             fwd, rev = (max(fwd, m[0]), rev) if forward else (fwd, max(rev, m[0]))
             if (m[1], m[0]) > (best[1], best[0]):
                 best = m

@@ -177,3 +177,194 @@ def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
                           for row in windows])
         assert idx[m] == int(np.argmax(exact)) and val[m] == exact.max(), m
     assert idx[0] == 17
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (9, 8), (37, 128), (128, 85), (128, 128)])
+def test_window_rows_and_normalised_layouts_are_numpys(shape):
+    """The compiled gather gives exactly sliding_window_view's rows; the fused division and layouts give exactly
+    NumPy's ``win / np.maximum(norm, floor)`` in the blocked layout and its every-second windows and their
+    transpose (odd and even sizes; flat windows under the floor, zeros of both signs, subnormals, a NaN)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from fpr.scorers.copy_paste import WINDOW_NORM_FLOOR
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    image = rng.random(shape, dtype=np.float32)
+    image[0, 0], image[-1, -1] = -0.0, np.float32(1e-42)
+    want = sliding_window_view(image, (PATCH, PATCH)).reshape(-1, PATCH * PATCH)
+    rows = np.empty_like(want)
+    kernel("_window_rows")(image, PATCH, rows)
+    assert rows.tobytes() == np.ascontiguousarray(want).tobytes()
+
+    win = (rows - rows.mean(axis=1, keepdims=True)).astype(np.float32)
+    win[::5] *= np.float32(1e-3)  # flat: divided by the floor
+    if len(win) > 2:
+        win[1, :3] = [-0.0, 1e-45, 3e-39]
+        win[2, 7] = np.nan
+    norm = np.linalg.norm(win, axis=1)
+    unit = win / np.maximum(norm, WINDOW_NORM_FLOOR)[:, None]
+    h, w = shape[0] - PATCH + 1, shape[1] - PATCH + 1
+    coarse_want = unit.reshape(h, w, -1)[::2, ::2].reshape(-1, PATCH * PATCH)
+    coarse, coarse_t = np.empty_like(coarse_want), np.empty(coarse_want.T.shape, np.float32)
+    blocks = np.empty((8, len(win) * 8), np.float32)
+    kernel("_normalised_layouts")(win, norm, WINDOW_NORM_FLOOR, w, blocks, coarse, coarse_t)
+    assert blocks.reshape(8, -1, 8).transpose(1, 0, 2).reshape(len(win), 64).tobytes() == unit.tobytes()
+    assert coarse.tobytes() == np.ascontiguousarray(coarse_want).tobytes()
+    assert coarse_t.tobytes() == np.ascontiguousarray(coarse_want.T).tobytes()
+
+
+def test_prepared_images_equal_their_separate_preparation():
+    """Sharing the working-size greyscale image between patches and windows changes no bit."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import QueryWindows, ReferencePatches, _Prepared
+
+    rng = np.random.default_rng(12)
+    image = Image.fromarray(rng.integers(0, 256, (90, 140, 3), dtype=np.uint8))
+    prepared = _Prepared(image)
+    patches, windows = prepared.patches, prepared.windows
+    assert prepared.patches is patches  # made once
+    alone_p, alone_w = ReferencePatches.of(image), QueryWindows.of(image)
+    for field in ("templates", "centres", "scale_index", "n_textured", "rank", "flipped", "flipped_centres", "weight"):
+        assert getattr(patches, field).tobytes() == getattr(alone_p, field).tobytes(), field
+    for field in ("windows", "coarse", "coarse_t"):
+        assert getattr(windows, field).tobytes() == getattr(alone_w, field).tobytes(), field
+    assert (windows.width, windows.height, windows.coarse_width) == (alone_w.width, alone_w.height,
+                                                                     alone_w.coarse_width)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+def test_blocked_local_ncc_equals_the_definition_bit_for_bit(r):
+    """The vectorised kernel (windows stored blocked) against ``_local_ncc_loops`` (the definition) on random
+    unit windows, every border (rows and columns leaving the image on each side, images narrower than a row
+    of windows) and adversarial components: zeros of both signs, subnormals, huge and cancelling values."""
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(40 + r)
+    for width, height in ((30, 22), (3, 9), (1, 1), (2 * r + 1, 4)):
+        windows = _windows(rng, width, height)
+        nasty = rng.random(windows.shape) < 0.1
+        windows[nasty] = rng.choice(np.array([0.0, -0.0, 1e-40, -1e-42, 3e38, -3e38, 1.0, -1.0, 0.5], np.float32),
+                                    nasty.sum())
+        n = 400
+        templates = _windows(rng, n, 1)
+        templates[::7] = windows[rng.integers(0, len(windows), len(templates[::7]))]  # exact self-matches
+        templates[3::11, ::3] = -0.0
+        x0 = rng.integers(-r - 2, width + r + 2, n)
+        y0 = rng.integers(-r - 2, height + r + 2, n)
+        k = 2 * r + 1
+        want_in, want = np.empty((n, k, k), bool), np.empty((n, k, k), np.float32)
+        kernel("_local_ncc_loops")(templates, windows, width, height, x0, y0, r, want_in, want)
+        blocks = np.empty((8, len(windows) * 8), np.float32)
+        kernel("_to_blocks")(windows, blocks)
+        assert blocks.reshape(8, -1, 8).transpose(1, 0, 2).reshape(len(windows), 64).tobytes() == windows.tobytes()
+        got_in, got = np.empty((n, k, k), bool), np.empty((n, k, k), np.float32)
+        kernel("_local_ncc_blocked")(templates, blocks, width, height, x0, y0, r, got_in, got)
+        assert got_in.tobytes() == want_in.tobytes()
+        assert got.tobytes() == want.tobytes(), (width, height)
+        assert want_in.any() and not want_in.all()
+
+
+def test_query_windows_store_the_blocked_layout_of_the_row_major_windows():
+    """QueryWindows.of keeps the blocked layout; through _local_ncc both layouts give the same values."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import QueryWindows, _grey, _windows as row_major
+
+    image = Image.fromarray(np.random.default_rng(13).integers(0, 256, (70, 101, 3), dtype=np.uint8))
+    qw = QueryWindows.of(image)
+    rows = row_major(_grey(image, 128))
+    assert qw.windows.shape == (8, len(rows), 8)
+    assert qw.windows.transpose(1, 0, 2).reshape(len(rows), 64).tobytes() == rows.tobytes()
+    rng = np.random.default_rng(14)
+    templates = _windows(rng, 50, 1)
+    centres = rng.uniform(-5, 140, 50) + 1j * rng.uniform(-5, 100, 50)
+    a, b = 0.97 + 0.03j, 1.25 - 0.5j
+    got = _local_ncc(templates, qw.windows, qw.width, qw.height, centres, a, b, 2)
+    want = _local_ncc(templates, rows, qw.width, qw.height, centres, a, b, 2)
+    for g, w in zip(got, want):
+        assert g.tobytes() == w.tobytes()
+
+
+@pytest.mark.parametrize("tol", [None, 2.0, 0.3])
+def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
+    """verify and _support on blocked windows (one compiled call each) against the step-by-step path (NumPy
+    predictions, rint and offsets, the definition's local NCCs, the decision kernels) on row-major windows:
+    the same masks, positions and counts, bit for bit, at half-integer predictions (rint's ties) and borders."""
+    from fpr.scorers import copy_paste as cp
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(21)
+    width, height = 40, 31
+    windows = _windows(rng, width, height)
+    blocks = np.empty((8, len(windows) * 8), np.float32)
+    kernel("_to_blocks")(windows, blocks)
+    blocked = blocks.reshape(8, len(windows), 8)
+    n = 600
+    centres = rng.uniform(-4, width + 12, n) + 1j * rng.uniform(-4, height + 12, n)
+    centres[:100] = np.round(centres[:100] * 2) / 2  # half-integer centres: rint rounds half to even
+    templates = windows[rng.integers(0, len(windows), n)].copy()  # exact matches somewhere, mostly elsewhere
+    templates[::3] = _windows(rng, len(templates[::3]), 1)
+    for k in range(200, 500):  # the window the identity puts template k on, or the one above or below it
+        dy = (k - 200) % 3 - 1 if k >= 400 else 0  # (peaks on the inner 3x3's top and bottom rows: the loose
+        x, y = int(np.rint(centres[k].real - 4)), int(np.rint(centres[k].imag - 4)) + dy  # check reads row 0/4)
+        if 0 <= x < width and 0 <= y < height:
+            templates[k] = windows[y * width + x]
+    found = 0
+    query_rows = cp.QueryWindows(windows, width, height, np.zeros((1, 64), np.float32), 1)
+    query_blocked = cp.QueryWindows(blocked, width, height, np.zeros((1, 64), np.float32), 1)
+    for a, b in ((1 + 0j, 0j), (1 + 0j, 0.5 - 0.5j), (0.97 + 0.04j, 1.3 - 0.2j), (1.05 - 0.02j, -2.5 + 0j)):
+        ok_r, pos_r = cp.verify(templates, windows, width, height, centres, a, b, tol)
+        ok_b, pos_b = cp.verify(templates, blocked, width, height, centres, a, b, tol)
+        assert ok_b.tobytes() == ok_r.tobytes() and pos_b.tobytes() == pos_r.tobytes()
+        assert cp._support(templates, query_blocked, centres, a, b) == cp._support(templates, query_rows, centres, a, b)
+        found += int(ok_r.sum())
+    assert 0 < found < 4 * n
+
+
+def test_reference_patch_views_equal_the_mask_selections():
+    """ReferencePatches.at_scale and .search (views and cached arrays) equal the boolean selections they replace."""
+    from PIL import Image
+
+    from fpr.scorers.copy_paste import SCALES, SEARCH_PATCHES, ReferencePatches
+
+    image = Image.fromarray(np.random.default_rng(15).integers(0, 256, (60, 150, 3), dtype=np.uint8))
+    ref = ReferencePatches.of(image.resize((20, 50)))  # small: the largest scales keep few patches, some none
+    assert 0 in set(ref.n_textured) or len(set(ref.n_textured)) > 1
+    for ref in (ref, ReferencePatches.of(image)):
+        for si in range(len(SCALES)):
+            for mirrored in (False, True):
+                t, c = ref.at_scale(si, mirrored)
+                at = ref.scale_index == si
+                assert t.tobytes() == (ref.flipped if mirrored else ref.templates)[at].tobytes()
+                assert c.tobytes() == (ref.flipped_centres if mirrored else ref.centres)[at].tobytes()
+        chosen = ref.rank < SEARCH_PATCHES
+        templates, scale, centres, flipped_centres = ref.search
+        assert templates.tobytes() == np.concatenate([ref.templates[chosen], ref.flipped[chosen]]).tobytes()
+        assert scale.tobytes() == ref.scale_index[chosen].tobytes()
+        assert centres.tobytes() == ref.centres[chosen].tobytes()
+        assert flipped_centres.tobytes() == ref.flipped_centres[chosen].tobytes()
+        assert ref.search is ref.search  # made once
+
+
+def test_row_norms_are_numpys_bit_for_bit():
+    """The compiled row norms against np.linalg.norm(axis=1): random rows over magnitudes whose squares
+    underflow and overflow, signed zeros, subnormals, NaN and infinity; and the probe says the port is used."""
+    from fpr.scorers import copy_paste_kernels as ck
+
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((50_000, 64)).astype(np.float32)
+    x *= (10.0 ** rng.integers(-25, 21, (len(x), 1))).astype(np.float32)
+    pick = rng.random(x.shape) < 0.02
+    x[pick] = rng.choice(np.array([0.0, -0.0, 1e-45, -1e-40, 3e38, np.inf, -np.inf, np.nan], np.float32), pick.sum())
+    with np.errstate(over="ignore", invalid="ignore"):  # deliberate overflows
+        want = np.linalg.norm(x, axis=1)
+    got = ck.row_norms(x)
+    assert ck._NORMS_PORTED == [True]  # this machine's NumPy sums as the port does
+    same = (got.view(np.int32) == want.view(np.int32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), np.flatnonzero(~same)[:5]
+    assert np.isinf(got).any() and (got == 0).any() and np.isnan(got).any()
+    strided = x[:, ::2].copy()  # not rows of 64: NumPy's own
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert ck.row_norms(strided).tobytes() == np.linalg.norm(strided, axis=1).tobytes()
