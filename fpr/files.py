@@ -43,6 +43,11 @@ from fpr.errors import InputError
 DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
 
 
+def cache_root() -> Path:
+    """fpr's cache folder: ``$FPR_CACHE_DIR``, default ``~/.cache/fpr`` (embeddings, worlds, judge replies)."""
+    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser()
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where the OS allows (Linux /proc), else set and restored."""
     try:

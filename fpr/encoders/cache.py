@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from fpr import progress
-from fpr.files import atomic_write_bytes, ensure_dir, write_error
+from fpr.files import atomic_write_bytes, cache_root, ensure_dir, write_error
 
 DB_NAME = "vectors.sqlite"
 BUSY_TIMEOUT_S = 60.0
@@ -45,7 +45,7 @@ _SCHEMA = "CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, vec BLOB N
 
 
 def default_cache_root() -> Path:
-    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser() / "embeddings"
+    return cache_root() / "embeddings"
 
 
 class EmbeddingCache:
