@@ -105,7 +105,7 @@ def test_a_demo_on_a_warm_world_cache_renders_nothing_and_equals_the_rendered_de
     without the cache."""
     from fpr.files import cache_root
 
-    kwargs = dict(quick=True, config=TINY, claim_seeds=2, copy_paste=True)
+    kwargs = {"quick": True, "config": TINY, "claim_seeds": 2, "copy_paste": True}
     off = demo.run_demo(workspace=tmp_path / "off", world_cache=False, **kwargs)
     assert not (cache_root() / "worlds").exists()
     cold = demo.run_demo(workspace=tmp_path / "cold", **kwargs)
