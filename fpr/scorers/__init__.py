@@ -83,6 +83,12 @@ class Scorer:
         """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
         return {}
 
+    def cache_inputs(self, batch: QueryBatch) -> dict:
+        """For a ``deterministic`` scorer: what else decides its values on this batch beyond its code, options
+        and each query's files (:mod:`fpr.scorers.cache`), e.g. the embedding key of a model it loads; {} if
+        nothing."""
+        return {}
+
     def uses_gallery(self, options: dict) -> bool:
         """Whether, with these options, it reads the run's query vectors and gallery scores (``fpr score``
         then re-embeds the run's queries, from the embedding cache where they are)."""

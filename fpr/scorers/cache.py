@@ -4,7 +4,8 @@ A scorer opts in by declaring ``deterministic = True`` (its values are a pure fu
 below covers) and, where its values depend on more code than its own module, ``version_modules``. A
 query's key is the sha256 of :data:`PROTOCOL`, the scorer's name, its version (the sha256 of those
 modules' source: editing the scorer is a new version, never a stale hit), its resolved options (defaults
-filled), the device asked for, the run's encoder id, and the query's own inputs: the sha256 of its
+filled), the kind of device it runs on, the run's encoder id, what the scorer adds (``cache_inputs``: the
+embedding key of a model it loads, say), and the query's own inputs: the sha256 of its
 image's bytes, of each of its references' bytes in order, its prompt, identity, group and extra columns.
 The query id is not in the key (a renamed query, or the same queries in another run or against another
 gallery, hits), and a scorer that reads the run's gallery (``uses_gallery``) is never cached.
@@ -77,6 +78,14 @@ def scorer_version(scorer: Scorer) -> str | None:
     return hashlib.sha256("\0".join(_module_digest(m) for m in modules).encode()).hexdigest()
 
 
+def _device_kind(device: str) -> str:
+    """The kind of device ``device`` runs on here (``auto`` resolved: cpu, cuda, mps): a model's last bits
+    differ between kinds, so their results are kept apart."""
+    from fpr.encoders.registry import pick_device  # torch: imported only when a cached scorer runs
+
+    return pick_device(device).type
+
+
 def _file_digests(paths: list[str]) -> dict[str, str | None]:
     """Each distinct path's content sha256 (None where it cannot be read: that query is scored, not cached)."""
     out: dict[str, str | None] = {}
@@ -91,7 +100,8 @@ def _file_digests(paths: list[str]) -> dict[str, str | None]:
 def query_keys(scorer: Scorer, version: str, batch: QueryBatch) -> list[str | None]:
     """Per query of ``batch``: its cache key, or None when one of its files cannot be read."""
     common = {"protocol": PROTOCOL, "scorer": scorer.name, "version": version,
-              "options": scorer.option_values(batch.options), "device": batch.device, "encoder": batch.encoder_id}
+              "options": scorer.option_values(batch.options), "device": _device_kind(batch.device),
+              "encoder": batch.encoder_id, "inputs": scorer.cache_inputs(batch)}
     digests = _file_digests([*batch.paths, *(r for refs in batch.reference_paths for r in refs)])
     keys: list[str | None] = []
     for i in range(len(batch)):

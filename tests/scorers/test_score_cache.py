@@ -80,7 +80,7 @@ def test_only_the_queries_a_change_touches_are_scored_again(tmp_path):
     assert len(toy.scored) == calls and list(out["query_id"].unique()) == ["r0", "r1"]
 
 
-@pytest.mark.parametrize("change", ["option", "reference", "reference order", "version", "prompt"])
+@pytest.mark.parametrize("change", ["option", "reference", "reference order", "version", "prompt", "model"])
 def test_a_changed_option_reference_or_version_misses(tmp_path, monkeypatch, change):
     toy, batch = Toy(), batch_of(tmp_path)
     sc.score_with_cache(toy, batch)
@@ -92,6 +92,8 @@ def test_a_changed_option_reference_or_version_misses(tmp_path, monkeypatch, cha
         batch.reference_paths = [refs[::-1] for refs in batch.reference_paths]
     elif change == "version":
         monkeypatch.setattr(Toy, "version_modules", ("fpr.scorers.cache",))
+    elif change == "model":  # what the scorer declares beyond its code and files (a model's embedding key)
+        monkeypatch.setattr(Toy, "cache_inputs", lambda self, batch: {"appearance": "another model"})
     else:
         batch.prompts = ["a photo"] * len(batch)
     out = sc.score_with_cache(toy, batch)
