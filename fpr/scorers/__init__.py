@@ -71,6 +71,9 @@ class Scorer:
     deterministic: bool = False
     # the modules whose source decides its values (default: its own); an edit of one is a new cache version
     version_modules: tuple[str, ...] = ()
+    # per-query fields beyond image, references and prompt that decide a deterministic scorer's values
+    # ("identity", "group", or a column of the queries table): part of its cache key
+    query_fields: tuple[str, ...] = ()
 
     def option_values(self, options: dict | None) -> dict:
         """Typed values of this scorer's declared options (defaults filled) from ``<name>.<option>`` keys."""

@@ -6,9 +6,10 @@ query's key is the sha256 of :data:`PROTOCOL`, the scorer's name, its version (t
 modules' source: editing the scorer is a new version, never a stale hit), its resolved options (defaults
 filled), the kind of device it runs on, the run's encoder id, what the scorer adds (``cache_inputs``: the
 embedding key of a model it loads, say), and the query's own inputs: the sha256 of its
-image's bytes, of each of its references' bytes in order, its prompt, identity, group and extra columns.
-The query id is not in the key (a renamed query, or the same queries in another run or against another
-gallery, hits), and a scorer that reads the run's gallery (``uses_gallery``) is never cached.
+image's bytes and of each of its references' bytes in order, its prompt, and the fields the scorer
+declares in ``query_fields`` (its identity, group, or other columns of the queries table). No path is in
+the key, nor the query id: the same images in another workspace or run, under other names, or against
+another gallery, hit. A scorer that reads the run's gallery (``uses_gallery``) is never cached.
 
 What is stored per key is the scorer's rows for that query (metric, value, note) as JSON: a float's
 ``repr`` reads back as the same float, NaN included, so a hit returns the values bit for bit. Only the
@@ -110,11 +111,17 @@ def query_keys(scorer: Scorer, version: str, batch: QueryBatch) -> list[str | No
             keys.append(None)
             continue
         own = {"image": files[0], "references": files[1:], "prompt": batch.prompts[i],
-               "identity": batch.identities[i], "group": batch.groups[i],
-               "extras": batch.extras[i] if batch.extras is not None else None}
+               **{f: _field(batch, i, f) for f in scorer.query_fields}}
         text = json.dumps({**common, "query": own}, sort_keys=True, separators=(",", ":"), default=str)
         keys.append(hashlib.sha256(text.encode()).hexdigest())
     return keys
+
+
+def _field(batch: QueryBatch, i: int, name: str):
+    """Query ``i``'s value of a declared field: its identity, group, or a column of the queries table."""
+    if name in ("identity", "group"):
+        return (batch.identities if name == "identity" else batch.groups)[i]
+    return (batch.extras[i] if batch.extras is not None else {}).get(name)
 
 
 def subset(batch: QueryBatch, rows: list[int]) -> QueryBatch:

@@ -80,6 +80,27 @@ def test_only_the_queries_a_change_touches_are_scored_again(tmp_path):
     assert len(toy.scored) == calls and list(out["query_id"].unique()) == ["r0", "r1"]
 
 
+def test_paths_and_undeclared_columns_are_not_in_the_key_declared_fields_are(tmp_path, monkeypatch):
+    """The same images copied to another folder (another workspace) hit, whatever the queries table's other
+    columns say (a path, say); a column the scorer declares in query_fields is part of the key."""
+    import shutil
+
+    toy, batch = Toy(), batch_of(tmp_path / "a")
+    batch.extras = [{"source_reference": str(tmp_path / "a" / "ref0.png"), "level": 1}] * len(batch)
+    sc.score_with_cache(toy, batch)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    moved = batch_of(tmp_path / "b")
+    moved.extras = [{"source_reference": str(tmp_path / "b" / "ref0.png"), "level": 1}] * len(moved)
+    moved.identities = ["renamed"] * len(moved)
+    assert bits(sc.score_with_cache(toy, moved)) == bits(toy.score(moved)) and len(toy.scored) == 2
+    monkeypatch.setattr(Toy, "query_fields", ("level", "identity"))
+    sc.score_with_cache(toy, moved)  # a new key: the declared fields join it
+    assert len(toy.scored) == 3
+    moved.extras = [{"level": 2}] * len(moved)
+    sc.score_with_cache(toy, moved)
+    assert len(toy.scored) == 4 and toy.scored[-1] == ["q0", "q1", "q2", "q3"]
+
+
 @pytest.mark.parametrize("change", ["option", "reference", "reference order", "version", "prompt", "model"])
 def test_a_changed_option_reference_or_version_misses(tmp_path, monkeypatch, change):
     toy, batch = Toy(), batch_of(tmp_path)
