@@ -195,3 +195,16 @@ def test_a_world_on_another_filesystem_is_copied(tmp_path, monkeypatch):
     assert files(tmp_path / "b") == files(tmp_path / "a")
     png = next((tmp_path / "b").rglob("*.png"))
     assert png.stat().st_nlink == 1
+
+
+def test_a_rerun_into_the_same_folder_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Writing a cached world again into its own folder (fpr demo twice in one workspace): its files are
+    already links of the cache's; no temporary link may stay beside them (rename of a link onto another link
+    of the same file does nothing)."""
+    W.World(CFG).write(tmp_path / "w", cache=True)
+    want = files(tmp_path / "w")
+    no_render(monkeypatch)
+    for _ in range(2):
+        W.World(CFG).write(tmp_path / "w", cache=True)
+    assert files(tmp_path / "w") == want
+    assert [p.name for p in (tmp_path / "w").rglob(".*")] == []

@@ -206,6 +206,8 @@ def _place(src: Path, dest: Path, linking: bool) -> bool:
     """Hard-link ``src`` at ``dest`` (through a temporary name and a rename), or copy it where linking is
     impossible; returns whether to try linking the next file."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if linking and _same_file(src, dest):  # a rerun into the same folder: already this file's link
+        return linking
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
     if linking:
         try:
@@ -217,4 +219,14 @@ def _place(src: Path, dest: Path, linking: bool) -> bool:
     if not linking:
         shutil.copyfile(src, tmp)
     os.replace(tmp, dest)
+    # POSIX rename of a link onto another link of the same file does nothing and leaves the source: a
+    # concurrent writer can make dest that link between the check above and here
+    tmp.unlink(missing_ok=True)
     return linking
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return False
