@@ -1,6 +1,7 @@
 """``fpr demo`` as a whole command, this tree against an anchor commit, interleaved across calls; same output.
 
     PYTHONPATH=. python benchmarks/demo_speed.py --anchor 0c30eec [--runs 1] [--flags=--no-copy-paste]
+                                                 [--cache shared|cold|warm]
     PYTHONPATH=. python benchmarks/demo_speed.py --report                                  # writes the table
 
 The anchor is the commit exported with ``git archive`` into a folder kept in the temporary directory, warmed
@@ -11,6 +12,12 @@ loaded machine and a drift of the load does not favour one side. A run records i
 1-minute load average before and after in benchmarks/results/demo_speed.jsonl. ``--report`` renders
 benchmarks/results/demo_speed.md: per command the median and range of each side over consecutive
 anchor/tree pairs, of the paired ratio, and of the load.
+
+Caches (``--cache``): ``shared`` runs under this process's ``FPR_CACHE_DIR`` (default ``~/.cache/fpr``, whatever
+it holds); ``cold`` gives every run a fresh empty ``FPR_CACHE_DIR`` (embeddings, worlds: a first run on a new
+machine; only the compiled kernels beside the sources are warm); ``warm`` gives each side its own
+``FPR_CACHE_DIR`` in the temporary directory, filled by one untimed run of the same flags before its first timed
+run (a second run).
 
 Same output: each run's JSON must equal the first run's of those flags (either side) after the run-dependent
 strings are made neutral (run ids by their order of appearance, the workspace folder, ``timings``), and so
@@ -36,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ROUNDS = RESULTS / "demo_speed.jsonl"
 REPORT = RESULTS / "demo_speed.md"
-OUTPUTS = Path(tempfile.gettempdir()) / "fpr-demo-speed-outputs"  # neutral outputs, compared across calls
+OUTPUTS = Path(tempfile.gettempdir()) / "fpr-demo-speed-outputs"  # per anchor: neutral outputs, compared across calls
 RUN_ID = re.compile(r"\brun-\d{8}-\d{6}-[0-9a-f]+")
 
 
@@ -47,12 +54,13 @@ def export(commit: str, dest: Path) -> Path:
     return dest
 
 
-def run_demo(tree: Path, ws: Path, fmt: str, flags: list[str]) -> tuple[float, str]:
-    """One ``fpr demo`` from ``tree`` in workspace ``ws``: (wall seconds, stdout); exits on failure."""
+def run_demo(tree: Path, ws: Path, fmt: str, flags: list[str], cache: Path | None = None) -> tuple[float, str]:
+    """One ``fpr demo`` from ``tree`` in workspace ``ws`` (``cache``: its FPR_CACHE_DIR, else this process's):
+    (wall seconds, stdout); exits on failure."""
     cmd = [sys.executable, "-m", "fpr", "--workspace", str(ws), "demo", "--format", fmt, *flags]
+    env = {**os.environ, "PYTHONPATH": str(tree), **({"FPR_CACHE_DIR": str(cache)} if cache else {})}
     t0, cpu0 = time.perf_counter(), _children_cpu()
-    r = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tree)},
-                       check=False)
+    r = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - t0
     LAST_CPU[0] = round(_children_cpu() - cpu0, 2)
     if r.returncode != 0:
@@ -89,20 +97,33 @@ def first_difference(a: str, b: str) -> str | None:
     return None if len(a.splitlines()) == len(b.splitlines()) else "different number of lines"
 
 
-def one_run(trees: dict[str, Path], side: str, flags: list[str], tmp: Path, check_table: bool) -> dict:
+def cache_dir(mode: str, side: str, anchor: str, flags: list[str], tmp: Path) -> Path | None:
+    """The FPR_CACHE_DIR of one run of ``side`` under ``--cache mode`` (None: this process's)."""
+    if mode == "cold":
+        return tmp / f"cache-{side}-{time.monotonic_ns()}"
+    if mode == "warm":
+        return Path(tempfile.gettempdir()) / f"fpr-demo-speed-cache-{anchor}-{side}{'-'.join([''] + [f.strip('-') for f in flags])}"
+    return None
+
+
+def one_run(trees: dict[str, Path], side: str, flags: list[str], tmp: Path, check_table: bool,
+            cache: Path | None = None, anchor: str = "") -> dict:
     """One timed ``fpr demo --format json`` of ``side``; its neutral output is kept for the other side's check."""
+    if cache is not None and cache.name.startswith("fpr-demo-speed-cache-") and not (cache / ".warm").exists():
+        run_demo(trees[side], tmp / f"fill-{side}", "json", flags, cache)  # untimed: fills this side's caches
+        (cache / ".warm").touch()
     rec: dict = {"flags": " ".join(flags), "side": side, "load": [round(os.getloadavg()[0], 2)]}
     ws = tmp / f"ws-{side}"
-    wall, out = run_demo(trees[side], ws, "json", flags)
+    wall, out = run_demo(trees[side], ws, "json", flags, cache)
     rec["wall_s"], rec["cpu_s"] = round(wall, 2), LAST_CPU[0]
     rec["load"].append(round(os.getloadavg()[0], 2))
     rec["phases"] = json.loads(out).get("timings", {})  # the demo's own phase seconds (render_s, query_s, ...)
     outputs = {"json": normalize_json(out, ws)}
     if check_table:
         ws = tmp / f"ws-{side}-table"
-        outputs["table"] = normalize(run_demo(trees[side], ws, "table", flags)[1], ws)
+        outputs["table"] = normalize(run_demo(trees[side], ws, "table", flags, cache)[1], ws)
     for kind, text in outputs.items():
-        kept = OUTPUTS / f"{kind}{'-'.join([''] + [f.strip('-') for f in flags])}.txt"
+        kept = OUTPUTS / anchor / f"{kind}{'-'.join([''] + [f.strip('-') for f in flags])}.txt"
         if kept.exists():  # the other side's (or this side's earlier) output: they must be equal
             diff = first_difference(kept.read_text(), text)
             if diff:
@@ -114,7 +135,7 @@ def one_run(trees: dict[str, Path], side: str, flags: list[str], tmp: Path, chec
     return rec
 
 
-def measure(anchor: str, runs: int, flags: list[str], check_table: bool) -> None:
+def measure(anchor: str, runs: int, flags: list[str], check_table: bool, cache: str = "shared") -> None:
     """``runs`` demos, alternating sides across calls (anchor, tree, tree, anchor, anchor, ...: ABBA pairs)."""
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
@@ -134,12 +155,14 @@ def measure(anchor: str, runs: int, flags: list[str], check_table: bool) -> None
                 run_demo(trees[side], tmp / f"warm-{side}", "json", ["--quick"])
             (anchor_dir / ".warm").touch()
         done = [json.loads(line) for line in ROUNDS.read_text().splitlines()] if ROUNDS.exists() else []
-        n = sum(1 for r in done if r["flags"] == " ".join(flags) and r["anchor"] == anchor)
+        n = sum(1 for r in done if r["flags"] == " ".join(flags) and r["anchor"] == anchor
+                and r.get("cache", "shared") == cache)
         for k in range(n, n + runs):
             side = ("anchor", "tree", "tree", "anchor")[k % 4]
-            rec = one_run(trees, side, flags, tmp, check_table and k < 2)
+            rec = one_run(trees, side, flags, tmp, check_table and k < 2, cache_dir(cache, side, anchor, flags, tmp),
+                          anchor)
             rec.update({"anchor": anchor, "tree": head + ("+dirty" if dirty else ""), "cores": os.cpu_count(),
-                        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cache": cache})
             with ROUNDS.open("a") as f:
                 f.write(json.dumps(rec) + "\n")
             print(json.dumps(rec))
@@ -206,7 +229,8 @@ def pairs(recs: list[dict]) -> list[tuple[dict, dict]]:
     """Consecutive runs of the two sides (same flags and anchor), in the order they ran: (anchor, tree)."""
     out = []
     for a, b in zip(recs, recs[1:]):
-        if a["flags"] == b["flags"] and a["anchor"] == b["anchor"] and {a["side"], b["side"]} == {"anchor", "tree"}:
+        if (a["flags"] == b["flags"] and a["anchor"] == b["anchor"] and a.get("cache") == b.get("cache")
+                and {a["side"], b["side"]} == {"anchor", "tree"}):
             out.append((a, b) if a["side"] == "anchor" else (b, a))
     return out
 
@@ -232,83 +256,37 @@ def report() -> None:
              "were made neutral; 'same' says what was compared (json; table: the printed table too).", "",
              "cpu s = user + sys seconds of the demo and every process it waited for (its render and copy-paste "
              "pools, the background verdict seeds): the work, which the load barely changes; on an idle machine the "
-             "wall time approaches cpu s / cores where the work runs in parallel.", "",
-             "| command | anchor | this tree | pairs | anchor s | this tree s | ratio | anchor cpu s | this tree cpu s "
-             "| load | cores | same |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "wall time approaches cpu s / cores where the work runs in parallel. cache: the FPR_CACHE_DIR of each "
+             "run (shared: the benchmark's own, whatever it held; cold: a fresh empty one per run; warm: one per "
+             "side, filled by an untimed run before; `--cache`).", "",
+             "| command | cache | anchor | this tree | pairs | anchor s | this tree s | ratio | anchor cpu s "
+             "| this tree cpu s | load | cores | same |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     runs: dict[tuple, list[dict]] = {}
     for r in recs:
-        runs.setdefault((r["flags"], r["anchor"]), []).append(r)
-    for (flags, anchor), rs in runs.items():
+        runs.setdefault((r["flags"], r["anchor"], r.get("cache", "shared")), []).append(r)
+    for (flags, anchor, cache), rs in runs.items():
         by_tree: dict[str, list[tuple[dict, dict]]] = {}
         for a, b in pairs(rs):
             by_tree.setdefault(b["tree"], []).append((a, b))
         for tree, ps in by_tree.items():
             loads = [x for pair in ps for r in pair for x in r["load"]]
-            lines.append(f"| {f'fpr demo {flags}'.strip()} | {anchor} | {tree} | {len(ps)} | "
+            lines.append(f"| {f'fpr demo {flags}'.strip()} | {cache} | {anchor} | {tree} | {len(ps)} | "
                          f"{_stat([a['wall_s'] for a, _ in ps])} | {_stat([b['wall_s'] for _, b in ps])} | "
                          f"{_stat([a['wall_s'] / b['wall_s'] for a, b in ps], '{:.2f}')} | "
                          f"{_cpu([a for a, _ in ps])} | {_cpu([b for _, b in ps])} | "
                          f"{min(loads):.1f}-{max(loads):.1f} | {rs[0]['cores']} | {_same(rs)} |")
-    REPORT.write_text("\n".join(lines) + "\n" + NOTES)
+    REPORT.write_text("\n".join(lines) + "\n" + notes())
     print(REPORT.read_text())
 
 
-NOTES = """
-## What changed (anchor 0c30eec, the commit before this work)
+def notes() -> str:
+    """The report's text below its table (written by hand in demo_speed.md, kept by ``--report``): from its
+    first section heading on."""
+    text = REPORT.read_text() if REPORT.exists() else ""
+    at = text.find("\n## ")
+    return text[at:] if at >= 0 else ""
 
-- `patterns._spots` (leopard rosettes): each 4x4 pixel block tests only the rosettes whose lower bound on the
-  elliptical distance (Euclidean distance / a) can reach the block's least upper bound (distance / b, b <= a),
-  with the dense code's float32 element operations in index order: the same label maps bit for bit (200 seeds
-  against the dense search, golden digests of the old code's label maps and of whole worlds' files).
-- `World.write(workers=N)`: an identity per task in forked processes; the same files byte for byte.
-- `fpr demo`: the primary world rendered on every core; the verdict seeds 1 and 2 run whole (world, gallery,
-  both indices, both runs) in one background process forked at the start (after the imports both need, so
-  they are not repeated), overlapping the primary seed's evaluation; the workspace lock serialises the writes.
-
-## How to read these rows
-
-The machine is shared (eight sessions, load 2-15 during these runs) and this benchmark runs under `nice`:
-at load 9-14 the demo got about a third of a core (cpu s / wall s), so its wall time followed its share of
-the machine, not its parallelism, and the rows of tree 637ccec show no gain (that tree also imported torch
-and the workflows a second time in the background process, about 9 CPU s under that load; da4f9b9 imports
-them once before the fork). The trees da4f9b9 and 5c50c9b run the same code (5c50c9b only moves the start
-of `total_s`), and a1b2c2f (the branch after the revert of 976461e) runs 5c50c9b's code. At load 2-9 the
-demo without copy-paste ran 1.48x faster; the full demo 1.2x (median of 4 pairs over da4f9b9, 5c50c9b and
-a1b2c2f: 1.30, 1.81, 0.74, 1.10). The copy-paste scorer (owned elsewhere, unchanged here) is the same code on both
-sides. The idle figure the issue asks for needs an idle machine: rerun
-
-    PYTHONPATH=. python benchmarks/demo_speed.py --runs 4 --flags=--no-copy-paste --no-table
-    PYTHONPATH=. python benchmarks/demo_speed.py --runs 2 --no-table      # the full demo, copy-paste included
-    PYTHONPATH=. python benchmarks/demo_speed.py --report
-
-The parts this work replaced, timed in one process against what they replaced: demo_speed_parts.md.
-
-## Where the time goes now, and what 15 s on an idle 2-core machine still needs
-
-From the runs' own phase seconds (`phases` in demo_speed.jsonl). The verdict seeds no longer cost wall time
-(`claims_s` 17.8-27.9 s on the anchor, 0.8-5.6 s here: they are done in the background when the primary
-seed needs them) and the primary render is shorter, but the background process shares the two cores with
-the copy-paste scorer's pool, whose phase (`query_s`) varies most (25-63 s over these runs, both sides):
-with copy-paste the paired ratio is noisy (single pairs from 0.74 to 1.81), without it the gain is steady.
-The work is the same (cpu s equal within noise): this change overlaps work and removes little of it (the
-rosette search, the repeated imports). On an idle machine the wall time is bounded below by cpu s / 2,
-about 38-40 s for the full demo as measured here, so 15 s needs the work itself to fall under about 30 CPU s:
-
-- the copy-paste scorer is the larger part of `query_s` (owned elsewhere, issue #22 item 4, first half);
-- rendering is about 5 ms of CPU per image (World.write row of demo_speed_parts.md), 3,420 images in the
-  full demo (1,380 + 2 x 1,020), about 18 CPU s; the worlds are the same every run (pure functions of the
-  config), so a render cache keyed by the world package's source hash and the config (like the embedding
-  cache in `~/.cache/fpr`) would remove it after the first run;
-- tried and reverted (976461e, reverted by the next commit): the background seeds at nice +5, so that the
-  copy-paste pool keeps the cores; on this shared machine the seeds then starved behind other sessions'
-  processes while the demo waited for them (rows of tree 976461e: 1.09 with copy-paste, 0.95 without);
-- every run here had a warm embedding cache (`~/.cache/fpr/embeddings`, shared by both sides: the worlds
-  are identical, so most vectors are cache hits); a first run on a fresh machine also embeds about 7,000
-  images with two encoders (set `FPR_CACHE_DIR` to an empty folder to time that);
-- the numba kernels compile on a cold cache (about 11 s of CPU in a profile of the first run after a
-  source change; cached beside the sources afterwards), and torch's import costs about 1.5-2 s.
-"""
 
 
 def main() -> None:
@@ -318,6 +296,9 @@ def main() -> None:
     ap.add_argument("--flags", default="",
                     help="fpr demo's own flags, given as --flags=--quick or --flags='--quick --no-copy-paste'")
     ap.add_argument("--no-table", action="store_true", help="skip the printed-table comparison")
+    ap.add_argument("--cache", choices=("shared", "cold", "warm"), default="shared",
+                    help="each run's FPR_CACHE_DIR: this process's (shared), a fresh empty one (cold), or one per "
+                         "side filled by an untimed run first (warm)")
     ap.add_argument("--report", action="store_true", help="only render demo_speed.md from the stored rounds")
     ap.add_argument("--parts", type=int, default=0, metavar="ROUNDS",
                     help="time the replaced parts (pattern, world writing) in ROUNDS interleaved rounds; stored in "
@@ -335,7 +316,7 @@ def main() -> None:
     elif args.report:
         report()
     else:
-        measure(args.anchor, args.runs, args.flags.split(), not args.no_table)
+        measure(args.anchor, args.runs, args.flags.split(), not args.no_table, args.cache)
 
 
 if __name__ == "__main__":

@@ -264,7 +264,8 @@ _PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.wo
 
 
 @contextmanager
-def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str) -> Iterator[dict]:
+def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str,
+                      world_cache: bool = False) -> Iterator[dict]:
     """The verdict seeds, each whole (world, gallery, both indices, both runs), in one background process
     while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
 
@@ -285,7 +286,8 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_background_init)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
-        yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1) for c in configs}
+        yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1, world_cache)
+               for c in configs}
     except BaseException:
         # the demo failed or was interrupted here: stop the seeds' work rather than wait for it (the pool
         # has no public way to; a killed writer's transaction is rolled back, its file lock released)
@@ -318,8 +320,8 @@ def _background_init() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0
-                 ) -> tuple[pd.DataFrame, tuple]:
+def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0,
+                 world_cache: bool = False) -> tuple[pd.DataFrame, tuple]:
     """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
     encoders and the pipeline; the copies and their scorer are the primary seed's)."""
     from fpr import api
@@ -329,7 +331,7 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str,
 
     name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
-    build = World(config).write(ws_root / "demo" / name, workers=render_workers)
+    build = World(config).write(ws_root / "demo" / name, workers=render_workers, cache=world_cache)
     api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
                        overwrite=True)
     idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
@@ -344,7 +346,7 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
              run: str | None = None, copy_paste: bool = True, config: dict | None = None,
              general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None, profiles: Sequence[str] = (),
-             home_background: float = 0.0, occlusion: bool = False) -> DemoResult:
+             home_background: float = 0.0, occlusion: bool = False, world_cache: bool = True) -> DemoResult:
     """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
 
     ``copy_paste``: also run the copy-paste scorer (flag rates, keep-rule shares);
@@ -354,7 +356,9 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     ``--home-background``, ``--occlusion``);
     ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes;
     ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
-    ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``).
+    ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``);
+    ``world_cache``: the worlds' files from the world cache (``$FPR_CACHE_DIR/worlds``; rendered and stored on
+    the first run of a config and world code), the same bytes as rendered (``FPR_WORLD_CACHE=0`` turns it off).
     """
     from fpr.galleries.world import WorldConfig
     from fpr.store import Workspace
@@ -367,13 +371,14 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
     extra = [_claims_config(config, s) for s in range(seed + 1, seed + n_seeds)] if general else []
     # forked first, before this process loads a model or starts a thread
-    with _background_seeds(ws.root, extra, encoder, general, device) as pending:
+    with _background_seeds(ws.root, extra, encoder, general, device, world_cache) as pending:
         return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
-                         copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0)
+                         copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0,
+                         world_cache=world_cache)
 
 
 def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
-              general: str | None, extra: list, pending: dict, t0: float) -> DemoResult:
+              general: str | None, extra: list, pending: dict, t0: float, world_cache: bool) -> DemoResult:
     from fpr import api
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World
@@ -386,7 +391,7 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     progress.log(f"rendering the world ({len(config.species)} species x {config.identities} identities, "
                  f"{len(config.methods)} methods) into {images}")
     t = time.perf_counter()
-    build = World(config).write(images, workers=0)
+    build = World(config).write(images, workers=0, cache=world_cache)
     timings["render_s"] = round(time.perf_counter() - t, 2)
 
     t = time.perf_counter()
@@ -414,7 +419,8 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
         general_runs[seed] = (res.run_id, gen.run_id)
         for cfg in extra:
             job = pending.get(cfg.seed)
-            frame, runs = job.result() if job is not None else _claims_seed(ws.root, cfg, encoder, general, device)
+            frame, runs = (job.result() if job is not None
+                           else _claims_seed(ws.root, cfg, encoder, general, device, world_cache=world_cache))
             frames.append(frame)
             general_runs[cfg.seed] = runs
         claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()

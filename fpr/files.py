@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import tempfile
 import uuid
 from pathlib import Path
@@ -41,6 +42,28 @@ from typing import IO, Callable
 from fpr.errors import InputError
 
 DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
+
+
+def cache_root() -> Path:
+    """fpr's cache folder: ``$FPR_CACHE_DIR``, default ``~/.cache/fpr`` (embeddings, worlds, judge replies)."""
+    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser()
+
+
+def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float) -> sqlite3.Connection:
+    """A SQLite database several processes read and write at once (the caches): WAL journal (readers never
+    wait for a writer), ``synchronous=NORMAL`` (with WAL a killed process never corrupts it), autocommit
+    (callers open their own ``BEGIN IMMEDIATE`` transactions), ``schema`` created and ``table`` read once.
+    A file that is not a readable database raises :class:`sqlite3.DatabaseError` (the caller sets it aside)."""
+    con = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        con.execute(schema)
+        con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)").fetchone()
+    except sqlite3.DatabaseError:
+        con.close()
+        raise
+    return con
 
 
 def current_umask() -> int:

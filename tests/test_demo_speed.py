@@ -97,3 +97,41 @@ def test_background_seeds_run_after_torchs_thread_pool_has_run(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "seeds [0, 1]" in out.stdout
+
+
+def test_a_demo_on_a_warm_world_cache_renders_nothing_and_equals_the_rendered_demo(tmp_path, monkeypatch):
+    """The second demo of a config takes every world (the primary and the verdict seed in the background
+    process) from the world cache: nothing is rendered, and the result is the first demo's and that of a demo
+    without the cache."""
+    from fpr.files import cache_root
+
+    kwargs = {"quick": True, "config": TINY, "claim_seeds": 2, "copy_paste": True}
+    off = demo.run_demo(workspace=tmp_path / "off", world_cache=False, **kwargs)
+    assert not (cache_root() / "worlds").exists()
+    cold = demo.run_demo(workspace=tmp_path / "cold", **kwargs)
+    assert len(list((cache_root() / "worlds").iterdir())) == 2  # the primary world and verdict seed 1
+
+    def refuse(self, job):
+        raise AssertionError(f"rendered {job.path}: the world cache should have served it")
+
+    monkeypatch.setattr(W.World, "render_job", refuse)  # inherited by the forked background process
+    warm = demo.run_demo(workspace=tmp_path / "warm", **kwargs)
+    assert _neutral(off, tmp_path / "off") == _neutral(cold, tmp_path / "cold") == _neutral(warm, tmp_path / "warm")
+
+
+def test_no_world_cache_flag_reaches_the_demo(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from fpr.cli.main import cli
+
+    seen = {}
+
+    def fake(**kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(demo, "run_demo", fake)
+    for flags, want in (([], True), (["--no-world-cache"], False)):
+        r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "demo", "--quick", *flags], obj={})
+        assert r.exit_code == 0, r.output
+        assert seen["world_cache"] is want

@@ -29,17 +29,21 @@ from fpr.render.cells import dumps, format_cell, render_rows
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
 @click.option("--general", default="fpr-general-v2", show_default=True,
               help="General-purpose encoder of the paper's 2x2 and the two claims' verdicts ('' = skip them).")
+@click.option("--no-world-cache", is_flag=True,
+              help="Render the worlds even where the world cache ($FPR_CACHE_DIR/worlds) holds them, and store "
+                   "nothing there (also: FPR_WORLD_CACHE=0). The files are the same bytes either way.")
 @format_option()
 @click.pass_context
 def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background, occlusion, run, device,
-             no_copy_paste, general, fmt) -> None:
+             no_copy_paste, general, no_world_cache, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.demo import paper_table, run_demo, validity_lines
     from fpr.render.cells import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
                    siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste,
-                   general=general or None, profiles=profiles, home_background=home_background, occlusion=occlusion)
+                   general=general or None, profiles=profiles, home_background=home_background, occlusion=occlusion,
+                   world_cache=not no_world_cache)
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return

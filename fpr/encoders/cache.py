@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from fpr import progress
-from fpr.files import atomic_write_bytes, ensure_dir, write_error
+from fpr.files import atomic_write_bytes, cache_root, ensure_dir, open_shared_db, write_error
 
 DB_NAME = "vectors.sqlite"
 BUSY_TIMEOUT_S = 60.0
@@ -45,7 +45,7 @@ _SCHEMA = "CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, vec BLOB N
 
 
 def default_cache_root() -> Path:
-    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser() / "embeddings"
+    return cache_root() / "embeddings"
 
 
 class EmbeddingCache:
@@ -78,18 +78,11 @@ class EmbeddingCache:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            return open_shared_db(self.path, _SCHEMA, "vectors", BUSY_TIMEOUT_S)
         except sqlite3.OperationalError as exc:
+            if "unable to open" not in str(exc):
+                raise
             raise write_error(self.path, OSError(str(exc)), CACHE_HINT, "cannot open the embedding cache") from None
-        try:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a killed process never corrupts it
-            con.execute(_SCHEMA)
-            con.execute("SELECT count(*) FROM (SELECT 1 FROM vectors LIMIT 1)").fetchone()
-        except sqlite3.DatabaseError:
-            con.close()
-            raise
-        return con
 
     def close(self) -> None:
         with self._lock:

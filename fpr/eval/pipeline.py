@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.defaults import EMBED_BATCH_SIZE
-from fpr.eval.frames import empty_aux, empty_rankings, query_frame
+from fpr.eval.frames import empty_aux, empty_rankings, extra_rows, query_frame
 from fpr.eval.inputs import extra_columns
 from fpr.eval.relevance import GalleryLabels, check_scope, identity_keys, missing_identities
 from fpr.eval.scoring import score_blocks, whole_gallery_scores
@@ -132,7 +132,7 @@ def query_batch(qdf: pd.DataFrame, qvecs: np.ndarray | None, gallery: GalleryLab
     return QueryBatch(qdf["query_id"].tolist(), qdf["path"].tolist(), qdf["identity"].tolist(),
                       qdf["group"].tolist(), [p or None for p in qdf["prompt"]], refs, qvecs, encoder_id, device,
                       dict(options or {}), workspace=workspace,
-                      extras=[{c: qdf[c].iloc[i] for c in extras} for i in range(len(qdf))],
+                      extras=extra_rows(qdf, extras),
                       gallery_paths=list(gallery.paths) if gallery is not None else None,
                       gallery_identities=[str(x) for x in gallery.identities] if gallery is not None else None,
                       gallery_groups=[str(x) for x in gallery.groups] if gallery is not None else None,

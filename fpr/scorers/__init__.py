@@ -22,6 +22,7 @@ import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
 from fpr.plugins import load_plugins
+from fpr.scorers.cache import score_with_cache
 from fpr.scorers.options import Option, check_options, resolve
 
 SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "vistar_psc", "vistar_cpa",
@@ -65,6 +66,14 @@ class Scorer:
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
     metrics: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
+    # True: its values are a pure function of its options and each query's own inputs (image, references,
+    # prompt; fpr.scorers.cache says what the key covers), so they are kept in the score cache across runs.
+    deterministic: bool = False
+    # the modules whose source decides its values (default: its own); an edit of one is a new cache version
+    version_modules: tuple[str, ...] = ()
+    # per-query fields beyond image, references and prompt that decide a deterministic scorer's values
+    # ("identity", "group", or a column of the queries table): part of its cache key
+    query_fields: tuple[str, ...] = ()
 
     def option_values(self, options: dict | None) -> dict:
         """Typed values of this scorer's declared options (defaults filled) from ``<name>.<option>`` keys."""
@@ -75,6 +84,12 @@ class Scorer:
 
     def provenance(self, batch: QueryBatch) -> dict:
         """What decides this scorer's values beyond its name (model, endpoint, prompt versions); {} if nothing."""
+        return {}
+
+    def cache_inputs(self, batch: QueryBatch) -> dict:
+        """For a ``deterministic`` scorer: what else decides its values on this batch beyond its code, options
+        and each query's files (:mod:`fpr.scorers.cache`), e.g. the embedding key of a model it loads; {} if
+        nothing."""
         return {}
 
     def uses_gallery(self, options: dict) -> bool:
@@ -149,7 +164,7 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
     for name in names:
         scorer = get_scorer(name)
         scorer.check(batch)
-        df = scorer.score(batch)
+        df = score_with_cache(scorer, batch)
         provenance[name] = scorer.provenance(batch)
         if not {"query_id", "metric", "value"} <= set(df.columns):
             raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")

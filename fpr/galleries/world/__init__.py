@@ -398,12 +398,15 @@ class World:
         return compose(layer, new_bg)
 
     # -- writing
-    def write(self, root: str | Path, *, progress_desc: str = "rendering world", workers: int = 1) -> WorldBuild:
+    def write(self, root: str | Path, *, progress_desc: str = "rendering world", workers: int = 1,
+              cache: bool = False) -> WorldBuild:
         """Render gallery, references and queries as PNGs under ``root``; write gallery.csv and queries.csv.
 
         ``workers`` > 1: render in that many forked processes, an identity per task (its markings are
         computed once there); the files and both tables are byte for byte those of one process (every
         image is a pure function of the config and its job), and the tables are made here, in job order.
+        ``cache``: take the files from the world cache (:mod:`fpr.galleries.world.cache`) when it holds this
+        world, else render and store them there; the same bytes either way. ``FPR_WORLD_CACHE=0`` turns it off.
         """
         import pandas as pd
 
@@ -428,7 +431,7 @@ class World:
                         jobs.append(_Job("query", sp, ident, method, k, path))
         for folder in sorted({job.path.parent for job in jobs}):
             folder.mkdir(parents=True, exist_ok=True)
-        self._render_jobs(jobs, progress_desc, workers)
+        self._render_or_fetch(jobs, root, progress_desc, workers, cache)
         ref_paths: dict[tuple[str, int], list[str]] = {}
         for job in jobs:
             name = identity_name(job.species, job.ident)
@@ -455,6 +458,18 @@ class World:
         write_table(pd.DataFrame([{**q, **{k: rel(q[k]) for k in ("path", "reference_paths", "source_reference")}}
                                   for q in queries]), root / "queries.csv")
         return WorldBuild(root, records, queries, len(jobs), time.perf_counter() - start, asdict(c))
+
+    def _render_or_fetch(self, jobs: list[_Job], root: Path, desc: str, workers: int, cache: bool) -> None:
+        from fpr.galleries.world.cache import WorldCache, entry_key
+
+        store = WorldCache.default() if cache else None
+        files = [job.path.relative_to(root).as_posix() for job in jobs]
+        key = entry_key(asdict(self.config)) if store is not None else ""
+        if store is not None and store.fetch(key, files, root):
+            return
+        self._render_jobs(jobs, desc, workers)
+        if store is not None:
+            store.store(key, files, root, asdict(self.config))
 
     def render_job(self, job: _Job) -> None:
         """Render one image of :meth:`write` and save it as PNG at ``job.path``."""
@@ -529,9 +544,10 @@ def _save_png(img: Image.Image, path: Path) -> None:
     tmp.replace(path)
 
 
-def build_world(root: str | Path, *, workers: int = 1, **config) -> WorldBuild:
+def build_world(root: str | Path, *, workers: int = 1, cache: bool = False, **config) -> WorldBuild:
     """Render a world under ``root`` (``config``: :class:`WorldConfig` fields); the source for ``import_gallery``.
-    ``workers``: render processes (0: one per core; the files are the same bytes whatever the number).
+    ``workers``: render processes (0: one per core; the files are the same bytes whatever the number);
+    ``cache``: through the world cache (``$FPR_CACHE_DIR/worlds``: rendered once per code and config).
 
         build = build_world("world", seed=0, identities=10)
         fpr.api.import_gallery("world", build.records, source="world")
@@ -540,4 +556,4 @@ def build_world(root: str | Path, *, workers: int = 1, **config) -> WorldBuild:
     for key in ("species", "methods", "profiles"):  # lists from callers, tuples in the frozen config
         if config.get(key) is not None:
             config[key] = tuple(config[key])
-    return World(WorldConfig(**config)).write(root, workers=workers)
+    return World(WorldConfig(**config)).write(root, workers=workers, cache=cache)

@@ -11,17 +11,16 @@ workspace is known, the cache is ``$FPR_CACHE_DIR/judge-cache``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from fpr.errors import InputError
-from fpr.files import atomic_write_text
+from fpr.files import atomic_write_text, cache_root
 
 
 def default_root(workspace: Path | None) -> Path:
     if workspace is not None:
         return Path(workspace) / "judge-cache"
-    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser() / "judge-cache"
+    return cache_root() / "judge-cache"
 
 
 def write_json_atomic(path: Path, obj) -> None:
