@@ -79,6 +79,15 @@ def scorer_version(scorer: Scorer) -> str | None:
     return hashlib.sha256("\0".join(_module_digest(m) for m in modules).encode()).hexdigest()
 
 
+@functools.cache
+def _library_versions() -> dict[str, str]:
+    """The versions of the libraries every image scorer's values pass through (decoding, resizing, array
+    arithmetic): a new release may move a last bit, so it is a new key, never a stale hit."""
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("numpy", "Pillow")}
+
+
 def _device_kind(device: str) -> str:
     """The kind of device ``device`` runs on here (``auto`` resolved: cpu, cuda, mps): a model's last bits
     differ between kinds, so their results are kept apart."""
@@ -100,7 +109,7 @@ def _file_digests(paths: list[str]) -> dict[str, str | None]:
 
 def query_keys(scorer: Scorer, version: str, batch: QueryBatch) -> list[str | None]:
     """Per query of ``batch``: its cache key, or None when one of its files cannot be read."""
-    common = {"protocol": PROTOCOL, "scorer": scorer.name, "version": version,
+    common = {"protocol": PROTOCOL, "scorer": scorer.name, "version": version, "libraries": _library_versions(),
               "options": scorer.option_values(batch.options), "device": _device_kind(batch.device),
               "encoder": batch.encoder_id, "inputs": scorer.cache_inputs(batch)}
     digests = _file_digests([*batch.paths, *(r for refs in batch.reference_paths for r in refs)])

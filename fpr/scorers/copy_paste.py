@@ -539,14 +539,27 @@ class CopyPaste(Scorer):
                "flag at this appearance when no reference has texture to match"),
     )
 
+    # per query a pure function of its image, its references (in order), the options and the appearance
+    # encoder (tests/scorers/test_score_cache.py): kept in the score cache (fpr.scorers.cache)
+    deterministic = True
+    version_modules = ("fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels", "fpr.scorers.copy_paste_exact")
+
+    def cache_inputs(self, batch: QueryBatch) -> dict:
+        """The appearance encoder's embedding key (weights, preprocessing, device class) and numba's version
+        (it compiles the kernels)."""
+        from importlib.metadata import version
+
+        encoder = cached_encoder(self.option_values(batch.options)["encoder"], batch.device)
+        return {"appearance": encoder.cache_key, "numba": version("numba")}
+
     def provenance(self, batch: QueryBatch) -> dict:
         coverage = reference_coverage(batch)
         return {"references": coverage} if coverage else {}
 
-    def score(self, batch: QueryBatch) -> pd.DataFrame:
-        opts = self.option_values(batch.options)
-        max_refs, threshold, app_t = opts["max_refs"], opts["threshold"], opts["appearance_threshold"]
-        rows = [i for i, refs in enumerate(batch.reference_paths) if refs]
+    def check(self, batch: QueryBatch) -> None:
+        """The warning about queries checked only against their identity's reference set: here, on the whole
+        batch, because queries found in the score cache never reach :meth:`score`."""
+        super().check(batch)
         coverage = reference_coverage(batch)
         if coverage.get("identity_references"):
             progress.warn(f"copy-paste compared {coverage['identity_references']} of {len(batch)} queries only with "
@@ -554,6 +567,11 @@ class CopyPaste(Scorer):
                           f"{coverage['unchecked_share']:.0%} of those identities' images (their gallery images) "
                           "were not checked, so a copy of one of them is not flagged; give each query the images it "
                           "was conditioned on as reference_paths")
+
+    def score(self, batch: QueryBatch) -> pd.DataFrame:
+        opts = self.option_values(batch.options)
+        max_refs, threshold, app_t = opts["max_refs"], opts["threshold"], opts["appearance_threshold"]
+        rows = [i for i, refs in enumerate(batch.reference_paths) if refs]
         if not rows:
             return pd.DataFrame(columns=["query_id", "metric", "value", "note"])
         enc = cached_encoder(opts["encoder"], batch.device)

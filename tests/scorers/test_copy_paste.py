@@ -112,6 +112,7 @@ def test_scores_do_not_depend_on_worker_processes(tmp_path, monkeypatch):
     batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
                        [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
     monkeypatch.setattr(copy_paste, "CHUNK", 5)  # several tasks per worker, chunks cut across identities
+    monkeypatch.setenv("FPR_SCORE_CACHE", "0")  # both runs match: the second must not come from the score cache
     runs, used = [], []
     for processes in (1, 2):
         monkeypatch.setattr(copy_paste, "_match_processes", lambda n, p=processes: used.append(p) or p)

@@ -230,8 +230,8 @@ def test_an_unwritable_cache_is_one_line_and_the_values_are_computed(tmp_path, m
     assert bits(out) == bits(toy.score(batch))
 
 
-def test_copy_paste_declared_deterministic_gives_its_values_from_the_cache_and_per_query(tmp_path, monkeypatch):
-    """Were copy-paste to declare itself deterministic, its cached values, and those of a batch scored in two
+def test_copy_paste_gives_its_values_from_the_cache_and_per_query(tmp_path, monkeypatch):
+    """Copy-paste declares itself deterministic: its cached values, and those of a batch scored in two
     parts, equal its values on the whole batch: no value depends on a batch-mate."""
     from fpr.galleries.world import World, WorldConfig
     from fpr.scorers import get_scorer
@@ -243,10 +243,42 @@ def test_copy_paste_declared_deterministic_gives_its_values_from_the_cache_and_p
                        [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu")
     cp = get_scorer("copy-paste")
     whole = cp.score(batch)
-    monkeypatch.setattr(type(cp), "deterministic", True)
-    monkeypatch.setattr(type(cp), "version_modules", ("fpr.scorers.copy_paste", "fpr.scorers.copy_paste_exact"))
+    assert cp.deterministic
     half = sc.subset(batch, list(range(0, len(batch), 2)))
     sc.score_with_cache(cp, half)  # half of the queries cached, from a batch of their own
     mixed = sc.score_with_cache(cp, batch)  # the other half scored now, the first half from the cache
     cached = sc.score_with_cache(cp, batch)
     assert bits(mixed) == bits(cached) == bits(whole)
+
+
+def test_copy_paste_version_covers_its_kernels_and_its_warning_survives_a_full_hit(tmp_path, monkeypatch, capfd):
+    """An edit of any module that computes copy-paste's values is a new version; the warning about queries
+    checked only against their identity's references is printed by check(), so a rerun served wholly from the
+    cache still prints it."""
+    from fpr.galleries.world import World, WorldConfig
+    from fpr.scorers import get_scorer, run_scorers
+
+    cp = get_scorer("copy-paste")
+    assert set(cp.version_modules) == {"fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels",
+                                       "fpr.scorers.copy_paste_exact"}
+    before = sc.scorer_version(cp)
+    real = sc._module_digest.__wrapped__
+    sc._module_digest.cache_clear()
+    monkeypatch.setattr(sc, "_module_digest", lambda m: real(m) + ("edited" if m.endswith("kernels") else ""))
+    assert sc.scorer_version(cp) != before
+    monkeypatch.undo()
+    monkeypatch.setenv("FPR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FPR_QUIET", raising=False)
+
+    build = World(WorldConfig(seed=5, identities=2, gallery=1, references=2, queries=1, size=64,
+                              methods=("paste",))).write(tmp_path / "w")
+    q = pd.DataFrame(build.queries)
+    batch = QueryBatch(list(q["query_id"]), list(q["path"]), list(q["identity"]), list(q["group"]),
+                       [None] * len(q), [r.split(";") for r in q["reference_paths"]], device="cpu",
+                       explicit_references=[False] * len(q))
+    first = run_scorers(["copy-paste"], batch)
+    capfd.readouterr()
+    monkeypatch.setattr(type(cp), "score", lambda self, b: pytest.fail("a full hit must not score"))
+    again = run_scorers(["copy-paste"], batch)
+    assert bits(again) == bits(first)
+    assert "only with their identity's reference images" in capfd.readouterr().err
