@@ -100,7 +100,6 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image, ImageFilter
 from threadpoolctl import threadpool_limits
 
@@ -235,25 +234,21 @@ class ReferencePatches:
             if min(r.shape) < PATCH:
                 counts.append(0)
                 continue  # (nothing else to append: no patches at this scale)
-            # patches on a half-overlapping grid: enough of them fall inside the subject
-            win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
-            ny, nx = win.shape[:2]
-            t = _detrend(win.reshape(-1, PATCH * PATCH))
+            # patches on a half-overlapping grid: enough of them fall inside the subject; the kept ones,
+            # their ranks, unit templates, weights and centres in one compiled pass (_select_patches: NumPy's)
+            nx = (r.shape[1] - PATCH) // STRIDE + 1
+            t = np.empty((((r.shape[0] - PATCH) // STRIDE + 1) * nx, PATCH * PATCH), np.float32)
+            _kernel("_grid_rows")(r, PATCH, STRIDE, t)  # sliding_window_view(...)[::STRIDE, ::STRIDE]'s rows
+            t = _detrend(t, in_place=True)
             tn = row_norms(t)
-            keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
-            if len(keep) > MAX_PATCHES_PER_SCALE:
-                keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
-            yy, xx = np.divmod(keep, nx)
-            order = np.argsort(-tn[keep], kind="stable")
-            rank = np.empty(len(keep), int)
-            rank[order] = np.arange(len(keep))
-            ranks.append(rank)
-            temps.append(t[keep] / tn[keep, None])
-            weights.append(tn[keep] ** 2)
-            cents.append((xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2))
-            fcents.append((r.shape[1] - (xx * STRIDE + PATCH / 2)) + 1j * (yy * STRIDE + PATCH / 2))
-            scs.append(np.full(len(keep), si))
-            counts.append(len(keep))
+            out = (np.empty(t.shape, np.float32), np.empty(len(t), np.float32), np.empty(len(t), complex),
+                   np.empty(len(t), complex), np.empty(len(t), np.int64))
+            m = _kernel("_textured")(t, tn, nx, float(r.shape[1]), PATCH, STRIDE, TEXTURE_MIN, MAX_PATCHES_PER_SCALE,
+                                     *out)
+            for part, got in zip((temps, weights, cents, fcents, ranks), out):
+                part.append(got[:m])
+            scs.append(np.full(m, si))
+            counts.append(m)
         t = np.concatenate(temps).astype(np.float32)
         # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
         flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
