@@ -493,8 +493,8 @@ def _refine(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", a
 
 
 # copy_paste_align.CONSTANTS' values
-_ALIGN_CONSTANTS = np.array([PATCH / 2, NCC_MIN, DROP_MAX, HYPOTHESIS_TOLERANCE, REFINE_TOLERANCE, _MIDDLE_TOLERANCE, TOLERANCE,
-                             SCALE_SLACK, float(MAX_ROTATION), 2.0 * PATCH, REFINE_POINTS])
+_ALIGN_CONSTANTS = np.array([PATCH / 2, NCC_MIN, DROP_MAX, HYPOTHESIS_TOLERANCE, REFINE_TOLERANCE, _MIDDLE_TOLERANCE,
+                             TOLERANCE, SCALE_SLACK, float(MAX_ROTATION), 2.0 * PATCH, REFINE_POINTS])
 
 
 def _align_is_compiled() -> bool:

@@ -28,6 +28,7 @@ file, so a change to a callee in copy_paste_exact or copy_paste_kernels needs th
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -241,12 +242,21 @@ def refine_loops(templates, blocks, width, height, cr, ci, ar, ai, br, bi, c):
     return int(ok.sum())
 
 
-_CALLEES = ("fsum_leaf", "csum_leaf", "_leaf", "pairwise", "fsum", "csum", "scalar_cmul", "refit", "predict", "collect")
+_CALLEES = ("fsum_leaf", "csum_leaf", "_leaf", "pairwise", "fsum", "csum", "scalar_cmul", "refit", "predict",
+            "collect")
 _COMPILED: dict = {}
+_LOCK = threading.Lock()  # the HTTP service matches in worker threads: none may see the callees half bound
 
 
 def kernel(name: str):
     """The compiled version of one of this module's functions (its callees bound to theirs on first use)."""
+    if name not in _COMPILED:
+        with _LOCK:
+            _compile(name)
+    return _COMPILED[name]
+
+
+def _compile(name: str) -> None:
     global best_transform_loops, cabs, cdiv, cmul, near, verify_near
     if not _COMPILED:
         from numba import njit
@@ -258,10 +268,9 @@ def kernel(name: str):
         cabs, cdiv, cmul, near = (exact.compiled(f) for f in ("cabs", "cdiv", "cmul", "near"))
         verify_near = kernels.kernel("_verify_near")
         for callee in _CALLEES:  # callees first: each caller binds the compiled ones
-            _COMPILED[callee] = globals()[callee] = njit(cache=True, nogil=True, error_model="numpy")(
-                globals()[callee])
+            globals()[callee] = njit(cache=True, nogil=True, error_model="numpy")(globals()[callee])
+        _COMPILED.update({callee: globals()[callee] for callee in _CALLEES})  # published once all are bound
     if name not in _COMPILED:
         from numba import njit
 
         _COMPILED[name] = njit(cache=True, nogil=True, error_model="numpy")(globals()[name])
-    return _COMPILED[name]

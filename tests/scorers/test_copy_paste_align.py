@@ -1,4 +1,5 @@
-"""copy-paste's compiled refinement (fpr/scorers/copy_paste_align.py) against the NumPy code it replaces, bit for bit."""
+"""copy-paste's compiled refinement (fpr/scorers/copy_paste_align.py) against the NumPy code it replaces,
+bit for bit."""
 from __future__ import annotations
 
 import math
