@@ -25,7 +25,7 @@ Measured (one process, one BLAS thread, interleaved rounds whose order rotates, 
   distinct reference (both the patches and the windows of every image: an upper bound, the scorer skips
   a direction it does not try). Its bits are fixed by PIL (resize, blur) and the BLAS (detrending), so it
   can be moved but not compiled; it is not part of the floor, which is the search alone.
-* **baseline** (``--baseline-rev``, default 97dca06: the scorer before its matching was compiled): that
+* **baseline** (``--baseline-rev``, default a6d1d2f: the commit before issue #22's copy-paste work): that
   revision's ``copy_paste.py`` loaded under another name, run the same way; its values must equal the
   scorer's bit for bit (checked once), except ``appearance``, now the correctly rounded dot product
   (its last bits differ from that revision's BLAS dot).
@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument("--identities", type=int, default=2, help="identities per species")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--queries", type=int, default=0, help="time about this many of the queries (0: all)")
-    ap.add_argument("--baseline-rev", default="97dca06", help="git revision of the scorer to compare with ('' none)")
+    ap.add_argument("--baseline-rev", default="a6d1d2f", help="git revision of the scorer to compare with ('' none)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from calibrate_copy_paste import baseline_module

@@ -84,7 +84,8 @@ every BLAS).
 # Over 500 lines by reason: one algorithm (coarse-to-fine NCC matching, verification, forked workers)
 # whose calibration script diffs this file against a baseline revision (benchmarks/calibrate_copy_paste.py);
 # a third of it is the docstring above. Its compiled kernels live in copy_paste_kernels (NCC loops and
-# decisions) and copy_paste_exact (NumPy's complex arithmetic ported), each tested against NumPy.
+# decisions), copy_paste_exact (NumPy's complex arithmetic ported) and copy_paste_align (a proposal's
+# refinement in one call), each tested against NumPy.
 from __future__ import annotations
 
 import math
@@ -99,7 +100,6 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
-from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image, ImageFilter
 from threadpoolctl import threadpool_limits
 
@@ -128,6 +128,7 @@ MAX_PATCHES_PER_SCALE = 96  # the most textured ones
 SEARCH_PATCHES = 24  # of which these are searched everywhere; all are verified
 HYPOTHESIS_TOLERANCE = 2.0  # px: the search runs on every second query position
 REFINE_TOLERANCE = 0.6  # px: the loosely collected matches are refined from this tolerance down to TOLERANCE
+_MIDDLE_TOLERANCE = 0.4  # px: _align's second refit
 DROP_MAX = 0.02  # strict check: NCC at the predicted position >= its peak within 1 px minus this
 REFINE_POINTS = 32  # collected matches whose pairs propose the refined transform
 EARLY_STOP = 0.9  # fraction verified after which no other proposal is tried
@@ -233,25 +234,21 @@ class ReferencePatches:
             if min(r.shape) < PATCH:
                 counts.append(0)
                 continue  # (nothing else to append: no patches at this scale)
-            # patches on a half-overlapping grid: enough of them fall inside the subject
-            win = sliding_window_view(r, (PATCH, PATCH))[::STRIDE, ::STRIDE]
-            ny, nx = win.shape[:2]
-            t = _detrend(win.reshape(-1, PATCH * PATCH))
+            # patches on a half-overlapping grid: enough of them fall inside the subject; the kept ones,
+            # their ranks, unit templates, weights and centres in one compiled pass (_select_patches: NumPy's)
+            nx = (r.shape[1] - PATCH) // STRIDE + 1
+            t = np.empty((((r.shape[0] - PATCH) // STRIDE + 1) * nx, PATCH * PATCH), np.float32)
+            _kernel("_grid_rows")(r, PATCH, STRIDE, t)  # sliding_window_view(...)[::STRIDE, ::STRIDE]'s rows
+            t = _detrend(t, in_place=True)
             tn = row_norms(t)
-            keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
-            if len(keep) > MAX_PATCHES_PER_SCALE:
-                keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
-            yy, xx = np.divmod(keep, nx)
-            order = np.argsort(-tn[keep], kind="stable")
-            rank = np.empty(len(keep), int)
-            rank[order] = np.arange(len(keep))
-            ranks.append(rank)
-            temps.append(t[keep] / tn[keep, None])
-            weights.append(tn[keep] ** 2)
-            cents.append((xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2))
-            fcents.append((r.shape[1] - (xx * STRIDE + PATCH / 2)) + 1j * (yy * STRIDE + PATCH / 2))
-            scs.append(np.full(len(keep), si))
-            counts.append(len(keep))
+            out = (np.empty(t.shape, np.float32), np.empty(len(t), np.float32), np.empty(len(t), complex),
+                   np.empty(len(t), complex), np.empty(len(t), np.int64))
+            m = _kernel("_textured")(t, tn, nx, float(r.shape[1]), PATCH, STRIDE, TEXTURE_MIN, MAX_PATCHES_PER_SCALE,
+                                     *out)
+            for part, got in zip((temps, weights, cents, fcents, ranks), out):
+                part.append(got[:m])
+            scs.append(np.full(m, si))
+            counts.append(m)
         t = np.concatenate(temps).astype(np.float32)
         # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
         flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
@@ -459,7 +456,7 @@ def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok
     idx = np.flatnonzero(ok)
     top = idx[::max(1, len(idx) // REFINE_POINTS)]  # spread over the collected set (stored by position)
     _, a1, b1 = best_transform(centres[top], pos[top], REFINE_TOLERANCE, evaluate=(centres[ok], pos[ok]))
-    for tol in (REFINE_TOLERANCE, 0.4, TOLERANCE):
+    for tol in (REFINE_TOLERANCE, _MIDDLE_TOLERANCE, TOLERANCE):
         sel = ok & (np.abs(a1 * centres + b1 - pos) <= tol)
         if sel.sum() < 3:
             break
@@ -471,6 +468,39 @@ def _align(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", ok
             break
         a1, b1, ok, pos = a2, b2, ok2, pos2
     return verify(templates, query.windows, query.width, query.height, centres, a1, b1)[0]
+
+
+def _refine(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", a: complex, b: complex) -> int | None:
+    """The strict inliers of proposal ``z -> a z + b`` after :func:`_align` (None: it collects fewer than 3).
+
+    Blocked windows, where this machine's ``np.abs`` is ported: one compiled call
+    (``copy_paste_align.refine_loops``, the same bits), which hands back to the NumPy steps below (the
+    definition) when a comparison is too close to call for NumPy's abs or angle."""
+    if query.windows.ndim == 3 and _align_is_compiled():
+        from fpr.scorers import copy_paste_align
+
+        c = _ALIGN_CONSTANTS
+        count = copy_paste_align.kernel("refine_loops")(
+            np.ascontiguousarray(templates, dtype=np.float32), query.windows.reshape(8, -1), query.width,
+            query.height, np.ascontiguousarray(centres.real), np.ascontiguousarray(centres.imag), a.real, a.imag,
+            b.real, b.imag, c)
+        if count != copy_paste_align.UNDECIDED:
+            return None if count == copy_paste_align.TOO_FEW else int(count)
+    ok, pos = verify(templates, query.windows, query.width, query.height, centres, a, b, HYPOTHESIS_TOLERANCE)
+    if ok.sum() < 3:
+        return None
+    return int(_align(templates, centres, query, ok, pos).sum())
+
+
+# copy_paste_align.CONSTANTS' values
+_ALIGN_CONSTANTS = np.array([PATCH / 2, NCC_MIN, DROP_MAX, HYPOTHESIS_TOLERANCE, REFINE_TOLERANCE, _MIDDLE_TOLERANCE,
+                             TOLERANCE, SCALE_SLACK, float(MAX_ROTATION), 2.0 * PATCH, REFINE_POINTS])
+
+
+def _align_is_compiled() -> bool:
+    from fpr.scorers.copy_paste_exact import modulus_is_ported
+
+    return modulus_is_ported()
 
 
 def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int, bool]:
@@ -512,11 +542,9 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
     for _, si, mirrored, t_at, c_at, a, b in collected[:MAX_PROPOSALS]:
         if best[0] >= EARLY_STOP:
             break
-        ok, pos = verify(t_at, query.windows, query.width, query.height, c_at, a, b, HYPOTHESIS_TOLERANCE)
-        if ok.sum() < 3:
+        count = _refine(t_at, c_at, query, a, b)
+        if count is None:
             continue
-        inl = _align(t_at, c_at, query, ok, pos)
-        count = int(inl.sum())
         frac = count / max(int(ref.n_textured[si]), MIN_DENOMINATOR)
         if (count, frac) > (best[1], best[0]):
             best = (frac, count, mirrored)
@@ -542,7 +570,8 @@ class CopyPaste(Scorer):
     # per query a pure function of its image, its references (in order), the options and the appearance
     # encoder (tests/scorers/test_score_cache.py): kept in the score cache (fpr.scorers.cache)
     deterministic = True
-    version_modules = ("fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels", "fpr.scorers.copy_paste_exact")
+    version_modules = ("fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels", "fpr.scorers.copy_paste_align",
+                       "fpr.scorers.copy_paste_exact")
 
     def cache_inputs(self, batch: QueryBatch) -> dict:
         """The appearance encoder's embedding key (weights, preprocessing, device class) and numba's version

@@ -251,6 +251,48 @@ def _window_rows(image, p, out):
                     out[row, dy * p + dx] = image[y + dy, x + dx]
 
 
+def _grid_rows(image, p, stride, out):
+    """``out[i * nx + j] = image[i * stride:i * stride + p, j * stride:j * stride + p].ravel()``: what
+    ``sliding_window_view(image, (p, p))[::stride, ::stride].reshape(-1, p * p)`` copies, in one pass."""
+    nx = (image.shape[1] - p) // stride + 1
+    for row in range(out.shape[0]):
+        y, x = (row // nx) * stride, (row % nx) * stride
+        for dy in range(p):
+            for dx in range(p):
+                out[row, dy * p + dx] = image[y + dy, x + dx]
+
+
+def _textured(t, tn, nx, width, patch, stride, texture_min, max_keep, temps, weights, centres, flipped, rank):
+    """copy_paste.ReferencePatches.of's selection of one scale's patches, in one pass; returns how many.
+
+    NumPy's rules, kept: ``tn / patch >= texture_min`` divides float32 by float32(patch) and compares with
+    float32(texture_min) (a Python float meeting a float32 array is cast to it: NEP 50); the most textured
+    ``max_keep`` and the ranks come from stable sorts of ``-tn`` (mergesort: equal norms keep index order),
+    the kept ones in index order; ``t / tn`` and ``tn ** 2`` in float32; a centre ``(x + patch / 2) + 1j * (y +
+    patch / 2)`` is (x', y') exactly (``1j * y'`` is ``(0 * y' - 0, y')``, +0 for the grid's y' >= 0)."""
+    limit, p32 = np.float32(texture_min), np.float32(patch)
+    keep = np.empty(tn.shape[0], np.int64)
+    m = 0
+    for k in range(tn.shape[0]):
+        if np.float32(tn[k] / p32) >= limit:
+            keep[m] = k
+            m += 1
+    keep = keep[:m]
+    if m > max_keep:
+        keep = np.sort(keep[np.argsort(-tn[keep], kind="mergesort")[:max_keep]])
+        m = max_keep
+    order = np.argsort(-tn[keep], kind="mergesort")
+    for i in range(m):
+        rank[order[i]] = i
+        k = keep[i]
+        for d in range(t.shape[1]):
+            temps[i, d] = np.float32(t[k, d] / tn[k])
+        weights[i] = np.float32(tn[k] * tn[k])
+        x, y = np.float64((k % nx) * stride) + patch / 2, np.float64((k // nx) * stride) + patch / 2
+        centres[i], flipped[i] = complex(x, y), complex(width - x, y)
+    return m
+
+
 def _normalised_layouts(win, norm, floor, width, blocks, coarse, coarse_t):
     """The detrended windows ``win`` (L, 64) divided by ``max(norm, floor)`` per row (float32, as NumPy's
     ``win /= np.maximum(norm, floor)[:, None]``: the correctly rounded float32 quotient, whether LLVM divides

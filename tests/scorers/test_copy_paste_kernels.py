@@ -368,3 +368,62 @@ def test_row_norms_are_numpys_bit_for_bit():
     strided = x[:, ::2].copy()  # not rows of 64: NumPy's own
     with np.errstate(over="ignore", invalid="ignore"):
         assert ck.row_norms(strided).tobytes() == np.linalg.norm(strided, axis=1).tobytes()
+
+
+def _textured_reference(t, tn, nx, width):
+    """ReferencePatches.of's NumPy selection of one scale's patches before it was compiled (revision c3c6750):
+    (templates, weights, centres, mirrored centres, ranks)."""
+    from fpr.scorers.copy_paste import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+
+    keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
+    if len(keep) > MAX_PATCHES_PER_SCALE:
+        keep = np.sort(keep[np.argsort(-tn[keep], kind="stable")[:MAX_PATCHES_PER_SCALE]])
+    yy, xx = np.divmod(keep, nx)
+    order = np.argsort(-tn[keep], kind="stable")
+    rank = np.empty(len(keep), int)
+    rank[order] = np.arange(len(keep))
+    return (t[keep] / tn[keep, None], tn[keep] ** 2, (xx * STRIDE + PATCH / 2) + 1j * (yy * STRIDE + PATCH / 2),
+            (width - (xx * STRIDE + PATCH / 2)) + 1j * (yy * STRIDE + PATCH / 2), rank)
+
+
+@pytest.mark.parametrize("n", [1, 50, 96, 97, 400])
+def test_textured_patch_selection_is_numpys(n):
+    """The compiled selection against NumPy's: norms at float32(0.03) * 8 and its neighbours (the float32
+    comparison NumPy makes with the Python float; a float64 one would differ), many equal norms (the stable
+    sorts' index order), more than MAX_PATCHES_PER_SCALE, none kept."""
+    from fpr.scorers.copy_paste import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(n)
+    edge = np.float32(TEXTURE_MIN) * np.float32(PATCH)
+    assert float(edge / np.float32(PATCH)) != TEXTURE_MIN  # the float32 comparison is the one that decides
+    for trial in range(30):
+        t = rng.standard_normal((n, PATCH * PATCH)).astype(np.float32)
+        tn = rng.choice(np.array([edge, np.nextafter(edge, np.float32(0)), np.nextafter(edge, np.float32(1)), 0.3,
+                                  0.5, 0.0, 1.0], np.float32), n) if trial % 2 else \
+            rng.uniform(0, 1.2, n).astype(np.float32)
+        if trial == 29:
+            tn[:] = 0.1  # none kept
+        nx, width = int(rng.integers(1, 40)), float(rng.integers(200, 300))
+        out = (np.empty(t.shape, np.float32), np.empty(n, np.float32), np.empty(n, complex), np.empty(n, complex),
+               np.empty(n, np.int64))
+        m = kernel("_textured")(t, tn, nx, width, PATCH, STRIDE, TEXTURE_MIN, MAX_PATCHES_PER_SCALE, *out)
+        want = _textured_reference(t, tn, nx, width)
+        for got, w in zip(out, want):
+            assert got[:m].tobytes() == w.tobytes(), trial
+    assert m == 0
+
+
+def test_grid_rows_are_the_strided_windows():
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from fpr.scorers.copy_paste import STRIDE
+    from fpr.scorers.copy_paste_kernels import kernel
+
+    rng = np.random.default_rng(3)
+    for shape in ((8, 8), (9, 17), (45, 31), (128, 90)):
+        image = rng.random(shape, np.float32)
+        want = sliding_window_view(image, (PATCH, PATCH))[::STRIDE, ::STRIDE]
+        got = np.empty((want.shape[0] * want.shape[1], PATCH * PATCH), np.float32)
+        kernel("_grid_rows")(image, PATCH, STRIDE, got)
+        assert got.tobytes() == want.reshape(-1, PATCH * PATCH).tobytes()

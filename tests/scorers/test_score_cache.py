@@ -260,7 +260,7 @@ def test_copy_paste_version_covers_its_kernels_and_its_warning_survives_a_full_h
 
     cp = get_scorer("copy-paste")
     assert set(cp.version_modules) == {"fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels",
-                                       "fpr.scorers.copy_paste_exact"}
+                                       "fpr.scorers.copy_paste_align", "fpr.scorers.copy_paste_exact"}
     before = sc.scorer_version(cp)
     real = sc._module_digest.__wrapped__
     sc._module_digest.cache_clear()
