@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _timing import load  # noqa: E402  (the load format every benchmark prints)
 
 RUN = r"""
 import gc, hashlib, sys, time
@@ -80,10 +82,6 @@ def run(path: str, args, q: int, floor: bool) -> list[str]:
 
 def spread(xs: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(statistics.median(xs))} [{fmt.format(min(xs))} - {fmt.format(max(xs))}]"
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
