@@ -192,7 +192,7 @@ def parts(rounds: int) -> list[str]:
     rows = [f"| leopard pattern `_spots`, ms per pattern (30 drift seeds) | dense {_stat(dense)} | "
             f"blocked {_stat(blocked)} | "
             f"{_stat([a / b for a, b in zip(dense, blocked)], '{:.2f}')} |"]
-    from fpr.demo import FULL
+    from fpr.workflows.demo import FULL
 
     cfg = WorldConfig(seed=0, **FULL)  # the full demo's primary world
     walls: dict[int, list[float]] = {1: [], 2: []}

@@ -5,7 +5,7 @@
     PYTHONPATH=. python benchmarks/general_standin.py --seed 2
     PYTHONPATH=. python benchmarks/general_standin.py --pool 0,1,2  # the tables and verdicts
 
-``--seed S`` evaluates the full demo world's generations (``fpr.demo.DEMO_METHODS`` less the copies) and the
+``--seed S`` evaluates the full demo world's generations (``fpr.workflows.demo.DEMO_METHODS`` less the copies) and the
 oracle of seed S with the specialist ``fpr-world-v3`` and the general-purpose stand-in
 ``fpr-general-v2`` (the demo's GENERAL_ENCODER) -- exactly what ``fpr demo`` does for its verdict seeds -- and stores the joined
 per-query frame as ``benchmarks/results/general_standin_s<S>.csv`` (with the time and load).
@@ -50,7 +50,7 @@ def loop_ppa(df: pd.DataFrame, col: str) -> tuple[int, float]:
 
 
 def run_seed(seed: int) -> None:
-    from fpr.demo import DEMO_ENCODER, FULL, GENERAL_ENCODER, _claims_seed
+    from fpr.workflows.demo import DEMO_ENCODER, FULL, GENERAL_ENCODER, _claims_seed
     from fpr.galleries.world import WorldConfig
 
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 import torch
 
-from fpr.demo import FULL
+from fpr.workflows.demo import FULL
 from fpr.encoders.blend import BlendNet, blend_vectors
 from fpr.encoders.registry import load_encoder
 from fpr.encoders.train import embed_images

@@ -28,7 +28,7 @@ os.environ.setdefault("FPR_QUIET", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from fpr.demo import FULL  # noqa: E402
+from fpr.workflows.demo import FULL  # noqa: E402
 from fpr.encoders.cpu_forward import CPU_FORWARD, CPU_MICROBATCH, forward_microbatched  # noqa: E402
 from fpr.encoders.registry import load_encoder  # noqa: E402
 from fpr.galleries.world import World, WorldConfig  # noqa: E402

@@ -49,7 +49,7 @@ def check_seed(seed: int, workspace: Path) -> tuple[list[dict], list[dict], dict
     from sklearn.metrics import roc_auc_score
 
     import fpr.api as api
-    from fpr.demo import agreement_methods, run_demo
+    from fpr.workflows.demo import agreement_methods, run_demo
     from fpr.galleries.world import DRIFT_LEVELS, method_name
 
     t = time.perf_counter()

@@ -50,7 +50,7 @@ def sha256_mbps(mib: int = 64) -> float:
 
 
 def main() -> None:
-    from fpr.demo import FULL
+    from fpr.workflows.demo import FULL
     from fpr.galleries.world import World, WorldConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -52,7 +52,7 @@ def test_quick_demo_json_carries_the_oracle_and_flag_rates(quick_demo):
     assert out["encoder"] == "fpr-world-v3"
     v = out["validity"]
     rates = v["copy_paste_flag_rate"]
-    from fpr.demo import DEMO_METHODS
+    from fpr.workflows.demo import DEMO_METHODS
 
     assert set(rates) == {"oracle", *DEMO_METHODS}
     # measured on this world (30 queries per method, world version 3): new-scene@0 0.033 (one new view close
@@ -124,7 +124,7 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
     ws, out = quick_demo
     pq = api.load_run(out["run"], workspace=ws).per_query
     pq = pq[pq["status"] == "ok"]
-    from fpr.demo import DEMO_METHODS
+    from fpr.workflows.demo import DEMO_METHODS
 
     gen = [m for m in DEMO_METHODS if m not in COPY_METHODS]  # the ladder, ref-pose@1, ref-scene@0.25
     sets = {"generations": gen, "with copies": gen + list(COPY_METHODS)}
@@ -158,7 +158,7 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
 def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monkeypatch):
     """The text output (rendered from the same result as the JSON) puts strict PPA, ties-half PPA and the tie
     share of mAP and Sim side by side, per method set, and the AP = 1 share per method."""
-    import fpr.demo as demo
+    import fpr.workflows.demo as demo
 
     ws, out = quick_demo
     res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
@@ -215,7 +215,7 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
     gen = gen_res.per_query
     both = spec.merge(gen[["query_id", "ap", "sim"]], on="query_id", suffixes=("", "_g"))
     judged = both[both["drift"].notna()]
-    from fpr.demo import DEMO_METHODS
+    from fpr.workflows.demo import DEMO_METHODS
     from fpr.galleries.world import COPY_METHODS
 
     assert set(judged["method"]) == set(DEMO_METHODS) - set(COPY_METHODS)  # the copies are controls
@@ -239,7 +239,7 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
 
 
 def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, monkeypatch):
-    import fpr.demo as demo
+    import fpr.workflows.demo as demo
 
     ws, out = quick_demo
     res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],

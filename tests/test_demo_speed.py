@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from fpr import demo
+from fpr.workflows import demo
 from fpr.galleries import world as W
 
 TINY = dict(identities=2, gallery=2, references=1, queries=1)
@@ -88,7 +88,7 @@ def test_background_seeds_run_after_torchs_thread_pool_has_run(tmp_path):
         "import torch\n"
         "torch.set_num_threads(2)\n"
         "x = torch.randn(1500, 1500); (x @ x).sum().item(); torch.randn(4_000_000).add_(1)\n"
-        "from fpr import demo\n"
+        "from fpr.workflows import demo\n"
         f"res = demo.run_demo(workspace={str(tmp_path / 'ws')!r}, quick=True, config={TINY!r}, claim_seeds=2,\n"
         "                     copy_paste=False)\n"
         "print('seeds', sorted(res.general_runs))\n"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import fpr.demo as demo
+import fpr.workflows.demo as demo
 from fpr import api
 from fpr.cli.main import cli
 from fpr.defaults import WORLD_PROFILES

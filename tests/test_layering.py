@@ -22,7 +22,6 @@ FLOORS = [
     ["render"],                       # cells, tables, the paper pivot, HTML
     ["workflows"],                    # one module per user operation
     ["api"],                          # the public list (re-exports)
-    ["demo"],
     ["serve"],                        # the HTTP service over the same functions
     ["cli"],                          # the command line (its `serve` command starts the service)
 ]

@@ -37,7 +37,7 @@ from fpr.render.cells import dumps, format_cell, render_rows
 def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background, occlusion, run, device,
              no_copy_paste, general, no_world_cache, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
-    from fpr.demo import paper_table, run_demo, validity_lines
+    from fpr.workflows.demo import paper_table, run_demo, validity_lines
     from fpr.render.cells import interval_footnote
 
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,

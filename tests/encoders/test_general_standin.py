@@ -297,7 +297,7 @@ def test_stand_in_oracle_map_is_in_the_band_on_the_demo_worlds(seed):
     """The full demo world of seeds 0, 1, 2 (identities in EVAL_RANGE; the stand-in was trained on TRAIN_RANGE and
     calibrated on VAL_RANGE): each reference image queries its species' gallery; mAP within [0.35, 0.6] (CLIP's
     0.485 in the paper's Table 1 is the target's spirit), while the specialist stays near 1."""
-    from fpr.demo import FULL
+    from fpr.workflows.demo import FULL
     from fpr.encoders.registry import load_encoder
     from fpr.galleries.world import VAL_RANGE, World, WorldConfig, train_identities
     from fpr.metrics.ranking import retrieval_metrics

@@ -49,7 +49,7 @@ def test_shipped_encoder_oracle_map_on_unseen_identities():
 
 def test_older_versions_stay_loadable_next_to_v3():
     from fpr.cli.demo import demo_cmd
-    from fpr.demo import DEMO_ENCODER
+    from fpr.workflows.demo import DEMO_ENCODER
     from fpr.encoders.world import SHIPPED_IDS
     from fpr.encoders.world import shipped_card as card_of
 

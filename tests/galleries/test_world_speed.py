@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fpr.demo import DEMO_METHODS
+from fpr.workflows.demo import DEMO_METHODS
 from fpr.galleries import world as W
 from fpr.galleries.world import patterns as P
 from fpr.keys import keyed_rng

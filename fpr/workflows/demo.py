@@ -181,13 +181,13 @@ def truth_agreement(run_id: str, workspace: str | Path, per_query: pd.DataFrame,
     Spearman is per query against -drift (positive = agrees), so it is minus the validity line's per-query
     Spearman(AP, drift) on the generations set.
     """
-    from fpr import api
+    from fpr.workflows.meta import meta
 
     out = []
     for set_name, methods in agreement_methods(per_query).items():
         if len(methods) < 2:
             continue
-        res = api.meta(run_id, truth="drift", workspace=workspace, seed=seed, metrics=[m for _, m in AGREEMENT_METRICS],
+        res = meta(run_id, truth="drift", workspace=workspace, seed=seed, metrics=[m for _, m in AGREEMENT_METRICS],
                        n_boot=n_boot, methods=methods)
         rows = {r["metric"]: r for r in res.rows}
         for label, m in AGREEMENT_METRICS:
@@ -238,13 +238,14 @@ def _stress_tag(config) -> str:
 def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: str, seed: int, device: str):
     """The generations (copies left out: their truth is the copy-paste scorer's business) and the oracle under the
     general-purpose encoder: the other half of the 2x2."""
-    from fpr import api
     from fpr.galleries.world import COPY_METHODS
+    from fpr.workflows.indices import build_index
+    from fpr.workflows.runs import run_query
 
-    idx = api.build_index(gallery, general, name=f"{gallery}-{general}", workspace=ws_root, device=device,
+    idx = build_index(gallery, general, name=f"{gallery}-{general}", workspace=ws_root, device=device,
                           overwrite=True)
     gen = queries[~queries["method"].isin(COPY_METHODS)]
-    return api.run_query(idx.name, gen, workspace=ws_root, seed=seed, device=device, oracle=True, scorers=[])
+    return run_query(idx.name, gen, workspace=ws_root, seed=seed, device=device, oracle=True, scorers=[])
 
 
 def _claims_config(config, seed: int):
@@ -324,19 +325,21 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str,
                  world_cache: bool = False) -> tuple[pd.DataFrame, tuple]:
     """One more world seed for the verdicts: generations only, no copy-paste scorer (the shared work is the
     encoders and the pipeline; the copies and their scorer are the primary seed's)."""
-    from fpr import api
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World
+    from fpr.workflows.galleries import import_gallery
+    from fpr.workflows.indices import build_index
     from fpr.workflows.meta import claims_frame
+    from fpr.workflows.runs import run_query
 
     name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
     build = World(config).write(ws_root / "demo" / name, workers=render_workers, cache=world_cache)
-    api.import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
+    import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
                        overwrite=True)
-    idx = api.build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
+    idx = build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
     queries = pd.DataFrame(build.queries)
-    spec = api.run_query(idx.name, queries, workspace=ws_root, seed=config.seed, device=device, oracle=True,
+    spec = run_query(idx.name, queries, workspace=ws_root, seed=config.seed, device=device, oracle=True,
                          scorers=[])
     gen = _general_run(ws_root, name, queries, general, config.seed, device)
     return claims_frame(spec.per_query, gen.per_query, seed=config.seed), (spec.run_id, gen.run_id)
@@ -379,9 +382,11 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
 
 def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
               general: str | None, extra: list, pending: dict, t0: float, world_cache: bool) -> DemoResult:
-    from fpr import api
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World
+    from fpr.workflows.galleries import import_gallery
+    from fpr.workflows.indices import build_index
+    from fpr.workflows.runs import run_query
 
     seed, siblings, size = config.seed, config.siblings, config.size
     timings: dict[str, float] = {}
@@ -395,16 +400,16 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     timings["render_s"] = round(time.perf_counter() - t, 2)
 
     t = time.perf_counter()
-    api.import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
+    import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
                        overwrite=True)
     timings["import_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     index_name = f"{name}-{encoder}"
-    idx = api.build_index(name, encoder, name=index_name, workspace=ws.root, device=device, overwrite=True)
+    idx = build_index(name, encoder, name=index_name, workspace=ws.root, device=device, overwrite=True)
     timings["index_s"] = round(time.perf_counter() - t, 2)
     t = time.perf_counter()
     queries = pd.DataFrame(build.queries)
-    res = api.run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
+    res = run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
                         overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
     timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
