@@ -99,13 +99,19 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
 
 
 def _print_claims(res) -> None:
-    """Last: the paper's 2x2 per seed and method, and the two verdicts (whatever they say)."""
-    from fpr.cli.meta import claims_lines
+    """Last: the paper's 2x2 per seed and method, and the verdict block (whatever it says)."""
+    spec_run, gen_run = res.general_runs[min(res.general_runs)]
+    click.echo(f"\ngeneral-purpose encoder {res.claims['info']['general']} (a stand-in for CLIP/DINOv2, not them), "
+               f"specialist {res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
+    for line in world_claims_lines(res.claims):
+        click.echo(line)
+
+
+def world_claims_lines(claims: dict, world: str | None = None) -> list[str]:
+    """One world's claims (``ClaimsResult.as_json()``, as the demo's JSON holds it) as the demo prints them:
+    the 2x2 of means, then the verdicts with the four cells, the effects, the variant and the gallery's regime,
+    headed by ``world`` when the demo judges more than one world."""
+    from fpr.render.claims import claims_lines
     from fpr.workflows.meta import ClaimsResult
 
-    c = ClaimsResult(res.claims["table"], res.claims["verdicts"], res.claims["info"])
-    spec_run, gen_run = res.general_runs[min(res.general_runs)]
-    click.echo(f"\ngeneral-purpose encoder {c.info['general']} (a stand-in for CLIP/DINOv2, not them), specialist "
-               f"{res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
-    for line in claims_lines(c):
-        click.echo(line)
+    return claims_lines(ClaimsResult.from_json(claims), world=world)
