@@ -102,20 +102,42 @@ def headroom(per_query: pd.DataFrame, encoder: str | None = None) -> list[dict]:
     return rows
 
 
+def _missing(x) -> bool:
+    return x is None or x != x
+
+
+def headroom_table(rows: Sequence[dict]) -> list[dict]:
+    """The rows as a printed table: shares rounded to 3 decimals, the encoder column only if it names one."""
+    out = []
+    for r in rows:
+        row = {} if r["encoder"] is None else {"encoder": r["encoder"]}
+        row.update({"method": r["method"], "queries": r["n_queries"], "ap_one_share": round(r["ap_one_share"], 3),
+                    "pairs": r["n_pairs"],
+                    "ap_tie_share": None if _missing(r["ap_tie_share"]) else round(r["ap_tie_share"], 3)})
+        out.append(row)
+    return out
+
+
+HEADROOM_NOTE = ("ap_one_share: queries whose AP is exactly 1 (no room above them); ap_tie_share: pairs of the "
+                 "method's queries of one identity whose APs are equal (an order mAP cannot give)")
+
+
 def saturated(rows: Sequence[dict], threshold: float = SATURATED) -> list[dict]:
     """The rows of methods under test (the oracle aside) whose AP = 1 share is at least ``threshold``."""
     return [r for r in rows if r["method"] != ORACLE and r["ap_one_share"] >= threshold]
 
 
 def headroom_warnings(rows: Sequence[dict], threshold: float = SATURATED) -> list[str]:
-    """One line per encoder with saturated methods (:func:`saturated`), saying what to do; none if none."""
+    """One line per encoder with saturated methods (:func:`saturated`), saying what to do; none if none. The
+    lines carry no "warning:" prefix: stderr adds ``fpr: warning:`` (:func:`fpr.progress.warn`), the JSON lists
+    them as they are, the HTML report and the demo label them."""
     lines = []
     hit = saturated(rows, threshold)
     for enc in dict.fromkeys(r["encoder"] for r in hit):
         mine = [r for r in hit if r["encoder"] == enc]
         where = f" under {enc}" if enc is not None else ""
         oracle = mine[0]["oracle_ap_one_share"]
-        lines.append(f"warning: headroom{where}: AP is exactly 1 for at least {threshold:.0%} of the queries of "
+        lines.append(f"headroom{where}: AP is exactly 1 for at least {threshold:.0%} of the queries of "
                      + ", ".join(f"{r['method']} ({r['ap_one_share']:.0%})" for r in mine)
                      + (f" (oracle {oracle:.0%})" if oracle is not None else "")
                      + f": this gallery cannot tell apart methods at or above {'them' if len(mine) > 1 else 'it'}; "
@@ -123,5 +145,6 @@ def headroom_warnings(rows: Sequence[dict], threshold: float = SATURATED) -> lis
     return lines
 
 
-__all__ = ["HARDER_GALLERY", "ORACLE", "SATURATED", "ap_one_share", "headroom", "headroom_warnings", "method_order",
+__all__ = ["HARDER_GALLERY", "HEADROOM_NOTE", "ORACLE", "SATURATED", "ap_one_share", "headroom", "headroom_table",
+           "headroom_warnings", "method_order",
            "saturated", "tie_pairs"]

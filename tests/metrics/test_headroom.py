@@ -60,7 +60,7 @@ def test_the_warning_names_saturated_methods_and_what_to_do_and_never_the_oracle
     rows = headroom(_rows(), encoder="enc")
     (line,) = headroom_warnings(rows)
     assert SATURATED == 0.5
-    assert line.startswith("warning: headroom under enc: AP is exactly 1 for at least 50% of the queries of a (60%) "
+    assert line.startswith("headroom under enc: AP is exactly 1 for at least 50% of the queries of a (60%) "
                            "(oracle 67%): this gallery cannot tell apart methods at or above it; use a harder gallery")
     assert "--per-identity" in line and "--siblings" in line and "docs/reports.md" in line
     assert headroom_warnings(rows, threshold=0.61) == []
