@@ -82,10 +82,10 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
                                  "tau_b_within": round(r["kendall_within"], 3)} for r in agreement], "table"))
         click.echo("ppa: VISTAR's (right only if S(A) > S(B), a metric tie is wrong); ppa_ties_half: a tie counts 1/2; "
                    "tie_share: pairs the metric ties; spearman: against -drift")
-    share = res.validity.get("ap_one_share") or {}
-    if share:
-        click.echo("AP = 1 (ties at the top) per method: " + ", ".join(f"{m} {v:.2f}" for m, v in share.items())
-                   + f"; everything: fpr meta --run {res.run_id} --truth drift [--methods ...]")
+    for line in headroom_lines(res.validity.get("headroom") or [], res.encoder):
+        click.echo(line)
+    if res.validity.get("ap_one_share"):
+        click.echo(f"every statistic against the drift: fpr meta --run {res.run_id} --truth drift [--methods ...]")
     # not "again": fpr report prints the same numbers in the paper's layout (Sim and mAP per species, then
     # Sim vs mAP per method), not these per-metric tables
     click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (Sim and mAP per "
@@ -96,6 +96,19 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
                    f"{res.general_runs[min(res.general_runs)][1]}")
     if res.claims:
         _print_claims(res)
+
+
+def headroom_lines(rows: list[dict], encoder: str) -> list[str]:
+    """The headroom block: per method the share of queries whose AP is exactly 1 and the AP tie share of its
+    within-identity pairs (the table ``fpr report`` prints), then the warning line if methods saturate."""
+    from fpr.metrics.headroom import HEADROOM_NOTE, headroom_table, headroom_warnings
+
+    if not rows:
+        return []
+    table = [{k: v for k, v in r.items() if k != "encoder"} for r in headroom_table(rows)]
+    return ([f"\nheadroom under {encoder}: can this gallery tell the best methods apart?",
+             render_rows(table, "table"), HEADROOM_NOTE]
+            + [f"warning: {w}" for w in headroom_warnings(rows)])
 
 
 def _print_claims(res) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.metrics.headroom import ap_one_share
+from fpr.metrics.headroom import ap_one_share, headroom
 
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
@@ -403,6 +403,7 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
                         overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
     timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
+    val["headroom"] = headroom(res.per_query, res.encoder)  # per method: AP = 1 share, AP tie share (fpr report's)
     val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)
     claims, general_runs = None, {}
     if general:
