@@ -304,5 +304,8 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     assert r.exit_code == 0, r.output
     again = json.loads(r.output)
     assert again["verdicts"] == out["claims"]["verdicts"]
+    for key in ("cells", "effects", "decomposition", "variants", "regime"):
+        assert again[key] == out["claims"][key], key
+    assert again["info"]["specialist"] == out["encoder"] and again["info"]["general"] == "fpr-general-v2"
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
     assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output
