@@ -93,6 +93,8 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
             scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
         if fmt == "json":
+            for res in results:
+                warn_headroom(res.per_query, res.encoder)
             click.echo(dumps(api.runs_document(results)))
             return
         for res in results:
@@ -206,7 +208,13 @@ def _print_headroom(per_query, fmt: str, width: int | None) -> None:
     if not rows:
         return
     click.echo("\nheadroom: can this gallery tell the best methods apart?")
-    click.echo(render_rows(rows, fmt, width=width))
+    if fmt == "markdown":
+        cols = list(rows[0])
+        click.echo("\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                             + ["| " + " | ".join("-" if r[c] is None else str(r[c]) for c in cols) + " |"
+                                for r in rows]))
+    else:
+        click.echo(render_rows(rows, fmt, width=width))
     click.echo(_wrap(HEADROOM_NOTE, width))
 
 

@@ -50,6 +50,8 @@ def test_query_and_report_warn_on_stderr_and_carry_the_headroom(hand_run, tmp_pa
     assert lines["oracle"][:3] == ["4", f"{oracle:.3f}", "0"]
     assert "ap_one_share: queries whose AP is exactly 1" in table
     assert warning in run_cli(ws, "report", "--run", "hand", "--all").stderr
+    md = run_cli(ws, "report", "--run", "hand", "--format", "markdown").stdout
+    assert f"| {ENCODER} | copy | 4 | 1.0 | 0 | - |" in md and f"| {ENCODER} | swap | 4 | 0.0 | 0 | - |" in md
     report = single_run(json.loads(run_cli(ws, "report", "--run", "hand", "--format", "json").stdout))
     assert _methods(report) == rows
 
