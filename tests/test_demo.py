@@ -288,6 +288,7 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
     assert r.exit_code == 0, r.output
+    demo_text = r.stdout
     claim_lines = [line for line in r.output.splitlines() if line.startswith("  claim ")]
     assert r.output.rstrip().splitlines()[-1].startswith("  regime, general fpr-general-v2: oracle mAP")
     for line, v in zip(claim_lines, out["claims"]["verdicts"], strict=True):
@@ -307,5 +308,12 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     for key in ("cells", "effects", "decomposition", "variants", "regime"):
         assert again[key] == out["claims"][key], key
     assert again["info"]["specialist"] == out["encoder"] and again["info"]["general"] == "fpr-general-v2"
+    # the text block fpr meta prints is the demo's, line for line (one world, the same formatter)
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--truth", "drift", "--general",
+                                 gen_run], obj={})
+    assert r.exit_code == 0, r.output
+    block = r.stdout[r.stdout.index("\nverdicts: "):].strip()
+    assert block and demo_text.rstrip().endswith(block)
+    assert "  variant, claim (ii) ties-half" in block and "  regime, specialist fpr-world-v3: oracle mAP" in block
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
     assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output

@@ -35,9 +35,10 @@ ORACLE = "oracle"
 # information on which of two methods above it kept more identity; (b) two of its queries both at 1 tie, so
 # about SATURATED**2 = a quarter of its within-identity pairs (more with an identity's queries alike) are
 # ties that strict PPA counts wrong; (c) measured: on the built-in world the specialist's new-scene@0 and
-# new-scene@0.1 sit at 0.63 and 0.59 (seed 0), and there claim (ii)'s verdict flips with the tie rule
-# (issue #32: -0.038 strict, +0.014 ties-half); on galleries of 30 identities x 20 images the AP = 1 shares
-# fall below a half, the tie share to 4-6%, and the strict verdict no longer depends on the tie rule.
+# new-scene@0.1 sit at 0.63 and 0.59 (seed 0: benchmarks/results/truth_agreement.md) and claim (ii)'s
+# difference moves with the tie rule (pooled seeds 0-2: -0.038 strict, +0.014 ties-half,
+# benchmarks/results/figure3.md); issue #32 reports that on galleries of 30 identities x 20 images the tie
+# share falls to 4-6% and the strict difference turns positive.
 SATURATED = 0.5
 HARDER_GALLERY = ("use a harder gallery: more identities per group, more images per identity, look-alike "
                   "identities (fpr gallery import --identities-per-group N --per-identity K; fpr demo --siblings; "
