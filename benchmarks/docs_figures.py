@@ -111,12 +111,10 @@ def _chain(m: dict[str, float], methods: tuple[str, ...]) -> str:
 
 def verdict_lines(demo: dict) -> list[str]:
     """The verdict lines ``fpr demo`` prints last (its own formatter), without the 2x2 table above them."""
-    from fpr.cli.meta import claims_lines
-    from fpr.workflows.meta import ClaimsResult
+    from fpr.cli.demo import world_claims_lines
 
-    c = demo["claims"]
-    lines = claims_lines(ClaimsResult(c["table"], c["verdicts"], c["info"]))
-    head = next(i for i, line in enumerate(lines) if line.lstrip("\n").startswith("verdicts:"))
+    lines = world_claims_lines(demo["claims"])
+    head = next(i for i, line in enumerate(lines) if line.lstrip("\n").startswith("verdicts"))
     return [line.lstrip("\n") for line in lines[head:]]
 
 

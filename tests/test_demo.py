@@ -90,7 +90,7 @@ def test_demo_run_is_stored_like_any_run(quick_demo):
     runner = CliRunner()
     r = runner.invoke(cli, ["--workspace", str(ws), "report", "--run", out["run"], "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
-    again = json.loads(r.output)
+    again = json.loads(r.stdout)
     assert {row["method"] for row in again["runs"][0]["summary"]} == {row["method"] for row in out["summary"]}
     r = runner.invoke(cli, ["--workspace", str(ws), "sql",
                             "SELECT count(*) AS n FROM query_results WHERE run_id = '" + out["run"] + "'",
@@ -148,6 +148,16 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
     share = v["ap_one_share"]
     for m, g in pq.groupby("method"):
         assert share[m] == pytest.approx(float(np.mean(g["ap"].astype(float) == 1.0)), abs=1e-12)
+    # the headroom: the same shares, and the AP tie share of each method's within-identity pairs, by loops
+    from itertools import combinations
+
+    for r in v["headroom"]:
+        g = pq[(pq["method"] == r["method"]) & (pq["status"] == "ok")]
+        pairs = [(a, b) for (_, a), (_, b) in combinations(g.iterrows(), 2)
+                 if (a["group"], a["identity"]) == (b["group"], b["identity"])]
+        assert r["n_pairs"] == len(pairs) and r["n_queries"] == len(g) and r["ap_one_share"] == share[r["method"]]
+        assert r["ap_tie_share"] == pytest.approx(np.mean([float(a["ap"]) == float(b["ap"]) for a, b in pairs]))
+        assert r["oracle_ap_one_share"] == share["oracle"]
     assert share["paste"] == 1.0 and share["new-scene@1"] < share["new-scene@0"]
     # fpr meta without --methods judges every query with a drift value: the "with copies" set (no oracle)
     res = api.meta(out["run"], truth="drift", workspace=ws, metrics=["ap"], n_boot=10)
@@ -175,8 +185,16 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
         assert text.startswith(row["methods"]) and f" {row['metric']} " in text
         assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
-    share = next(line for line in lines if line.startswith("AP = 1"))
-    assert all(f"{m} {v:.2f}" in share for m, v in out["validity"]["ap_one_share"].items())
+    # the headroom table: per method the AP = 1 share (the validity's) and the AP tie share of its identity's pairs
+    head = lines.index(f"headroom under {out['encoder']}: can this gallery tell the best methods apart?")
+    assert lines[head + 1].split() == ["method", "queries", "ap_one_share", "pairs", "ap_tie_share"]
+    table = {line.split()[0]: line.split()[1:] for line in lines[head + 3:head + 3 + len(out["validity"]["headroom"])]}
+    for r in out["validity"]["headroom"]:
+        tie = "-" if r["ap_tie_share"] is None else f"{r['ap_tie_share']:.3f}"
+        assert table[r["method"]] == [str(r["n_queries"]), f"{r['ap_one_share']:.3f}", str(r["n_pairs"]), tie]
+        assert r["ap_one_share"] == out["validity"]["ap_one_share"][r["method"]]
+    warning = next(line for line in lines if line.startswith("warning: headroom under fpr-world-v3:"))
+    assert "paste (100%)" in warning and "harder gallery" in warning
 
 
 # --------------------------------------------------------------------------- the paper's 2x2 and its two claims
@@ -227,8 +245,30 @@ def test_quick_demo_claims_equal_loops_over_the_two_runs(quick_demo):
         assert v["diff_lo"] <= v["diff"] <= v["diff_hi"]
         want = "supports" if v["diff_lo"] > 0 else "contradicts" if v["diff_hi"] < 0 else "inconclusive"
         assert v["verdict"] == want
-    table = {r["method"]: r for r in claims["table"]}
+    # Figure 3 whole: all four cells on the same pairs, claim (i) = encoder effect under mAP + protocol effect
+    # under the general encoder (exact in right pairs), claim (ii) = the protocol effect under the specialist
+    cols["general_map"] = "ap_g"
+    right = {}
+    for c in claims["cells"]:
+        n, ppa = _loop_strict_ppa(judged, cols[c["metric"]])
+        assert c["n_pairs"] == n and c["ppa"] == pytest.approx(ppa, abs=1e-12) and c["ppa_lo"] <= c["ppa"] <= c["ppa_hi"]
+        right[c["metric"]] = c["n_right"]
+        assert c["n_right"] == round(ppa * n)
+    eff = {(e["kind"], e["fixed"]): e for e in claims["effects"]}
+    for e in claims["effects"]:
+        assert e["n_right_diff"] == right[e["metric_a"]] - right[e["metric_b"]]
+    dec = claims["decomposition"]
+    assert dec["exact"] and dec["n_right_diff"] == right["specialist_map"] - right["general_sim"] == \
+        eff[("encoder", "mAP")]["n_right_diff"] + eff[("protocol", "general")]["n_right_diff"]
+    assert eff[("protocol", "specialist")]["diff"] == claims["verdicts"][1]["diff"]
+    (variant,) = claims["variants"]
+    assert variant["claim"].startswith("claim (ii) ties-half")
+    # the regime: oracle mAP, AP = 1 share of the judged queries, AP tie share of the judged pairs, per encoder
     oracle = both[both["method"] == "oracle"]
+    for r, ap in zip(claims["regime"], ("ap", "ap_g"), strict=True):
+        assert r["oracle_map"] == pytest.approx(float(oracle[ap].astype(float).mean()), abs=1e-12)
+        assert r["ap_one_share"] == pytest.approx(float(np.mean(judged[ap].astype(float) == 1.0)), abs=1e-12)
+    table = {r["method"]: r for r in claims["table"]}
     assert table["oracle"]["general_map"] == pytest.approx(float(oracle["ap_g"].astype(float).mean()), abs=1e-12)
     for m in ("new-scene@0", "new-scene@1"):
         g = both[both["method"] == m]
@@ -248,8 +288,10 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
     assert r.exit_code == 0, r.output
-    last = r.output.rstrip().splitlines()[-2:]
-    for line, v in zip(last, out["claims"]["verdicts"]):
+    demo_text = r.stdout
+    claim_lines = [line for line in r.output.splitlines() if line.startswith("  claim ")]
+    assert r.output.rstrip().splitlines()[-1].startswith("  regime, general fpr-general-v2: oracle mAP")
+    for line, v in zip(claim_lines, out["claims"]["verdicts"], strict=True):
         assert line.startswith(f"  claim {v['claim']}:") and line.endswith(v["verdict"].upper())
         assert f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]" in line
     spec_run, gen_run = out["general_runs"]["0"]
@@ -263,5 +305,15 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     assert r.exit_code == 0, r.output
     again = json.loads(r.output)
     assert again["verdicts"] == out["claims"]["verdicts"]
+    for key in ("cells", "effects", "decomposition", "variants", "regime"):
+        assert again[key] == out["claims"][key], key
+    assert again["info"]["specialist"] == out["encoder"] and again["info"]["general"] == "fpr-general-v2"
+    # the text block fpr meta prints is the demo's, line for line (one world, the same formatter)
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--truth", "drift", "--general",
+                                 gen_run], obj={})
+    assert r.exit_code == 0, r.output
+    block = r.stdout[r.stdout.index("\nverdicts: "):].strip()
+    assert block and demo_text.rstrip().endswith(block)
+    assert "  variant, claim (ii) ties-half" in block and "  regime, specialist fpr-world-v3: oracle mAP" in block
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
     assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output

@@ -82,10 +82,10 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
                                  "tau_b_within": round(r["kendall_within"], 3)} for r in agreement], "table"))
         click.echo("ppa: VISTAR's (right only if S(A) > S(B), a metric tie is wrong); ppa_ties_half: a tie counts 1/2; "
                    "tie_share: pairs the metric ties; spearman: against -drift")
-    share = res.validity.get("ap_one_share") or {}
-    if share:
-        click.echo("AP = 1 (ties at the top) per method: " + ", ".join(f"{m} {v:.2f}" for m, v in share.items())
-                   + f"; everything: fpr meta --run {res.run_id} --truth drift [--methods ...]")
+    for line in headroom_lines(res.validity.get("headroom") or [], res.encoder):
+        click.echo(line)
+    if res.validity.get("ap_one_share"):
+        click.echo(f"every statistic against the drift: fpr meta --run {res.run_id} --truth drift [--methods ...]")
     # not "again": fpr report prints the same numbers in the paper's layout (Sim and mAP per species, then
     # Sim vs mAP per method), not these per-metric tables
     click.echo(f"\nimages: {res.images_dir}\nstored as run {res.run_id}: the paper's layout (Sim and mAP per "
@@ -98,14 +98,33 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
         _print_claims(res)
 
 
+def headroom_lines(rows: list[dict], encoder: str) -> list[str]:
+    """The headroom block: per method the share of queries whose AP is exactly 1 and the AP tie share of its
+    within-identity pairs (the table ``fpr report`` prints), then the warning line if methods saturate."""
+    from fpr.metrics.headroom import HEADROOM_NOTE, headroom_table, headroom_warnings
+
+    if not rows:
+        return []
+    table = [{k: v for k, v in r.items() if k != "encoder"} for r in headroom_table(rows)]
+    return ([f"\nheadroom under {encoder}: can this gallery tell the best methods apart?",
+             render_rows(table, "table"), HEADROOM_NOTE]
+            + [f"warning: {w}" for w in headroom_warnings(rows)])
+
+
 def _print_claims(res) -> None:
-    """Last: the paper's 2x2 per seed and method, and the two verdicts (whatever they say)."""
-    from fpr.cli.meta import claims_lines
+    """Last: the paper's 2x2 per seed and method, and the verdict block (whatever it says)."""
+    spec_run, gen_run = res.general_runs[min(res.general_runs)]
+    click.echo(f"\ngeneral-purpose encoder {res.claims['info']['general']} (a stand-in for CLIP/DINOv2, not them), "
+               f"specialist {res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
+    for line in world_claims_lines(res.claims):
+        click.echo(line)
+
+
+def world_claims_lines(claims: dict, world: str | None = None) -> list[str]:
+    """One world's claims (``ClaimsResult.as_json()``, as the demo's JSON holds it) as the demo prints them:
+    the 2x2 of means, then the verdicts with the four cells, the effects, the variant and the gallery's regime,
+    headed by ``world`` when the demo judges more than one world."""
+    from fpr.render.claims import claims_lines
     from fpr.workflows.meta import ClaimsResult
 
-    c = ClaimsResult(res.claims["table"], res.claims["verdicts"], res.claims["info"])
-    spec_run, gen_run = res.general_runs[min(res.general_runs)]
-    click.echo(f"\ngeneral-purpose encoder {c.info['general']} (a stand-in for CLIP/DINOv2, not them), specialist "
-               f"{res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
-    for line in claims_lines(c):
-        click.echo(line)
+    return claims_lines(ClaimsResult.from_json(claims), world=world)

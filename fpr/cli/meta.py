@@ -7,6 +7,7 @@ from fpr.cli.main import cli, format_option
 from fpr.errors import InputError
 from fpr.files import check_plot_path
 from fpr.render.cells import dumps, render_rows
+from fpr.render.claims import claims_lines
 
 META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "ppa_ties_half", "ppa_ties_half_lo", "ppa_ties_half_hi",
                 "metric_tie_share", "n_metric_ties", "n_pairs_all", "kendall_within", "kendall_within_lo",
@@ -124,23 +125,3 @@ def _imagenhub(ctx, run, folder, human, truth, metrics, fmt) -> None:
         click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task: over all its "
                    "models' samples (pooled), per model, and the per-model values' Fisher-z mean; "
                    "(mean): the plain mean over tasks")
-
-
-def claims_lines(claims, fmt: str = "table") -> list[str]:
-    """The 2x2 of the paper's Figure 3 per (seed, method), then one verdict line per claim."""
-    from fpr.metrics.claims import TWO_BY_TWO
-
-    cols = ["seed", "method", *TWO_BY_TWO, "specialist_ap1_share", "n"]
-    rows = [{k: (round(r[k], 3) if isinstance(r[k], float) else r[k]) for k in cols} for r in claims.table]
-    lines = ["the paper's Figure 3 as a 2x2 per method: general-purpose / specialist encoder x Sim / mAP "
-             "(specialist_ap1_share: queries whose specialist AP is exactly 1)", render_rows(rows, fmt, cols)]
-    if fmt != "table":
-        return lines[1:]
-    i = claims.info
-    lines.append(f"\nverdicts: strict PPA against the truth '{i['truth']}' on {i['pairs']}; difference with a paired 95% "
-                 f"bootstrap interval over queries ({i['n_boot']} resamples, world seeds "
-                 f"{', '.join(map(str, i['seeds']))})")
-    for v in claims.verdicts:
-        lines.append(f"  claim {v['claim']}: PPA {v['ppa_a']:.3f} vs {v['ppa_b']:.3f}, difference {v['diff']:+.3f} "
-                     f"[{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}] over {v['n_pairs']} pairs -> {v['verdict'].upper()}")
-    return lines

@@ -16,7 +16,16 @@ from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_wid
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
 
+def warn_headroom(per_query, encoder: str | None = None) -> None:
+    """The headroom warning lines (:func:`fpr.metrics.headroom.headroom_warnings`) on stderr, whatever the format."""
+    from fpr.metrics.headroom import headroom, headroom_warnings
+
+    for line in headroom_warnings(headroom(per_query, encoder)):
+        progress.warn(line)
+
+
 def print_run(res: api.RunResult, fmt: str) -> None:
+    warn_headroom(res.per_query, res.encoder)
     if fmt == "json":
         click.echo(dumps(res.to_dict()))
         return
@@ -84,6 +93,8 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
             seed=seed, device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
             scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
         if fmt == "json":
+            for res in results:
+                warn_headroom(res.per_query, res.encoder)
             click.echo(dumps(api.runs_document(results)))
             return
         for res in results:
@@ -160,7 +171,8 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     data, pivot = api.paper_report(runs, workspace=ws, allow_stale=allow_stale,
                                    metrics=chosen or (DEFAULT_REPORT_METRICS if machine else READABLE_REPORT_METRICS),
                                    all_scorers=machine or all_columns)
-    if fmt == "json":  # fpr.run-results/1: one document per stored run, then the pivot
+    warn_headroom(data.per_query)
+    if fmt == "json":  # fpr.run-results/1: one document per stored run (each with its headroom), then the pivot
         click.echo(dumps(api.report_document(data, pivot=pivot.records())))
         return
     cols = table_width(width, wide) if fmt == "table" else None
@@ -185,6 +197,25 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
              f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
     for note in filter(None, notes):  # prose wraps at the table's width (never cut)
         click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))
+    _print_headroom(data.per_query, fmt, cols)
+
+
+def _print_headroom(per_query, fmt: str, width: int | None) -> None:
+    """The headroom table (per encoder and method: AP = 1 share, AP tie share of within-identity pairs)."""
+    from fpr.metrics.headroom import HEADROOM_NOTE, headroom, headroom_table
+
+    rows = headroom_table(headroom(per_query))
+    if not rows:
+        return
+    click.echo("\nheadroom: can this gallery tell the best methods apart?")
+    if fmt == "markdown":
+        cols = list(rows[0])
+        click.echo("\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                             + ["| " + " | ".join("-" if r[c] is None else str(r[c]) for c in cols) + " |"
+                                for r in rows]))
+    else:
+        click.echo(render_rows(rows, fmt, width=width))
+    click.echo(_wrap(HEADROOM_NOTE, width))
 
 
 def _wrap(text: str, width: int | None) -> str:

@@ -344,7 +344,8 @@ def cards_html(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFram
 
 # --------------------------------------------------------------------------- the page
 
-CSS = """
+CSS = """.warn{color:#a33;font-weight:600}
+
 body{font:13px system-ui,sans-serif;margin:16px;color:#222;background:#fafafa;overflow-wrap:anywhere}
 h1{font-size:20px}h2{font-size:16px;margin-top:24px;border-bottom:1px solid #ccc}h3{font-size:14px;margin:10px 0 4px}
 nav a{margin-right:10px}.scroll{max-width:100%;overflow-x:auto}
@@ -404,6 +405,24 @@ def _select(name: str, values: Sequence[str]) -> str:
     return f'<label>{name} <select id="f-{name}"><option value="">all</option>{opts}</select></label> '
 
 
+def headroom_html(per_query: pd.DataFrame) -> str:
+    """A small table per encoder and method (AP = 1 share, AP tie share of within-identity pairs) and the
+    warning line of each encoder whose methods leave no room at the top (:mod:`fpr.metrics.headroom`)."""
+    from fpr.metrics.headroom import HEADROOM_NOTE, headroom, headroom_table, headroom_warnings
+
+    rows = headroom(per_query)
+    if not rows:
+        return ""
+    table = headroom_table(rows)
+    cols = list(table[0])
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_e('-' if r[c] is None else r[c])}</td>" for c in cols) + "</tr>"
+                   for r in table)
+    warnings = "".join(f'<p class="warn">warning: {_e(w)}</p>' for w in headroom_warnings(rows))
+    return (f'{warnings}<table class="headroom"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            f'<p class="note">{_e(HEADROOM_NOTE)}</p>')
+
+
 def _footnote(summary: list[dict]) -> str:
     note = interval_footnote(summary)
     return f'<p class="note">{_e(note)}</p>' if note else ""
@@ -442,7 +461,7 @@ def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, i
     csp = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'")
     everything = (f"<details><summary>Every metric and scorer</summary>{pivot_html(full)}</details>"
                   if full is not None and [c.key for c in full.columns] != [c.key for c in p.columns] else "")
-    nav = ('<nav><a href="#summary">Summary</a><a href="#sim-map">Sim vs mAP</a><a href="#plots">Plots</a>'
+    nav = ('<nav><a href="#summary">Summary</a><a href="#headroom">Headroom</a><a href="#sim-map">Sim vs mAP</a><a href="#plots">Plots</a>'
            '<a href="#drift">Drift</a><a href="#queries">Queries</a></nav>')
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -453,6 +472,7 @@ def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, i
         f"<p>{n_cards} queries ({n_ok} evaluated) · encoders {_e(', '.join(encoders))} · "
         f"intervals: bootstrap 95% over queries</p>{nav}"
         f'<h2 id="summary">Summary</h2>{pivot_html(p)}{_footnote(summary)}{everything}'
+        f'<h2 id="headroom">Headroom</h2>{headroom_html(per_query)}'
         f'<h2 id="sim-map">Sim vs mAP</h2>{sim_map_svg(summary, methods=p.methods)}'
         f'<h2 id="plots">Plots</h2>{plots_svg(summary, methods=p.methods)}'
         '<h2 id="drift">Drift diagnosis</h2><p>Per group: intended identity (rows) x identity of the top-1 gallery '

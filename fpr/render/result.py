@@ -92,10 +92,22 @@ def run_document(meta: RunMeta, summary: pd.DataFrame, per_query: pd.DataFrame, 
                    "n_skipped": int(len(per_query)) - n_ok, "settings": value(meta.settings)},
            "summary": summary_records(summary), "skipped": dict(skipped),
            "sim_definition": {str(k): int(v) for k, v in sim_definition.items()},
-           "provenance": value(provenance)}
+           "provenance": value(provenance), "headroom": headroom_section(per_query, meta.encoder)}
     if rows is not None:
         doc["per_query"] = records(rows)
     return doc
+
+
+def headroom_section(per_query: pd.DataFrame, encoder: str | None) -> dict:
+    """The run's ``headroom`` object: per method its AP = 1 share, the AP tie share of its within-identity pairs,
+    the oracle's AP = 1 share (:func:`fpr.metrics.headroom.headroom`), the threshold and the warning lines."""
+    from fpr.metrics.headroom import SATURATED, headroom, headroom_warnings
+
+    if not {"method", "group", "identity", "ap"} <= set(per_query.columns):
+        rows: list[dict] = []
+    else:
+        rows = headroom(per_query, encoder)
+    return {"saturated_at": SATURATED, "methods": [value(r) for r in rows], "warnings": headroom_warnings(rows)}
 
 
 def collection_document(runs: Sequence[dict], *, pivot: Sequence[dict] | None = None) -> dict:
@@ -107,5 +119,5 @@ def collection_document(runs: Sequence[dict], *, pivot: Sequence[dict] | None = 
     return doc
 
 
-__all__ = ["RUN_RESULT", "RUN_RESULTS", "RunMeta", "SCHEMA_FILE", "collection_document", "records",
+__all__ = ["RUN_RESULT", "RUN_RESULTS", "RunMeta", "SCHEMA_FILE", "collection_document", "headroom_section", "records",
            "run_document", "summary_frame", "summary_records", "value"]

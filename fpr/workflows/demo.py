@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.metrics.headroom import ap_one_share, headroom
 
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
@@ -118,7 +119,7 @@ def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
         out["paste_sim"] = float(paste["sim"].mean())
         if "new-scene@0" in maps:  # (key kept from world version 2, where new-scene@0 was "faithful")
             out["paste_minus_faithful_map"] = float(paste["ap"].mean() - maps["new-scene@0"])
-    out["ap_one_share"] = ap_one_share(df)
+    out["ap_one_share"] = ap_one_share(df, _method_order(df["method"].unique()))
     mix = profile_mix(df) if "context" in df else {}
     if mix:
         out["profile_mix"] = mix
@@ -150,17 +151,6 @@ def profile_mix(per_query: pd.DataFrame) -> dict[str, dict]:
                      "mean_drift": float(pd.to_numeric(rows["drift"]).mean()),
                      "declared_drift": PROFILES[name].drift}
     return out
-
-
-def ap_one_share(per_query: pd.DataFrame) -> dict[str, float]:
-    """Per method: the share of evaluated queries whose AP is exactly 1 (every relevant item ranked first).
-
-    Exact: AP = (1/R) sum_t c_t H_t / N_t is a sum of integers over R when the relevant items lead.
-    These queries all tie, so the share bounds how many pairs AP can order at all.
-    """
-    df = per_query[per_query["status"] == "ok"] if "status" in per_query else per_query
-    ap = pd.to_numeric(df["ap"], errors="coerce")
-    return {m: float((ap[df["method"] == m] == 1.0).mean()) for m in _method_order(df["method"].unique())}
 
 
 def agreement_methods(per_query: pd.DataFrame) -> dict[str, list[str]]:
@@ -413,6 +403,7 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
                         overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
     timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
+    val["headroom"] = headroom(res.per_query, res.encoder)  # per method: AP = 1 share, AP tie share (fpr report's)
     val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)
     claims, general_runs = None, {}
     if general:

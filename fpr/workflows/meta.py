@@ -183,14 +183,31 @@ def meta_imagenhub(run_id: str, ratings: str | Path, *, workspace: str | Path | 
 
 @dataclass
 class ClaimsResult:
-    """The 2x2 of Figure 3 per (seed, method) and a verdict per claim (:mod:`fpr.metrics.claims`)."""
+    """One world's Figure 3 judged against a truth (:mod:`fpr.metrics.claims`): the 2x2 of means per (seed,
+    method) (``table``), a verdict per claim, the four cells' strict PPA on the judged pairs (``cells``), the
+    protocol and encoder effects (``effects``), claim (i)'s decomposition into them (``decomposition``), claim
+    (ii)'s ties-half variant (``variants``) and the gallery's regime per encoder (``regime``: oracle mAP, AP = 1
+    share and AP tie share of the judged pairs). A result stored before these keys existed reads back with them
+    empty (:meth:`from_json`)."""
 
     table: list[dict]
     verdicts: list[dict]
     info: dict = field(default_factory=dict)
+    cells: list[dict] = field(default_factory=list)
+    effects: list[dict] = field(default_factory=list)
+    decomposition: dict = field(default_factory=dict)
+    variants: list[dict] = field(default_factory=list)
+    regime: list[dict] = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"info": self.info, "table": self.table, "verdicts": self.verdicts}
+        return {"info": self.info, "table": self.table, "verdicts": self.verdicts, "cells": self.cells,
+                "effects": self.effects, "decomposition": self.decomposition, "variants": self.variants,
+                "regime": self.regime}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "ClaimsResult":
+        return cls(doc["table"], doc["verdicts"], doc.get("info", {}), doc.get("cells", []), doc.get("effects", []),
+                   doc.get("decomposition", {}), doc.get("variants", []), doc.get("regime", []))
 
 
 def claims_frame(specialist: pd.DataFrame, general: pd.DataFrame, *, seed: int = 0, truth: str = "drift"
@@ -218,17 +235,19 @@ def encoder_claims(frame: pd.DataFrame, *, truth: str = "drift", seed: int = 0, 
                    lower_better: bool = True) -> ClaimsResult:
     """The 2x2 per (seed, method) over every query of ``frame`` (:func:`claims_frame`, several seeds concatenated)
     and both verdicts over the queries with a truth value."""
-    from fpr.metrics.claims import claim_verdicts, two_by_two
+    from fpr.metrics.claims import figure3, regime, two_by_two
 
     if frame.empty:
         raise InputError("no query was evaluated by both encoders", hint="run the same queries file with both")
     judged = frame[pd.to_numeric(frame[truth], errors="coerce").notna()]
-    verdicts = claim_verdicts(judged, truth, seed=seed, n_boot=n_boot, lower_better=lower_better)
+    fig = figure3(judged, truth, seed=seed, n_boot=n_boot, lower_better=lower_better)
     table = two_by_two(frame).to_dict("records")
     info = {"seeds": sorted(int(s) for s in frame["seed"].unique()), "n_queries": int(len(judged)),
             "truth": truth, "n_boot": n_boot, "bootstrap_seed": seed, "statistic": "strict PPA (VISTAR's)",
-            "pairs": verdicts[0].basis if verdicts else ""}
-    return ClaimsResult(table, [v.as_row() for v in verdicts], info)
+            "pairs": fig.basis}
+    return ClaimsResult(table, [v.as_row() for v in fig.verdicts], info, [c.as_row() for c in fig.cells],
+                        [e.as_row() for e in fig.effects], fig.decomposition(), [v.as_row() for v in fig.variants],
+                        regime(frame, truth, lower_better=lower_better))
 
 
 def meta_claims(run_id: str, general_run: str, *, truth: str = "drift", workspace: str | Path | None = None,
@@ -236,11 +255,13 @@ def meta_claims(run_id: str, general_run: str, *, truth: str = "drift", workspac
                 truth_lower_better: bool = True) -> ClaimsResult:
     """``fpr meta --run R --truth drift --general G``: the claims on two stored runs of the same queries, R with the
     specialist encoder and G with a general-purpose one (e.g. the demo's ``fpr-general-v2`` run)."""
-    spec = load_run(run_id, workspace=workspace, summary=False).per_query
-    gen = load_run(general_run, workspace=workspace, summary=False).per_query
+    spec_res = load_run(run_id, workspace=workspace, summary=False)
+    gen_res = load_run(general_run, workspace=workspace, summary=False)
+    spec, gen = spec_res.per_query, gen_res.per_query
     if methods:
         spec = _only_methods(spec, methods, run_id)
     out = encoder_claims(claims_frame(spec, gen, truth=truth), truth=truth, seed=seed, n_boot=n_boot,
                          lower_better=truth_lower_better)
-    out.info.update({"run": run_id, "general_run": general_run})
+    out.info.update({"run": run_id, "general_run": general_run, "specialist": spec_res.encoder,
+                     "general": gen_res.encoder})
     return out

@@ -44,7 +44,7 @@ def test_page_has_a_viewport_and_opens_on_the_summary_then_the_methods_under_tes
     path, queries = report
     text = path.read_text()
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in text
-    assert [h for h in re.findall(r'<h2 id="([a-z-]+)"', text)] == ["summary", "sim-map", "plots", "drift",
+    assert [h for h in re.findall(r'<h2 id="([a-z-]+)"', text)] == ["summary", "headroom", "sim-map", "plots", "drift",
                                                                      "queries"]
     cards = re.findall(r'<div class="card" data-method="([^"]+)"', text)
     n_oracle = 2 * 3 * 1  # one reference image per identity
