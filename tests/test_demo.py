@@ -129,10 +129,10 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
     gen = [m for m in DEMO_METHODS if m not in COPY_METHODS]  # the ladder, ref-pose@1, ref-scene@0.25
     sets = {"generations": gen, "with copies": gen + list(COPY_METHODS)}
     rows = {(r["methods"], r["metric"]): r for r in out["validity"]["agreement"]}
-    assert set(rows) == {(s, m) for s in sets for m in ("mAP", "Sim")}
+    assert set(rows) == {(s, m) for s in sets for m in ("mAP", "Sim", "top margin")}
     for set_name, methods in sets.items():
         sub = pq[pq["method"].isin(methods)]
-        for label, col in (("mAP", "ap"), ("Sim", "sim")):
+        for label, col in (("mAP", "ap"), ("Sim", "sim"), ("top margin", "top_margin")):
             want = independent_pair_stats(sub, col, "drift")
             row = rows[(set_name, label)]
             for key in ("n_pairs", "ppa", "ppa_ties_half", "metric_tie_share", "kendall_within"):
