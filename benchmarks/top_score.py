@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/top_score.py --seeds 0 1 2 --stage calibrate   # look at the candidates
     PYTHONPATH=. python benchmarks/top_score.py --seeds 7 8 9 --stage validate    # the chosen one, held out
+    PYTHONPATH=. python benchmarks/top_score.py --stage speed [--size 2000 50000 128]  # its cost in score_blocks
 
 Per world seed: the demo's world at full size (:data:`fpr.workflows.demo.FULL`, the demo's 11 methods),
 gallery imported, indexed and queried with the specialist ``fpr-world-v3`` and the general
@@ -201,14 +202,71 @@ def fmt(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def speed(q: int, g: int, d: int, rounds: int) -> str:
+    """Wall seconds of ``score_blocks`` (scope all, k = 10, synthetic clustered unit vectors, a flat index) with
+    the top margin and without it (its pass replaced by a no-op in the same process), on the recheck path and
+    the full exact path, alternated round by round; median [min - max]."""
+    import statistics
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _synthetic import clustered
+    from _timing import machine
+
+    from fpr.eval import _recheck_kernels as K
+    from fpr.eval import recheck, scoring
+
+    qv, v, gi, labels, qdf = clustered(q, g, d, g // 20)
+    codes = labels.codes(qdf)
+    real_rows, real_full = K.margin_rows, scoring.top_margin
+    off_rows = lambda *a: None  # noqa: E731
+    off_full = lambda s, r: np.full(len(s), np.nan)  # noqa: E731
+    times: dict[tuple, list[float]] = {}
+    stats = recheck.RecheckStats()
+    for r in range(rounds + 1):  # round 0 compiles and warms up, not counted
+        for path in ("recheck", "full"):
+            for on in (True, False):
+                recheck.PATH = path
+                K.margin_rows, scoring.top_margin = (real_rows, real_full) if on else (off_rows, off_full)
+                st = recheck.RecheckStats() if r == 1 and on and path == "recheck" else None
+                t = time.perf_counter()
+                scoring.score_blocks(qv, np.arange(q), codes, "all", gi, 10, stats=st)
+                if r:
+                    times.setdefault((path, on), []).append(time.perf_counter() - t)
+                if st is not None:
+                    stats = st
+    K.margin_rows, scoring.top_margin, recheck.PATH = real_rows, real_full, "auto"
+    cell = lambda v: f"{statistics.median(v):.2f} [{min(v):.2f} - {max(v):.2f}]"  # noqa: E731
+    lines = [f"\n## speed: score_blocks, {q:,} queries x {g:,} gallery x dim {d}, scope all, k = 10, {rounds} rounds "
+             f"({machine()})\n", "| path | with top margin (s) | without (s) | ratio of medians |", "|---|---|---|---|"]
+    for path in ("recheck", "full"):
+        a, b = times[(path, True)], times[(path, False)]
+        lines.append(f"| {path} | {cell(a)} | {cell(b)} | {statistics.median(a) / statistics.median(b):.2f} |")
+    lines.append(f"\nRecheck path, one round: {stats.impostor:,} impostor exact scores for the top margin "
+                 f"({stats.impostor / q:.1f} per query) beside {stats.relevant + stats.band + stats.topk:,} for AP and "
+                 f"the top-k, of {stats.elements:,} elements.")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", required=True)
-    ap.add_argument("--stage", choices=("calibrate", "validate"), required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[])
+    ap.add_argument("--stage", choices=("calibrate", "validate", "speed"), required=True)
+    ap.add_argument("--size", type=int, nargs=3, default=(2000, 50000, 128), metavar=("Q", "G", "D"),
+                    help="--stage speed: queries, gallery items, dim")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "fpr-top-score")
     ap.add_argument("--workspace", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="append the markdown section here")
     args = ap.parse_args()
+    if args.stage == "speed":
+        text = speed(*args.size, args.rounds)
+        print(text)
+        if args.out:
+            with open(args.out, "a") as fh:
+                fh.write(text)
+        return
+    if not args.seeds:
+        ap.error("--seeds is required for calibrate and validate")
     ws = args.workspace or Path(tempfile.mkdtemp(prefix="fpr-topscore-ws-"))
     t = time.perf_counter()
     df = pd.concat([seed_rows(s, ws, args.cache) for s in args.seeds], ignore_index=True)

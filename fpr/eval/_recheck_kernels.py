@@ -215,9 +215,10 @@ def margin_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_s
 
     The best impostor from the proposals: L, the highest lower bound lo over the impostors, is at most the
     highest score, which lies in its own item's [lo, hi]; so only impostors with hi >= L can hold it, and
-    they get their exact scores (lo itself where lo == hi). A first pass finds the largest proposal; its lo
-    gives a filter (:func:`floor32`) that settles the other proposals with one comparison. ``counts[i]``:
-    exact scores computed for impostors."""
+    they get their exact scores (lo itself where lo == hi). One pass over the row keeps the highest lo seen
+    so far and its filter (:func:`floor32`: a proposal below it has hi below that lo, so below L), which
+    settles most proposals with one comparison; the candidates kept on the way are then checked against the
+    final L. ``counts[i]``: exact scores computed for impostors."""
     g = P.shape[1]
     mark = np.zeros(g, np.uint8)
     cand = np.empty(g, np.int64)
@@ -239,28 +240,22 @@ def margin_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_s
             u[t] = exact_one(q64, b64, G32[j], ng[j], partials)
         rel_sum[i] = _fsum(u, r, ones, partials)
         row = P[i]
+        bmax = b32 * ng_max + a32
         t32 = np.float32(-np.inf)
-        if ok:
-            jm = -1
-            for j in range(g):
-                if mark[j] == 0 and (jm < 0 or row[j] > row[jm]):
-                    jm = j
-            if jm >= 0:
-                lo, hi = interval(row[jm], b32 * ng[jm] + a32, ok)
-                t32 = floor32(lo, b32 * ng_max + a32)
         nc = 0
         low = -np.inf
         for j in range(g):
             p = row[j]
-            if mark[j] or p < t32:
+            if p < t32 or mark[j]:
                 continue
             lo, hi = interval(p, b32 * ng[j] + a32, ok)
             cand[nc] = j
             clo[nc] = lo
             chi[nc] = hi
             nc += 1
-            if lo > low:
+            if lo > low:  # the bound rose: so does the row's filter (never in a row not safe: lo is -inf)
                 low = lo
+                t32 = floor32(low, bmax)
         best = -np.inf
         n_exact = 0
         for c in range(nc):
