@@ -170,8 +170,9 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     head = next(i for i, line in enumerate(lines) if line.startswith("methods ") and "ppa_ties_half" in line)
     assert lines[head].split() == ["methods", "metric", "pairs", "spearman", "ppa", "ppa_ties_half", "tie_share",
                                    "tau_b_within"]
-    body = lines[head + 2:head + 6]
-    for row, text in zip(out["validity"]["agreement"], body):
+    body = lines[head + 2:head + 2 + len(out["validity"]["agreement"])]
+    assert len(out["validity"]["agreement"]) == 6  # 2 method sets x mAP, Sim, top margin
+    for row, text in zip(out["validity"]["agreement"], body, strict=True):
         assert text.startswith(row["methods"]) and f" {row['metric']} " in text
         assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
