@@ -129,10 +129,10 @@ def test_quick_demo_agreement_table_equals_an_independent_computation(quick_demo
     gen = [m for m in DEMO_METHODS if m not in COPY_METHODS]  # the ladder, ref-pose@1, ref-scene@0.25
     sets = {"generations": gen, "with copies": gen + list(COPY_METHODS)}
     rows = {(r["methods"], r["metric"]): r for r in out["validity"]["agreement"]}
-    assert set(rows) == {(s, m) for s in sets for m in ("mAP", "Sim")}
+    assert set(rows) == {(s, m) for s in sets for m in ("mAP", "Sim", "top margin")}
     for set_name, methods in sets.items():
         sub = pq[pq["method"].isin(methods)]
-        for label, col in (("mAP", "ap"), ("Sim", "sim")):
+        for label, col in (("mAP", "ap"), ("Sim", "sim"), ("top margin", "top_margin")):
             want = independent_pair_stats(sub, col, "drift")
             row = rows[(set_name, label)]
             for key in ("n_pairs", "ppa", "ppa_ties_half", "metric_tie_share", "kendall_within"):
@@ -180,8 +180,9 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     head = next(i for i, line in enumerate(lines) if line.startswith("methods ") and "ppa_ties_half" in line)
     assert lines[head].split() == ["methods", "metric", "pairs", "spearman", "ppa", "ppa_ties_half", "tie_share",
                                    "tau_b_within"]
-    body = lines[head + 2:head + 6]
-    for row, text in zip(out["validity"]["agreement"], body):
+    body = lines[head + 2:head + 2 + len(out["validity"]["agreement"])]
+    assert len(out["validity"]["agreement"]) == 6  # 2 method sets x mAP, Sim, top margin
+    for row, text in zip(out["validity"]["agreement"], body, strict=True):
         assert text.startswith(row["methods"]) and f" {row['metric']} " in text
         assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text

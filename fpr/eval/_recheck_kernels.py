@@ -204,3 +204,91 @@ def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_st
         counts[i, 1] = band
         counts[i, 2] = topk
         counts[i, 3] = r
+
+
+@njit(cache=True, nogil=True)
+def margin_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_start, rel_count, rel_sum,
+                best_other, counts, start, end):
+    """The parts of :func:`fpr.metrics.top_margin.top_margin` for rows [start, end) of a block (arguments as
+    :func:`block_rows`): ``rel_sum[i]`` the correctly rounded sum of the relevant items' exact scores and
+    ``best_other[i]`` the highest exact score of the other items (NaN where there is none above -inf).
+
+    The best impostor from the proposals: L, the highest lower bound lo over the impostors, is at most the
+    highest score, which lies in its own item's [lo, hi]; so only impostors with hi >= L can hold it, and
+    they get their exact scores (lo itself where lo == hi). One pass over the row keeps the highest lo seen
+    so far and its filter (:func:`floor32`: a proposal below it has hi below that lo, so below L), which
+    settles most proposals with one comparison; the candidates kept on the way are then checked against the
+    final L. ``counts[i]``: exact scores computed for impostors."""
+    g = P.shape[1]
+    mark = np.zeros(g, np.uint8)
+    cand = np.empty(g, np.int64)
+    clo = np.empty(g, np.float32)
+    chi = np.empty(g, np.float32)
+    ones = np.ones(max(g, 1), np.float32)
+    u = np.empty(max(g, 1), np.float64)
+    partials = np.empty(MAX_PARTIALS, np.float64)
+    for i in range(start, end):
+        q64 = Q64[i]
+        b32 = bq32[i]
+        b64 = bq64[i]
+        ok = safe[i]
+        r = rel_count[i]
+        s0 = rel_start[i]
+        for t in range(r):
+            j = rel_order[s0 + t]
+            mark[j] = 1
+            u[t] = exact_one(q64, b64, G32[j], ng[j], partials)
+        rel_sum[i] = _fsum(u, r, ones, partials)
+        row = P[i]
+        bmax = b32 * ng_max + a32
+        t32 = np.float32(-np.inf)
+        nc = 0
+        low = -np.inf
+        for j in range(g):
+            p = row[j]
+            if p < t32 or mark[j]:
+                continue
+            lo, hi = interval(p, b32 * ng[j] + a32, ok)
+            cand[nc] = j
+            clo[nc] = lo
+            chi[nc] = hi
+            nc += 1
+            if lo > low:  # the bound rose: so does the row's filter (never in a row not safe: lo is -inf)
+                low = lo
+                t32 = floor32(low, bmax)
+        best = -np.inf
+        n_exact = 0
+        for c in range(nc):
+            if chi[c] >= low:
+                lo = clo[c]
+                if lo == chi[c]:
+                    v = np.float32(0.0) if lo == 0 else lo
+                else:
+                    v = exact_one(q64, b64, G32[cand[c]], ng[cand[c]], partials)
+                    n_exact += 1
+                if v > best:
+                    best = v
+        best_other[i] = best if best > -np.inf else np.nan
+        counts[i] = n_exact
+        for t in range(r):
+            mark[rel_order[s0 + t]] = 0
+
+
+@njit(cache=True, nogil=True)
+def _fsum(u, r, ones, partials):
+    """math.fsum(u[:r]): the correctly rounded sum, infinities as math.fsum takes them (a score of a row
+    that overflowed float32 is +-inf; fsum_dot's partials are for finite values)."""
+    pos = False
+    neg = False
+    for t in range(r):
+        if u[t] == np.inf:
+            pos = True
+        elif u[t] == -np.inf:
+            neg = True
+    if pos and neg:
+        return np.nan
+    if pos:
+        return np.inf
+    if neg:
+        return -np.inf
+    return fsum_dot(u[:r], ones[:r], partials) if r > 0 else 0.0

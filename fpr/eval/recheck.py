@@ -34,6 +34,7 @@ import numpy as np
 from fpr.errors import InputError
 from fpr.index import exact
 from fpr.metrics.ranking import THREADS, RetrievalMetrics
+from fpr.metrics.top_margin import margin_from_parts
 
 U32 = 2.0 ** -24
 MAX_DIM = 1 << 20  # gamma_D(2^-24) needs D u < 1; far below that the slack of the factor holds
@@ -45,17 +46,18 @@ OVERFLOW_SAFE = 2.0 ** 120  # |q| |g| below this: no partial sum of the product 
 
 @dataclass
 class RecheckStats:
-    """What the per-row pass looked at; the rechecked share is (relevant + band + topk) / elements."""
+    """What the per-row pass looked at; the rechecked share is (relevant + band + topk + impostor) / elements."""
 
     elements: int = 0  # queries x gallery columns of the blocks
     passed_filter: int = 0  # proposals not decided by the row's one-comparison filter
     relevant: int = 0  # relevant items: their exact scores are the AP's thresholds
     band: int = 0  # other items whose interval held a relevant score: exact score computed
     topk: int = 0  # top-k candidates whose interval was wider than one float32: exact score computed
+    impostor: int = 0  # impostors whose interval reached the best impostor's lower bound (top margin)
 
     @property
     def rechecked(self) -> int:
-        return self.relevant + self.band + self.topk
+        return self.relevant + self.band + self.topk + self.impostor
 
     def add(self, other: "RecheckStats") -> None:
         for f in fields(self):
@@ -201,10 +203,23 @@ class RecheckedGallery:
         elif n:
             out[0][:] = np.nan
             out[1][:] = out[2][:] = out[3][:] = 0
+        rel_sum, best_other, margin_counts = np.zeros(n), np.full(n, np.nan), np.zeros(n, np.int64)
+        margin_args = (p, q64, self.v, nq * self.c32, nq * self.c64, self.ng, self.a32, self.ng_max,
+                       nq * self.ng_max < OVERFLOW_SAFE, rel.order, rel.start, rel.count, rel_sum, best_other,
+                       margin_counts)
+        if n and g:
+            if THREADS == 1 or n <= ROWS_PER_TASK:
+                K.margin_rows(*margin_args, 0, n)
+            else:
+                with ThreadPoolExecutor(max_workers=THREADS) as pool:
+                    list(pool.map(lambda s: K.margin_rows(*margin_args, s, min(s + ROWS_PER_TASK, n)),
+                                  range(0, n, ROWS_PER_TASK)))
         if stats is not None:
             tot = counts.sum(axis=0)
-            stats.add(RecheckStats(n * g, int(tot[0]), int(tot[3]), int(tot[1]), int(tot[2])))
-        return BlockResult(RetrievalMetrics(*out), top_rows, top_scores)
+            stats.add(RecheckStats(n * g, int(tot[0]), int(tot[3]), int(tot[1]), int(tot[2]),
+                                   int(margin_counts.sum())))
+        return BlockResult(RetrievalMetrics(*out, top_margin=margin_from_parts(rel_sum, rel.count, best_other)),
+                           top_rows, top_scores)
 
 
 __all__ = ["BlockResult", "KeyIndex", "RecheckStats", "RecheckedGallery", "Relevance", "auto_block",

@@ -16,6 +16,7 @@ from fpr.eval.relevance import LabelCodes, check_scope
 from fpr.index import exact, faiss_index
 from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
+from fpr.metrics.top_margin import top_margin
 
 BLOCK_BYTES = int(float(os.environ.get("FPR_EVAL_BLOCK_MB", "256")) * 2 ** 20)
 
@@ -62,7 +63,7 @@ def auto_block(n_columns: int) -> int:
 
 def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: str, gallery_scores, k: int, *,
                  block: int | None = None, stats: recheck.RecheckStats | None = None) -> Scored:
-    """AP, ranks, CMC, mINP and top-k for the queries ``ok``, streamed in blocks of queries.
+    """AP, ranks, CMC, mINP, top margin and top-k for the queries ``ok``, streamed in blocks of queries.
 
     Peak memory grows with block x G (scope all) or block x G_group (scope group: the
     queries are taken group by group and scored against that group's gallery rows only),
@@ -121,6 +122,7 @@ def score_blocks(qvecs: np.ndarray, ok: np.ndarray, codes: LabelCodes, scope: st
             scores = part.scores(qb)
             rel = codes.q_key[rows][:, None] == g_key[None, :]
             m = retrieval_metrics(scores, rel)
+            m.top_margin = top_margin(scores, rel)
             for spec in specs:
                 values[spec.column][p] = spec.compute(m, part.n)
             if kk:

@@ -41,6 +41,8 @@ class RetrievalMetrics:
     first_hit_rank: np.ndarray  # (Q,) int64, 1-based; 0 when no relevant item
     last_hit_rank: np.ndarray  # (Q,) int64
     n_relevant: np.ndarray  # (Q,) int64
+    # (Q,) float64 top margin (fpr.metrics.top_margin); set by fpr.eval.scoring, None from the engine alone
+    top_margin: np.ndarray | None = None
 
     def cmc(self, k: int) -> np.ndarray:
         return ((self.first_hit_rank >= 1) & (self.first_hit_rank <= k)).astype(np.float64)

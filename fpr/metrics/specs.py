@@ -38,6 +38,9 @@ class MetricSpec:
     interval: bool = False  # summary rows carry a bootstrap 95% interval
     higher_is_better: bool = True  # the direction agreement statistics assume
     sql_type: str = "DOUBLE"
+    # the workspace schema version that added its column: 1 for fpr 0.1.0's; a later one is appended to
+    # ``query_results`` by an ``AddColumn`` migration, so it is declared after the table's other columns
+    schema_version: int = 1
 
 
 def _cmc(k: int) -> ComputeFn:
@@ -72,6 +75,10 @@ PER_QUERY_METRICS: tuple[MetricSpec, ...] = (
                lambda m, n_scope: m.inp, summary="minp", summary_label="mINP", rule="inp"),
     MetricSpec("sim", "mean cosine similarity to the query's Sim references (see sim_source)", "Sim",
                None, summary="sim", rule="sim", interval=True),
+    MetricSpec("top_margin", "top margin: mean score of the identity's gallery images minus the best impostor's "
+                             "(fpr.metrics.top_margin; not AP)", "top margin",
+               lambda m, n_scope: m.top_margin, summary="top_margin", summary_label="top margin",
+               rule="top_margin", interval=True, schema_version=4),
 )
 
 

@@ -98,10 +98,12 @@ def build_tables(metrics: tuple[MetricSpec, ...] = PER_QUERY_METRICS) -> dict[st
             Column("content_hash", "VARCHAR", export=False), Column("method", "VARCHAR"),
             Column("identity", "VARCHAR"), Column("group_name", "VARCHAR"), Column("prompt", "VARCHAR"),
             Column("reference_paths", "VARCHAR"), Column("status", "VARCHAR"),
-            *(Column(m.column, m.sql_type, metric=m) for m in metrics),
+            *(Column(m.column, m.sql_type, metric=m) for m in metrics if m.schema_version == 1),
             Column("n_references", "INTEGER"),
             Column("extra", "JSON", export=False),  # the queries file's other columns, exported as columns
-            Column("sim_source", "VARCHAR")),  # which references Sim used: sim_reference | reference_paths | identity
+            Column("sim_source", "VARCHAR"),  # which references Sim used: sim_reference | reference_paths | identity
+            # metrics added by a migration: appended, where ALTER TABLE puts them in an old workspace
+            *(Column(m.column, m.sql_type, metric=m) for m in metrics if m.schema_version > 1)),
             ("run_id", "query_id"), "one row per query of a run"),
         Table("aux_scores", (
             Column("run_id", "VARCHAR"), Column("query_id", "VARCHAR"), Column("scorer", "VARCHAR"),
@@ -216,6 +218,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "VISTAR routing of queries (vistar_prompts) and the evaluation tensor view (vistar_tensor)", (
         Sql(TABLES["vistar_prompts"].ddl()),
         Sql(view_ddl("vistar_tensor")),
+    )),
+    # runs stored before keep NULL: their scores are not stored, so it cannot be recomputed from the workspace
+    Migration(4, "top margin per-query metric (fpr.metrics.top_margin); NULL for runs stored before", (
+        AddColumn("query_results", "top_margin"),
     )),
 )
 

@@ -46,7 +46,7 @@ KEEP_RULE = "top1 and ap >= 0.9 and not copy_paste"  # the rule docs/workflows.m
 # nothing drifted; that they copy is the copy-paste scorer's business). The oracle has no drift value
 # and is in neither set.
 AGREEMENT_SETS = ("generations", "with copies")
-AGREEMENT_METRICS = (("mAP", "ap"), ("Sim", "sim"))
+AGREEMENT_METRICS = (("mAP", "ap"), ("Sim", "sim"), ("top margin", "top_margin"))  # top margin: fpr.metrics.top_margin
 # The drift ladder in new scenes, the two reference-layout failures (the IP-Adapter-Plus behaviour of the
 # paper's appendix C: the reference's layout with the subject lost; its whole scene, a quarter redrawn) and
 # the copy controls: 11 methods (world version 2 had 10), so the demo's run time grows by about a tenth.

@@ -52,12 +52,14 @@ out = {"arch": [i.get("architecture") for i in threadpool_info() if i.get("inter
 for scope in ("all", "group"):
     for block in (3, None):
         s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10, block=block)
-        out[f"{scope}-{block}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.top_rows, s.top_scores)
+        out[f"{scope}-{block}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.values["top_margin"], s.top_rows,
+                                          s.top_scores)
 from fpr.eval import recheck as RC
 RC.PATH = "full"  # the previous path, every score exact: the recheck path (default above) must equal it
 for scope in ("all", "group"):
     s = P.score_blocks(qv, np.arange(q), labels.codes(qdf), scope, gi, 10)
-    out[f"full-{scope}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.top_rows, s.top_scores)
+    out[f"full-{scope}"] = digest(s.values["ap"], s.values["first_hit_rank"], s.values["top_margin"], s.top_rows,
+                                          s.top_scores)
 RC.PATH = "auto"
 out["loo_map"] = json.dumps(P.leave_one_out_map(v, idents, groups), sort_keys=True)
 out["fallbacks"] = stats.fallbacks

@@ -1,7 +1,8 @@
 """The recheck path (fpr.eval.recheck): float32 proposals + exact rechecks give the same bits as the
 exact scores through the metric engine and top_k, on hand-computed rows, adversarial rows (1-ulp gaps,
 ties, zeros of either sign, many equal relevant scores, cancellation that float32 cannot resolve),
-random and clustered data, and proposals perturbed anywhere within the error bound (any BLAS)."""
+random and clustered data, and proposals perturbed anywhere within the error bound (any BLAS); the top
+margin (fpr.metrics.top_margin: the relevant items' and the best impostor's exact scores) likewise."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from fpr.eval import recheck as R
 from fpr.index import exact as E
 from fpr.metrics.ranking import retrieval_metrics, top_k
+from fpr.metrics.top_margin import top_margin
 
 pytestmark = pytest.mark.determinism
 
@@ -20,6 +22,7 @@ def _full(q: np.ndarray, v: np.ndarray, rel: np.ndarray, k: int):
     """The previous path: every score exact, then the metric engine and top_k."""
     s = E.exact_scores(q, v)
     m = retrieval_metrics(s, rel)
+    m.top_margin = top_margin(s, rel)  # the definition, from every exact score
     idx, val = top_k(s, k)
     return m, idx, val
 
@@ -32,6 +35,7 @@ def _rechecked(q, v, rel, k, proposals=None, stats=None):
 def _assert_same_bits(a, b):
     (ma, ia, va), (mb, ib, vb) = a, b
     np.testing.assert_array_equal(ma.ap.view(np.int64), mb.ap.view(np.int64))
+    np.testing.assert_array_equal(ma.top_margin.view(np.int64), mb.top_margin.view(np.int64))
     for f in ("first_hit_rank", "last_hit_rank", "n_relevant"):
         np.testing.assert_array_equal(getattr(ma, f), getattr(mb, f))
     np.testing.assert_array_equal(ia, ib)

@@ -199,6 +199,9 @@ def test_a_querys_scores_do_not_depend_on_its_block(source, scope):
     # the definition: float32 of the exact inner product, here from float64 BLAS in one call
     ref = np.where(scope == "all" or np.equal.outer(qdf["group"].to_numpy(), groups), exact_scores(qv, v), -np.inf)
     np.testing.assert_array_equal(whole.top_scores, np.take_along_axis(ref, whole.top_rows, 1))
+    from fpr.metrics.top_margin import top_margin  # the definition, from the scoped exact scores
+    rel = np.equal.outer(qdf["identity"].to_numpy(), labels.identities) & np.isfinite(ref)
+    np.testing.assert_array_equal(whole.values["top_margin"].view(np.int64), top_margin(ref, rel).view(np.int64))
     for threads in (1, 2):
         with threadpool_limits(limits=threads, user_api="blas"):
             for block in (1, 2, 3, 5, 64, None):
@@ -207,6 +210,8 @@ def test_a_querys_scores_do_not_depend_on_its_block(source, scope):
                 np.testing.assert_array_equal(out.top_rows, whole.top_rows)
                 np.testing.assert_array_equal(out.values["ap"], whole.values["ap"])
                 np.testing.assert_array_equal(out.values["first_hit_rank"], whole.values["first_hit_rank"])
+                np.testing.assert_array_equal(out.values["top_margin"].view(np.int64),
+                                              whole.values["top_margin"].view(np.int64))
 
 
 @pytest.mark.determinism

@@ -197,3 +197,40 @@ def test_current_workspace_reads_on_a_read_only_folder(old_workspace, monkeypatc
         api.delete_run("r1", workspace=old_workspace / "ws")
     assert (old_workspace / "ws" / "fpr.duckdb").read_bytes() == before
     assert os.path.exists(old_workspace / "ws" / "fpr.duckdb")
+
+
+def test_top_margin_is_null_for_old_runs_and_computed_for_new_ones(old_workspace, tiny_tree):
+    """Migration 4 adds ``top_margin``: the 0.1.0 runs keep NULL (their scores are not stored, so it cannot be
+    recomputed), their summaries say NaN/None for it and keep every other figure; a new run computes it."""
+    from fpr.index import exact
+    from fpr.metrics.top_margin import top_margin
+
+    ws = old_workspace / "ws"
+    runs = api.list_runs(workspace=ws)  # opening migrates
+    with Workspace.open(ws).read() as con:
+        got = con.execute("SELECT count(*), count(top_margin) FROM query_results").fetchone()
+    assert got == (sum(r["n_queries"] for r in runs), 0)
+    old = api.load_run("r1", workspace=ws)
+    assert old.per_query["top_margin"].isna().all()
+    assert all(r["top_margin"] is None for r in old.summary_records())
+    api.import_gallery("fresh", api.read_folder(tiny_tree), api.GallerySpec(references_per_identity=1), workspace=ws)
+    info = api.build_index("fresh", "pixels-16", workspace=ws)
+    rows = [{"path": str(p), "identity": p.parent.name, "group": p.parent.parent.name, "method": "m"}
+            for p in sorted(tiny_tree.glob("*/*/3.png"))]
+    res = api.run_query(info.name, pd.DataFrame(rows), run="fresh-run", workspace=ws)
+    pq = res.per_query
+    assert pq["top_margin"].notna().all()
+    # the definition from every exact score: the queries' and the gallery's embeddings, scoped to the group
+    from fpr.workflows.embeddings import embed
+
+    gal = [it for it in api.gallery_items("fresh", workspace=ws) if it.role == "gallery"]
+    s = exact.exact_scores(embed("pixels-16", [r["path"] for r in rows]).vectors,
+                           embed("pixels-16", [it.path for it in gal]).vectors)
+    q_group, q_id = np.array([r["group"] for r in rows]), np.array([r["identity"] for r in rows])
+    in_scope = q_group[:, None] == np.array([it.group for it in gal])[None, :]
+    rel = in_scope & (q_id[:, None] == np.array([it.identity for it in gal])[None, :])
+    want = top_margin(np.where(in_scope, s, -np.inf).astype(np.float32), rel)
+    np.testing.assert_array_equal(pq["top_margin"].to_numpy(np.float64), want)
+    assert np.isfinite(want).all()  # pixels-16 ranks an impostor above the mean relevant score for all six
+    reloaded = api.load_run("fresh-run", workspace=ws).per_query
+    np.testing.assert_array_equal(reloaded["top_margin"].to_numpy(np.float64), pq["top_margin"].to_numpy(np.float64))
