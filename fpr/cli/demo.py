@@ -33,7 +33,7 @@ from fpr.render.cells import dumps, format_cell, render_rows
               help="Gallery images per identity (default: the world's; 10, 6 with --quick).")
 @click.option("--lookalikes", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
               help="Share of markings each identity shares with its look-alike family (default: the world's; "
-                   "easy 0, paper 0.85).")
+                   "easy 0, paper 0.9).")
 @click.option("--family-size", type=click.IntRange(min=2), default=None,
               help="Identities per look-alike family (default 2: pairs).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")

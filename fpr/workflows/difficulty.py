@@ -23,7 +23,8 @@ from fpr.workflows.runs import _embedder, _index_encoder
 
 # The oracle's AP = 1 share at or above which a gallery is called saturated: then at least half of the
 # real images' queries tie at the top, so methods as good as a real photograph cannot be ordered (the
-# built-in easy world's specialist: 0.9+; the paper-difficulty world: ~0.45, benchmarks/results/paper_world.md).
+# specialist on the easy world: 0.90-0.98; on the paper-difficulty world: 0.01-0.09,
+# benchmarks/results/paper_world.md).
 SATURATED_AP_ONE = 0.5
 
 
