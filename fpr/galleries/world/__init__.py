@@ -52,7 +52,8 @@ Stress conditions (off by default; the gallery then renders as in version 2):
 markings with one common pattern (look-alikes); ``lookalikes`` (0..1) makes them come in look-alike
 families of ``family_size`` (pairs by default): each gallery identity takes that share of its markings
 from its family's pattern, in one region per family, so every identity has ``family_size - 1`` nearest
-impostors (as real Re-ID galleries have) and the rest of the group stays as distinct as before; ``home_background`` (0..1) takes that
+impostors (as real Re-ID galleries have) and the rest of the group stays as distinct as before;
+``home_background`` (0..1) takes that
 share of an identity's real images at its own home background, as camera sites do
 in real re-identification data; ``occlusion`` puts an occluder over the region a graded
 query's drift redraws (drift hidden from any encoder).
