@@ -50,12 +50,11 @@ def _spec(kw: dict) -> api.GallerySpec:
                        of_interest=api.identities_of_interest(kw["of_interest"]) if kw["of_interest"] else ())
 
 
-def _print_info(ctx, info: api.GalleryInfo, fmt: str) -> None:
+def _print_info(info: api.GalleryInfo, fmt: str, workspace=None) -> None:
     """The gallery's row; with nearest impostors, its difficulty under their encoder (an index is built)."""
     difficulty = None
     if info.spec.get("impostors"):
-        difficulty = api.indexed_difficulty(info.name, info.spec["impostor_encoder"],
-                                            workspace=ctx.obj["workspace"])
+        difficulty = api.indexed_difficulty(info.name, info.spec["impostor_encoder"], workspace=workspace)
     if fmt == "json":
         click.echo(dumps({**info.as_row(), "report": info.report, "spec": info.spec,
                           **({"difficulty": difficulty.as_json()} if difficulty else {})}))
@@ -79,7 +78,7 @@ def import_cmd(ctx, name, manifest, folder, overwrite, fmt, **kw) -> None:
     source = f"manifest:{manifest}" if manifest else f"folder:{folder}"
     info = api.import_gallery(name, records, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
                               source=source, overwrite=overwrite)
-    _print_info(ctx, info, fmt)
+    _print_info(info, fmt, ctx.obj["workspace"])
 
 
 @gallery.command("curate")
@@ -93,7 +92,7 @@ def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:
     """Derive a gallery from a stored one: N identities per group, M images per identity."""
     info = api.curate_gallery(source, name, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
                               overwrite=overwrite)
-    _print_info(ctx, info, fmt)
+    _print_info(info, fmt, ctx.obj["workspace"])
 
 
 @gallery.command("list")
