@@ -27,6 +27,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.indices": ("IndexInfo", "build_index", "list_indices", "load_index", "delete_index"),
     "fpr.workflows.runs": ("RunResult", "run_query", "run_query_encoders", "read_queries", "load_run", "report",
                            "delete_run", "run_ids", "runs_document"),
+    "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
     "fpr.workflows.listing": ("list_runs",),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
                               "export_run", "export_document", "compare"),

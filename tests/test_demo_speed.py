@@ -39,7 +39,7 @@ def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, mo
 
     monkeypatch.setattr(demo, "_background_seeds", spy)
     forked = demo.run_demo(workspace=tmp_path / "a", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
-    assert seen == [[1]]  # seed 1 was evaluated in the background process
+    assert seen == [[("easy", 1)]]  # (world, seed): seed 1 of the demo's world was evaluated in the background process
     monkeypatch.setattr(W, "fork_safe", lambda: False)  # no pool, no background process: the old path
     inline = demo.run_demo(workspace=tmp_path / "b", quick=True, config=TINY, claim_seeds=2, copy_paste=False)
     assert sorted(forked.general_runs) == [0, 1] and forked.claims is not None

@@ -24,6 +24,18 @@ from fpr.render.cells import dumps, format_cell, render_rows
                    "sites: gallery backgrounds correlate with identity).")
 @click.option("--occlusion", is_flag=True,
               help="Stress: an occluder over the region each graded query's drift redraws (drift hidden).")
+@click.option("--world", type=click.Choice(["easy", "paper"]), default="easy", show_default=True,
+              help="The named world: easy (the quick look: the specialist's oracle mAP near 1) or paper (look-alike "
+                   "pairs: its oracle mAP in the paper's range 0.75-0.85). The full demo's verdicts run on both.")
+@click.option("--identities", type=click.IntRange(min=2), default=None,
+              help="Identities per species (default: the world's; 10, 5 with --quick).")
+@click.option("--gallery-images", type=click.IntRange(min=1), default=None,
+              help="Gallery images per identity (default: the world's; 10, 6 with --quick).")
+@click.option("--lookalikes", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+              help="Share of markings each identity shares with its look-alike family (default: the world's; "
+                   "easy 0, paper 0.9).")
+@click.option("--family-size", type=click.IntRange(min=2), default=None,
+              help="Identities per look-alike family (default 2: pairs).")
 @click.option("--run", default=None, help="Run id (default: generated; an existing one is replaced).")
 @device_option()
 @click.option("--no-copy-paste", is_flag=True, help="Skip the copy-paste scorer (faster; no flag rates).")
@@ -34,8 +46,8 @@ from fpr.render.cells import dumps, format_cell, render_rows
                    "nothing there (also: FPR_WORLD_CACHE=0). The files are the same bytes either way.")
 @format_option()
 @click.pass_context
-def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background, occlusion, run, device,
-             no_copy_paste, general, no_world_cache, fmt) -> None:
+def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background, occlusion, world, identities,
+             gallery_images, lookalikes, family_size, run, device, no_copy_paste, general, no_world_cache, fmt) -> None:
     """Render the built-in world, evaluate its simulated methods, print the table and a validity check."""
     from fpr.workflows.demo import paper_table, run_demo, validity_lines
     from fpr.render.cells import interval_footnote
@@ -43,7 +55,8 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
     res = run_demo(workspace=ctx.obj["workspace"], seed=seed, quick=quick, out=out, encoder=encoder,
                    siblings=siblings, device=device, run=run, copy_paste=not no_copy_paste,
                    general=general or None, profiles=profiles, home_background=home_background, occlusion=occlusion,
-                   world_cache=not no_world_cache)
+                   world_cache=not no_world_cache, world=world, identities=identities, gallery=gallery_images,
+                   lookalikes=lookalikes, family_size=family_size)
     if fmt == "json":
         click.echo(dumps(res.as_json()))
         return
@@ -68,6 +81,8 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
                                  "mean_score": round(v["copy_paste_mean_score"][m], 3),
                                  "kept": round(v["kept_share"][m], 3)} for m in v["copy_paste_flag_rate"]], "table"))
     click.echo("")
+    if "oracle_map" in res.validity:
+        click.echo(_difficulty(res).line(hint="the paper-difficulty world: fpr demo --world paper"))
     for line in validity_lines(res.validity):
         click.echo(line)
     agreement = res.validity.get("agreement") or []
@@ -94,8 +109,10 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
     if res.general_runs:  # the general-purpose encoder's half of the 2x2 is a run of its own (no copies)
         click.echo(f"the general-purpose encoder's run (Sim vs mAP per method): fpr report --run "
                    f"{res.general_runs[min(res.general_runs)][1]}")
-    if res.claims:
-        _print_claims(res)
+    worlds = res.claims_worlds or ([{"world": res.world.get("world", "easy"), "config": {}, "claims": res.claims,
+                                     "general_runs": res.general_runs}] if res.claims else [])
+    for entry in worlds:  # the demo's world first; the verdicts last
+        _print_claims(res, entry)
 
 
 def headroom_lines(rows: list[dict], encoder: str) -> list[str]:
@@ -111,12 +128,28 @@ def headroom_lines(rows: list[dict], encoder: str) -> list[str]:
             + [f"warning: {w}" for w in headroom_warnings(rows)])
 
 
-def _print_claims(res) -> None:
-    """Last: the paper's 2x2 per seed and method, and the verdict block (whatever it says)."""
-    spec_run, gen_run = res.general_runs[min(res.general_runs)]
-    click.echo(f"\ngeneral-purpose encoder {res.claims['info']['general']} (a stand-in for CLIP/DINOv2, not them), "
-               f"specialist {res.encoder}; one seed again: fpr meta --run {spec_run} --truth drift --general {gen_run}")
-    for line in world_claims_lines(res.claims):
+def _difficulty(res):
+    """The demo gallery's difficulty: its oracle rows (the reference images as queries) of the demo's run."""
+    from fpr.workflows.difficulty import Difficulty
+
+    oracle = [r for r in res.summary if r.get("method") == "oracle" and r.get("group") == "*"]
+    n = int(oracle[0]["n_queries"]) if oracle else 0
+    return Difficulty(res.index, res.gallery, res.encoder, n, res.validity["oracle_map"],
+                      res.validity.get("ap_one_share", {}).get("oracle", float("nan")))
+
+
+def _print_claims(res, entry: dict) -> None:
+    """Last: the paper's 2x2 per seed and method, and the verdict block (whatever it says), of one world."""
+    claims, general_runs = entry["claims"], entry["general_runs"]
+    spec_run, gen_run = general_runs[min(general_runs)]
+    cfg = entry.get("config") or {}
+    shape = (f" ({cfg['identities']} identities x {cfg['gallery']} gallery images per species"
+             + (f", look-alike families of {cfg['family_size']} sharing {cfg['lookalikes']:g}" if cfg.get("lookalikes")
+                else "") + ")") if cfg else ""
+    click.echo(f"\nworld {entry['world']}{shape}: general-purpose encoder {claims['info']['general']} (a stand-in "
+               f"for CLIP/DINOv2, not them), specialist {res.encoder}; one seed again: fpr meta --run {spec_run} "
+               f"--truth drift --general {gen_run}")
+    for line in world_claims_lines(claims, world=entry["world"]):
         click.echo(line)
 
 

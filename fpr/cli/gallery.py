@@ -23,22 +23,45 @@ def curation_options(f):
     f = click.option("--identities-per-group", type=click.IntRange(min=1), default=None, help="N identities per group (default all).")(f)
     f = click.option("--per-identity", "gallery_per_identity", type=click.IntRange(min=1), default=None,
                      help="M gallery images per identity (default all).")(f)
+    f = click.option("--of-interest", type=click.Path(dir_okay=False), default=None,
+                     help="With --impostors: a table naming the identities of interest (identity[, group] columns, "
+                          "e.g. your queries CSV); default every identity.")(f)
+    f = click.option("--impostor-encoder", default=None,
+                     help="Encoder whose nearest impostors --impostors keeps (e.g. fpr-world-v3); the gallery's "
+                          "difficulty under it is printed.")(f)
+    f = click.option("--impostors", type=click.IntRange(min=1), default=None,
+                     help="Keep, per identity of interest, its K nearest impostor identities (highest centroid "
+                          "cosine under --impostor-encoder): a gallery as hard as that encoder finds it.")(f)
     f = click.option("--references", "references_per_identity", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Reference images per identity taken from images without a role.")(f)
     return f
 
 
 def _spec(kw: dict) -> api.GallerySpec:
+    if kw["of_interest"] and kw["impostors"] is None:
+        raise click.UsageError("--of-interest names the identities whose impostors --impostors K keeps: pass "
+                               "--impostors too")
+    if kw["impostors"] is not None and not kw["impostor_encoder"]:
+        raise click.UsageError("--impostors needs --impostor-encoder (the encoder the impostors are nearest under)")
     return api.GallerySpec(references_per_identity=kw["references_per_identity"],
                        gallery_per_identity=kw["gallery_per_identity"],
-                       identities_per_group=kw["identities_per_group"], sampling=kw["sampling"], seed=kw["seed"])
+                       identities_per_group=kw["identities_per_group"], sampling=kw["sampling"], seed=kw["seed"],
+                       impostors=kw["impostors"], impostor_encoder=kw["impostor_encoder"],
+                       of_interest=api.identities_of_interest(kw["of_interest"]) if kw["of_interest"] else ())
 
 
-def _print_info(info: api.GalleryInfo, fmt: str) -> None:
+def _print_info(info: api.GalleryInfo, fmt: str, workspace=None) -> None:
+    """The gallery's row; with nearest impostors, its difficulty under their encoder (an index is built)."""
+    difficulty = None
+    if info.spec.get("impostors"):
+        difficulty = api.indexed_difficulty(info.name, info.spec["impostor_encoder"], workspace=workspace)
     if fmt == "json":
-        click.echo(dumps({**info.as_row(), "report": info.report, "spec": info.spec}))
+        click.echo(dumps({**info.as_row(), "report": info.report, "spec": info.spec,
+                          **({"difficulty": difficulty.as_json()} if difficulty else {})}))
     else:
         click.echo(render_rows([info.as_row()], fmt))
+        if difficulty is not None:
+            click.echo(difficulty.line() + f" (index {difficulty.index})")
 
 
 @gallery.command("import")
@@ -55,7 +78,7 @@ def import_cmd(ctx, name, manifest, folder, overwrite, fmt, **kw) -> None:
     source = f"manifest:{manifest}" if manifest else f"folder:{folder}"
     info = api.import_gallery(name, records, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
                               source=source, overwrite=overwrite)
-    _print_info(info, fmt)
+    _print_info(info, fmt, ctx.obj["workspace"])
 
 
 @gallery.command("curate")
@@ -69,7 +92,7 @@ def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:
     """Derive a gallery from a stored one: N identities per group, M images per identity."""
     info = api.curate_gallery(source, name, _spec(kw), workspace=ctx.obj["workspace"], encoder=kw["encoder"],
                               overwrite=overwrite)
-    _print_info(info, fmt)
+    _print_info(info, fmt, ctx.obj["workspace"])
 
 
 @gallery.command("list")

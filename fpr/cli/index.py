@@ -29,15 +29,27 @@ def index() -> None:
 @click.option("--type", "index_type", type=click.Choice(["flat", "ivf", "hnsw"]), default="flat", show_default=True,
               help="Search index for top-k lookups: flat (exact) or approximate ivf/hnsw for large galleries "
                    "(recall@10 against flat is measured into the card; AP stays exact).")
+@click.option("--no-difficulty", is_flag=True,
+              help="Skip the gallery's difficulty (the oracle: its reference images as queries, mAP and AP = 1 "
+                   "share, as fpr query --oracle computes them).")
 @format_option()
 @click.pass_context
 def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers, overwrite, background, index_type,
-              fmt) -> None:
-    """Embed a gallery and write its index and card."""
+              no_difficulty, fmt) -> None:
+    """Embed a gallery and write its index and card; print the gallery's difficulty for the encoder."""
     info = api.build_index(gallery, encoder, name=name, workspace=ctx.obj["workspace"], weights=weights,
                            device=device, batch_size=batch_size, workers=workers, overwrite=overwrite,
                            background=background, index_type=index_type)
-    click.echo(dumps(info.as_row()) if fmt == "json" else render_rows([info.as_row()], fmt))
+    difficulty = None
+    if not no_difficulty and info.n_references:
+        difficulty = api.gallery_difficulty(info.name, workspace=ctx.obj["workspace"], device=device,
+                                            batch_size=batch_size, workers=workers)
+    if fmt == "json":
+        click.echo(dumps({**info.as_row(), **({"difficulty": difficulty.as_json()} if difficulty else {})}))
+        return
+    click.echo(render_rows([info.as_row()], fmt))
+    if difficulty is not None and fmt == "table":
+        click.echo(difficulty.line())
 
 
 @index.command("list")

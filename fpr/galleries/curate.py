@@ -6,6 +6,13 @@ or by ``kmeans`` (k-means with k=M on embeddings, keep the image nearest each
 centroid); exact duplicates (same content hash) are removed and reported.
 Sampling is seeded per (seed, group, identity), so adding an identity does not
 reshuffle the others.
+
+Nearest impostors (``impostors`` K, the paper's "visually similar" identities): instead of N
+identities at random, a group keeps its identities of interest (``of_interest``: those the queries
+name; default every identity) and, for each, the K other identities of the group whose centroid (the
+mean of the identity's unit-normalised image embeddings) has the highest cosine with its own under the
+curation's encoder, so the gallery is as hard as that encoder finds it. This module never loads a
+model: the caller passes ``embed(paths) -> vectors`` (as for k-means sampling).
 """
 from __future__ import annotations
 
@@ -33,8 +40,19 @@ class GallerySpec:
     sampling: str = "random"
     seed: int = 0
     min_identities_per_group: int = 2
+    impostors: int | None = None  # K nearest impostor identities kept per identity of interest (None: off)
+    of_interest: tuple[str, ...] = ()  # identities of interest ("identity" or "group/identity"); () = all
+    impostor_encoder: str | None = None  # the encoder the impostors are nearest under (recorded; the caller embeds)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "of_interest", tuple(self.of_interest))
+        if self.impostors is not None and self.impostors < 1:
+            raise InputError(f"impostors must be positive, got {self.impostors}")
+        if self.impostors is not None and self.identities_per_group is not None:
+            raise InputError("give --impostors or --identities-per-group, not both",
+                             hint="--impostors keeps the identities of interest and their nearest impostors")
+        if self.of_interest and self.impostors is None:
+            raise InputError("identities of interest select nearest impostors: pass --impostors K too")
         if self.sampling not in SAMPLINGS:
             raise InputError(f"unknown sampling '{self.sampling}'", hint=f"valid: {', '.join(SAMPLINGS)}")
         for name in ("references_per_identity", "gallery_per_identity", "identities_per_group"):
@@ -57,6 +75,7 @@ class CurationReport:
     references_asked: int = 0  # --references (images without a role)
     short_of_references: dict[str, int] = field(default_factory=dict)  # group/identity -> references it got
     n_identities: int = 0  # identities kept
+    impostors: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # group/identity -> (impostor, cos)
 
     def warnings(self) -> list[str]:
         """One line per way the gallery differs from what was asked (fewer images than requested)."""
@@ -81,6 +100,12 @@ class CurationReport:
         if self.groups_short_of_identities:
             out.append("group(s) with fewer identities than requested (kept all): "
                        + ", ".join(self.groups_short_of_identities))
+        if self.impostors:
+            nearest = [imps[0][1] for imps in self.impostors.values() if imps]
+            out.append(f"kept {len(self.impostors)} identit{'y' if len(self.impostors) == 1 else 'ies'} of interest "
+                       f"and their nearest impostors ({self.n_identities} identities in all); cosine of an "
+                       f"identity's nearest impostor: mean {np.mean(nearest):.3f}, max {np.max(nearest):.3f}"
+                       if nearest else f"kept {len(self.impostors)} identities of interest (no impostor left)")
         return out
 
 
@@ -122,18 +147,85 @@ def kmeans_pick(vectors: np.ndarray, k: int, seed: int) -> list[int]:
     return sorted(chosen)
 
 
+def identity_centroids(images: dict[str, list[str]], embed: EmbedFn) -> dict[str, np.ndarray]:
+    """Per identity: the unit-normalised mean of its images' unit-normalised embeddings (one embed call)."""
+    names = sorted(images)
+    paths = [p for n in names for p in images[n]]
+    vecs = np.asarray(embed(paths), dtype=np.float64)
+    if vecs.shape[0] != len(paths):
+        raise InputError(f"the embed function returned {vecs.shape[0]} vectors for {len(paths)} images")
+    vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    out, start = {}, 0
+    for n in names:
+        c = vecs[start:start + len(images[n])].mean(0)
+        out[n] = c / max(float(np.linalg.norm(c)), 1e-12)
+        start += len(images[n])
+    return out
+
+
+def nearest_impostors(centroids: dict[str, np.ndarray], of_interest: Sequence[str], k: int
+                      ) -> dict[str, list[tuple[str, float]]]:
+    """Per identity of interest: its ``k`` other identities of highest centroid cosine, (name, cosine), best
+    first (ties by name)."""
+    names = sorted(centroids)
+    mat = np.stack([centroids[n] for n in names])
+    out = {}
+    for i in of_interest:
+        cos = mat @ centroids[i]
+        order = sorted((j for j in range(len(names)) if names[j] != i), key=lambda j: (-cos[j], names[j]))
+        out[i] = [(names[j], float(cos[j])) for j in order[:k]]
+    return out
+
+
+def _interest_in(group: str, identities: list[str], spec: GallerySpec) -> list[str]:
+    """The group's identities of interest: every one when none are named."""
+    if not spec.of_interest:
+        return identities
+    named = {x.split("/", 1)[1] if "/" in x else x for x in spec.of_interest
+             if "/" not in x or x.split("/", 1)[0] == group}
+    return [i for i in identities if i in named]
+
+
+def _impostor_identities(group: str, identities: list[str], idents: dict[str, list[ImageRecord]],
+                         spec: GallerySpec, embed: EmbedFn | None, report: CurationReport) -> list[str]:
+    """The group's identities of interest and their ``spec.impostors`` nearest impostors (sorted)."""
+    interest = _interest_in(group, identities, spec)
+    if not interest:
+        return []
+    if embed is None:
+        raise InputError("nearest-impostor curation needs an encoder", hint="pass --impostor-encoder")
+    centroids = identity_centroids({i: [r.path for r in sorted(idents[i], key=lambda r: r.path)]
+                                    for i in identities}, embed)
+    picks = nearest_impostors(centroids, interest, spec.impostors)
+    for i, imps in picks.items():
+        report.impostors[f"{group}/{i}"] = imps
+    return sorted(set(interest) | {j for imps in picks.values() for j, _ in imps})
+
+
 def curate(records: list[ImageRecord], spec: GallerySpec, *, embed: EmbedFn | None = None,
-           where: str = "gallery") -> tuple[list[GalleryItem], CurationReport]:
+           where: str = "gallery", impostor_embed: EmbedFn | None = None) -> tuple[list[GalleryItem], CurationReport]:
+    """Curate records into gallery items. ``embed``: vectors for k-means sampling; ``impostor_embed``: vectors
+    for nearest-impostor identity selection (``spec.impostors``)."""
     report = CurationReport()
     records = dedupe(records, report)
     by_group: dict[str, dict[str, list[ImageRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         by_group[r.group][r.identity].append(r)
+    if spec.of_interest:
+        known = {i for g in by_group.values() for i in g} | {f"{g}/{i}" for g, v in by_group.items() for i in v}
+        missing = [x for x in spec.of_interest if x not in known]
+        if missing:
+            raise InputError(f"identity of interest '{missing[0]}' is not in the pool ({len(missing)} missing)",
+                             where=where, hint="name identities the pool has (identity or group/identity)")
 
     chosen: list[tuple[ImageRecord, str]] = []
     for group in sorted(by_group):
         identities = sorted(by_group[group])
-        if spec.identities_per_group is not None:
+        if spec.impostors is not None:
+            identities = _impostor_identities(group, identities, by_group[group], spec, impostor_embed, report)
+            if not identities:
+                continue  # no identity of interest in this group
+        elif spec.identities_per_group is not None:
             if len(identities) < spec.identities_per_group:
                 report.groups_short_of_identities.append(f"{group} ({len(identities)})")
             else:

@@ -54,6 +54,13 @@ DEMO_METHODS = ("new-scene@0", "new-scene@0.1", "new-scene@0.25", "new-scene@0.5
                 "ref-scene@0.25", "paste", "paste-mirror", "paste-rescale", "edit")
 FULL = dict(identities=10, gallery=10, references=3, queries=3, methods=DEMO_METHODS)
 QUICK = dict(identities=5, gallery=6, references=2, queries=2, methods=DEMO_METHODS)
+# The paper-difficulty world: look-alike pairs sharing most of their markings, so the specialist's oracle mAP
+# sits in the paper's range (MiewID 0.803 on its Re-ID gallery, Table 1; 0.75-0.85) by the gallery, not by a
+# weaker encoder. Calibrated on world seeds 100-101, checked on held-out seeds 0, 1, 2 and 7
+# (benchmarks/paper_world.py, benchmarks/results/paper_world.md). Its sizes are FULL's unless named here.
+PAPER = dict(identities=10, gallery=10, lookalikes=0.9, family_size=2)
+# Named worlds (fpr demo --world): the look-alike and size fields each sets over FULL (QUICK with --quick)
+WORLDS = {"easy": {}, "paper": PAPER}
 
 
 @dataclass
@@ -69,12 +76,15 @@ class DemoResult:
     world: dict = field(default_factory=dict)
     claims: dict | None = None  # ClaimsResult.as_json(): the 2x2 per seed and method, both verdicts
     general_runs: dict = field(default_factory=dict)  # world seed -> (specialist run, general run)
+    # per world the verdicts ran on (the demo's world first): {"world": label, "config": its WorldConfig fields
+    # that differ between worlds, "claims": ClaimsResult.as_json(), "general_runs": {seed: (specialist, general)}}
+    claims_worlds: list = field(default_factory=list)
 
     def as_json(self) -> dict:
         return {"run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
                 "images": self.images_dir, "world": self.world, "summary": self.summary,
                 "validity": self.validity, "timings": self.timings, "claims": self.claims,
-                "general_runs": self.general_runs}
+                "general_runs": self.general_runs, "claims_worlds": self.claims_worlds}
 
 
 def validity(per_query: pd.DataFrame, aux: pd.DataFrame | None = None) -> dict:
@@ -220,9 +230,13 @@ def _method_order(methods) -> list[str]:
 def _stress_tag(config) -> str:
     """A stress condition renders another gallery (siblings, home backgrounds) or other queries (occlusion): the
     demo's gallery names carry it, so that a stressed world never replaces the plain one."""
+    sized = (config.identities, config.gallery) not in {(FULL["identities"], FULL["gallery"]),
+                                                       (QUICK["identities"], QUICK["gallery"])}
     return ((f"-sib{config.siblings:g}" if config.siblings else "")
             + (f"-home{config.home_background:g}" if config.home_background else "")
-            + ("-occl" if config.occlusion else ""))
+            + ("-occl" if config.occlusion else "")
+            + (f"-look{config.lookalikes:g}x{config.family_size}" if config.lookalikes else "")
+            + (f"-n{config.identities}x{config.gallery}" if sized else ""))
 
 
 def _general_run(ws_root: Path, gallery: str, queries: pd.DataFrame, general: str, seed: int, device: str):
@@ -258,7 +272,8 @@ _PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.wo
 def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str | None, device: str,
                       world_cache: bool = False) -> Iterator[dict]:
     """The verdict seeds, each whole (world, gallery, both indices, both runs), in one background process
-    while this one evaluates the primary seed: {seed: a future of :func:`_claims_seed`'s result}.
+    while this one evaluates the primary seed: {(world label, seed): a future of :func:`_claims_seed`'s result}
+    (``configs``: (world label, config) pairs).
 
     Empty (they run later, in turn, here) when a process cannot be forked safely. The process is forked
     after the imports both need and before this one loads a model or starts a thread pool of its own
@@ -277,8 +292,8 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_background_init)
     try:
         # one render process there: this process renders the primary world on every core meanwhile
-        yield {c.seed: pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1, world_cache)
-               for c in configs}
+        yield {(label, c.seed): pool.submit(_claims_seed, ws_root, c, encoder, general, device, 1, world_cache)
+               for label, c in configs}
     except BaseException:
         # the demo failed or was interrupted here: stop the seeds' work rather than wait for it (the pool
         # has no public way to; a killed writer's transaction is rolled back, its file lock released)
@@ -339,9 +354,17 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
              run: str | None = None, copy_paste: bool = True, config: dict | None = None,
              general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None, profiles: Sequence[str] = (),
-             home_background: float = 0.0, occlusion: bool = False, world_cache: bool = True) -> DemoResult:
+             home_background: float = 0.0, occlusion: bool = False, world_cache: bool = True,
+             world: str = "easy", identities: int | None = None, gallery: int | None = None,
+             lookalikes: float | None = None, family_size: int | None = None,
+             verdict_worlds: Sequence[str] | None = None) -> DemoResult:
     """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
 
+    ``world``: a named world (:data:`WORLDS`: ``easy``, or ``paper``, whose specialist oracle mAP sits in the
+    paper's range by look-alikes); ``identities`` (per species), ``gallery`` (images per identity),
+    ``lookalikes`` and ``family_size`` (look-alike families: :class:`~fpr.galleries.world.WorldConfig`)
+    override it (``fpr demo --world``, ``--identities``, ``--gallery-images``, ``--lookalikes``,
+    ``--family-size``);
     ``copy_paste``: also run the copy-paste scorer (flag rates, keep-rule shares);
     ``profiles``: named method profiles (:data:`fpr.galleries.world.PROFILES`) evaluated beside the methods;
     ``siblings``, ``home_background``, ``occlusion``: the world's stress conditions (look-alike identities, a
@@ -349,29 +372,51 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     ``--home-background``, ``--occlusion``);
     ``config``: :class:`~fpr.galleries.world.WorldConfig` fields overriding the full/quick sizes;
     ``general``: the general-purpose encoder of the 2x2 and the two claims (None: skip them), judged over
-    ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``);
+    ``claim_seeds`` world seeds (``seed``, ``seed + 1``, ...; default :data:`CLAIM_SEEDS`, 1 with ``quick``)
+    on the demo's world and on each other world of ``verdict_worlds`` (default: both named worlds, the
+    demo's world only with ``quick``), the same seeds, generations only (:attr:`DemoResult.claims_worlds`);
     ``world_cache``: the worlds' files from the world cache (``$FPR_CACHE_DIR/worlds``; rendered and stored on
     the first run of a config and world code), the same bytes as rendered (``FPR_WORLD_CACHE=0`` turns it off).
     """
+    from fpr.errors import InputError
     from fpr.galleries.world import WorldConfig
     from fpr.store import Workspace
 
     t0 = time.perf_counter()
-    config = WorldConfig(seed=seed, siblings=siblings, size=size, profiles=tuple(profiles),
-                         home_background=home_background, occlusion=occlusion,
-                         **{**(QUICK if quick else FULL), **(config or {})})
+    if world not in WORLDS:
+        raise InputError(f"unknown demo world '{world}'", hint=f"valid: {', '.join(WORLDS)}")
+    chosen = {k: v for k, v in dict(identities=identities, gallery=gallery, lookalikes=lookalikes,
+                                    family_size=family_size).items() if v is not None}
+    base = dict(seed=seed, siblings=siblings, size=size, profiles=tuple(profiles), home_background=home_background,
+                occlusion=occlusion, **(QUICK if quick else FULL))
+    config = WorldConfig(**{**base, **WORLDS[world], **chosen, **(config or {})})
     ws = Workspace.open(workspace)
     n_seeds = claim_seeds if claim_seeds is not None else (1 if quick else CLAIM_SEEDS)
-    extra = [_claims_config(config, s) for s in range(seed + 1, seed + n_seeds)] if general else []
+    others = [w for w in (verdict_worlds if verdict_worlds is not None else (() if quick else tuple(WORLDS)))
+              if w != world]
+    bad = [w for w in others if w not in WORLDS]
+    if bad:
+        raise InputError(f"unknown demo world '{bad[0]}'", hint=f"valid: {', '.join(WORLDS)}")
+    extra = ([(world, _claims_config(config, s)) for s in range(seed + 1, seed + n_seeds)]
+             + [(w, _claims_config(WorldConfig(**{**base, **WORLDS[w]}), s)) for w in others
+                for s in range(seed, seed + n_seeds)]) if general else []
     # forked first, before this process loads a model or starts a thread
     with _background_seeds(ws.root, extra, encoder, general, device, world_cache) as pending:
         return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
                          copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0,
-                         world_cache=world_cache)
+                         world_cache=world_cache, label=world)
+
+
+def world_fields(config) -> dict:
+    """The fields that tell the demo's worlds apart (what ``claims_worlds`` entries carry as ``config``)."""
+    return {"identities": config.identities, "gallery": config.gallery, "references": config.references,
+            "queries": config.queries, "lookalikes": config.lookalikes, "family_size": config.family_size,
+            "siblings": config.siblings, "home_background": config.home_background, "occlusion": config.occlusion}
 
 
 def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: str | None, copy_paste: bool,
-              general: str | None, extra: list, pending: dict, t0: float, world_cache: bool) -> DemoResult:
+              general: str | None, extra: list, pending: dict, t0: float, world_cache: bool,
+              label: str = "easy") -> DemoResult:
     from fpr.galleries.curate import GallerySpec
     from fpr.galleries.world import World
     from fpr.workflows.galleries import import_gallery
@@ -405,31 +450,38 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     val = validity(res.per_query, res.aux)
     val["headroom"] = headroom(res.per_query, res.encoder)  # per method: AP = 1 share, AP tie share (fpr report's)
     val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)
-    claims, general_runs = None, {}
+    claims, general_runs, claims_worlds = None, {}, []
     if general:
         from fpr.workflows.meta import claims_frame, encoder_claims
 
         t = time.perf_counter()
         gen = _general_run(ws.root, name, queries, general, seed, device)
-        frames = [claims_frame(res.per_query, gen.per_query, seed=seed)]
-        general_runs[seed] = (res.run_id, gen.run_id)
-        for cfg in extra:
-            job = pending.get(cfg.seed)
-            frame, runs = (job.result() if job is not None
+        frames = {label: [claims_frame(res.per_query, gen.per_query, seed=seed)]}
+        runs = {label: {seed: (res.run_id, gen.run_id)}}
+        configs = {label: config}
+        for world_label, cfg in extra:
+            job = pending.get((world_label, cfg.seed))
+            frame, pair = (job.result() if job is not None
                            else _claims_seed(ws.root, cfg, encoder, general, device, world_cache=world_cache))
-            frames.append(frame)
-            general_runs[cfg.seed] = runs
-        claims = encoder_claims(pd.concat(frames, ignore_index=True), seed=seed).as_json()
-        claims["info"].update({"general": general, "specialist": encoder})
+            frames.setdefault(world_label, []).append(frame)
+            runs.setdefault(world_label, {})[cfg.seed] = pair
+            configs.setdefault(world_label, cfg)
+        for world_label, world_frames in frames.items():
+            c = encoder_claims(pd.concat(world_frames, ignore_index=True), seed=seed).as_json()
+            c["info"].update({"general": general, "specialist": encoder})
+            claims_worlds.append({"world": world_label, "config": world_fields(configs[world_label]), "claims": c,
+                                  "general_runs": runs[world_label]})
+        claims, general_runs = claims_worlds[0]["claims"], claims_worlds[0]["general_runs"]
         timings["claims_s"] = round(time.perf_counter() - t, 2)
     timings["total_s"] = round(time.perf_counter() - t0, 2)
-    world = {"seed": seed, "species": list(config.species), "identities_per_species": config.identities,
+    world = {"seed": seed, "world": label, "species": list(config.species), "identities_per_species": config.identities,
              "gallery_per_identity": config.gallery, "references_per_identity": config.references,
              "queries_per_identity_and_method": config.queries, "methods": list(config.methods),
              "profiles": list(config.profiles), "siblings": siblings, "home_background": config.home_background,
-             "occlusion": config.occlusion, "image_size": size, "n_images": build.n_images}
+             "occlusion": config.occlusion, "lookalikes": config.lookalikes, "family_size": config.family_size,
+             "image_size": size, "n_images": build.n_images}
     return DemoResult(res.run_id, name, idx.name, res.encoder, str(images), res.summary_records(), val, timings, world,
-                      claims, general_runs)
+                      claims, general_runs, claims_worlds)
 
 
 def paper_table(summary: list[dict], metric: str) -> list[dict]:

@@ -57,7 +57,8 @@ def import_gallery(name: str, records: list[ImageRecord], spec: GallerySpec | No
     if not records:
         raise InputError("no images to import")
     records = _hash_records(list(records))
-    items, report = curate(records, spec, embed=_kmeans_embedder(spec, encoder, device), where=source)
+    items, report = curate(records, spec, embed=_kmeans_embedder(spec, encoder, device), where=source,
+                           impostor_embed=_impostor_embedder(spec, device))
     info = _gallery_info(name, source, items, report, spec)
     row = {**info.as_row(), "spec": json.dumps(info.spec), "report": json.dumps(info.report)}
     item_rows = pd.DataFrame([{"gallery": name, "item_id": it.item_id, "path": it.path,
@@ -82,6 +83,20 @@ def _kmeans_embedder(spec: GallerySpec, encoder: str | None, device: str):
 
     enc = load_encoder(encoder, device=device)
     return lambda paths: embed_paths(enc, paths, desc="embedding for k-means").vectors
+
+
+def _impostor_embedder(spec: GallerySpec, device: str):
+    """``embed(paths) -> vectors`` under ``spec.impostor_encoder`` for nearest-impostor curation, or None."""
+    if spec.impostors is None:
+        return None
+    if not spec.impostor_encoder:
+        raise InputError("nearest-impostor curation needs an encoder",
+                         hint="pass --impostor-encoder (e.g. fpr-world-v3)")
+    from fpr.encoders.embed import embed_paths
+    from fpr.encoders.registry import load_encoder
+
+    enc = load_encoder(spec.impostor_encoder, device=device)
+    return lambda paths: embed_paths(enc, paths, desc="embedding for nearest impostors").vectors
 
 
 def curate_gallery(source_gallery: str, name: str, spec: GallerySpec, *, workspace: str | Path | None = None,

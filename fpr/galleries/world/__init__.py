@@ -49,7 +49,11 @@ is ``new-scene@1`` and ``near-copy`` is ``ref-scene@0.25``.
 
 Stress conditions (off by default; the gallery then renders as in version 2):
 ``siblings`` (0..1) makes a group's gallery identities share that fraction of their
-markings with one common pattern (look-alikes); ``home_background`` (0..1) takes that
+markings with one common pattern (look-alikes); ``lookalikes`` (0..1) makes them come in look-alike
+families of ``family_size`` (pairs by default): each gallery identity takes that share of its markings
+from its family's pattern, in one region per family, so every identity has ``family_size - 1`` nearest
+impostors (as real Re-ID galleries have) and the rest of the group stays as distinct as before;
+``home_background`` (0..1) takes that
 share of an identity's real images at its own home background, as camera sites do
 in real re-identification data; ``occlusion`` puts an occluder over the region a graded
 query's drift redraws (drift hidden from any encoder).
@@ -106,6 +110,7 @@ VAL_RANGE = range(100_000, 200_000)  # held-out identities that training validat
 TRAIN_RANGE = range(1_000_000, 2_000_000)
 _FAMILY_SEED_BASE = 10_000_000  # shared sibling patterns
 _DRIFT_SEED_BASE = 20_000_000  # resampled markings of drift queries
+_LOOKALIKE_SEED_BASE = 30_000_000  # the patterns look-alike families share
 
 WORLD_VERSION = "3"  # bump when rendering changes: part of training-data fingerprints
 # 2: generations take new views (pose, viewpoint, size, position, mirror, lighting); real images
@@ -207,6 +212,8 @@ class WorldConfig:
     shared_view: bool = False  # control: query k of a context has one view for every drift level
     home_background: float = 0.0  # stress: share of real images taken at the identity's home background
     occlusion: bool = False  # stress: an occluder over the region query k's drift 0.25 redraws (drift hidden)
+    lookalikes: float = 0.0  # difficulty: share of markings a gallery identity shares with its look-alike family
+    family_size: int = 2  # identities per look-alike family (with lookalikes > 0)
 
     def __post_init__(self) -> None:
         unknown = [s for s in self.species if s not in SPECIES]
@@ -229,6 +236,10 @@ class WorldConfig:
             raise InputError(f"world image size must be within 64..256, got {self.size}")
         if not 0.0 <= self.siblings < 1.0:
             raise InputError(f"siblings must be within [0, 1), got {self.siblings}")
+        if not 0.0 <= self.lookalikes < 1.0:
+            raise InputError(f"lookalikes must be within [0, 1), got {self.lookalikes}")
+        if self.family_size < 2:
+            raise InputError(f"a look-alike family needs >= 2 identities, got family_size {self.family_size}")
         if not 0.0 <= self.home_background <= 1.0:
             raise InputError(f"home_background must be within [0, 1], got {self.home_background}")
         if self.identities < 2 or self.gallery < 1 or self.references < 1 or self.queries < 1:
@@ -270,10 +281,37 @@ class World:
             self.generic_ids[sp] = [int(i) for i in rng.choice(len(GENERIC_RANGE), c.identities * c.queries,
                                                                replace=False) + GENERIC_RANGE.start]
         check_disjoint([], [i for v in list(self.ids.values()) + list(self.generic_ids.values()) for i in v])
+        self.families: dict[str, dict[int, int]] = {}  # species -> gallery identity -> its look-alike family
+        if c.lookalikes > 0:
+            for sp in c.species:
+                # its own random stream: the identities and every other draw are those of a world without it
+                order = keyed_rng("lookalike-families", c.seed, sp).permutation(len(self.ids[sp]))
+                self.families[sp] = {self.ids[sp][int(j)]: pos // c.family_size for pos, j in enumerate(order)}
 
     # -- markings and views
     def markings(self, species: str, ident: int) -> Markings:
-        return identity_markings(species, ident, siblings=self.config.siblings, family=self.config.seed)
+        m = identity_markings(species, ident, siblings=self.config.siblings, family=self.config.seed)
+        family = self.family(species, ident)
+        if family is not None:  # the family's pattern, in one region per family (the same part of the body)
+            m = m.with_layer(self.family_pattern(species, family), self.config.lookalikes,
+                             f"look-{self.config.seed}-{family}")
+        return m
+
+    def family(self, species: str, ident: int) -> int | None:
+        """The look-alike family of a gallery identity (None: look-alikes off, or not a gallery identity)."""
+        return self.families.get(species, {}).get(int(ident))
+
+    def family_members(self, species: str, ident: int) -> list[int]:
+        """The gallery identities of ``ident``'s look-alike family, itself included (just itself when off)."""
+        family = self.family(species, ident)
+        if family is None:
+            return [int(ident)]
+        return sorted(i for i, f in self.families[species].items() if f == family)
+
+    def family_pattern(self, species: str, family: int) -> int:
+        """The pattern seed look-alike family ``family`` of ``species`` shares."""
+        return _LOOKALIKE_SEED_BASE + int(keyed_rng("lookalike-pattern", self.config.seed, species,
+                                                    int(family)).integers(1_000_000))
 
     def _view(self, species: str, ident: int, role: str, k: int, families) -> View:
         rng = keyed_rng("view", self.config.seed, species, ident, role, k, self.config.size)
