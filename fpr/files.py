@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Callable
 
+from fpr import settings
 from fpr.errors import InputError
 
 DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
@@ -46,7 +47,7 @@ DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
 
 def cache_root() -> Path:
     """fpr's cache folder: ``$FPR_CACHE_DIR``, default ``~/.cache/fpr`` (embeddings, worlds, judge replies)."""
-    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser()
+    return settings.get("FPR_CACHE_DIR")
 
 
 def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float) -> sqlite3.Connection:

@@ -7,11 +7,11 @@ a user can fix print as one line and exit non-zero; ``--debug`` shows tracebacks
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import click
 
+from fpr import settings
 from fpr import __version__, progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
@@ -114,7 +114,7 @@ def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
     """fpr: Finer-Personalization Rank — does a generated image keep its subject's identity?"""
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
-    ctx.obj["debug"] = debug or os.environ.get("FPR_DEBUG", "") not in ("", "0")
+    ctx.obj["debug"] = debug or settings.flag("FPR_DEBUG")
     if quiet:
         progress.set_enabled(False)
 

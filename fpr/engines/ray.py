@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from fpr import settings
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines.parts import PartsFolder
@@ -198,7 +199,7 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                             num_gpus=gpus or None,
                             fn_constructor_kwargs={"shared_ref": [shared], "cache_root": cache_root,
                                                    "batch_size": batch_size, "gpu": gpus > 0,
-                                                   "crash_file": os.environ.get(CRASH_ENV) or None})
+                                                   "crash_file": settings.raw(CRASH_ENV) or None})
         progress.log(f"ray: {what}: {len(shards)} shard(s) on {n_actors} actor(s)"
                      f"{' with a GPU each' if gpus else ''} (Ray {ray.__version__}, {info['address']})")
         workers: dict = {}

@@ -9,14 +9,15 @@ reader who read the old pointer finish loading it.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-GRACE_S = float(os.environ.get("FPR_INDEX_GRACE_S", "300"))
+from fpr import settings
+
+GRACE_S = settings.get("FPR_INDEX_GRACE_S")
 LEGACY_FILES = ("index.faiss", "card.json", "item_ids.npy", "references.npy", "reference_ids.npy")
 
 

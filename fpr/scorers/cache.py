@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from fpr import settings
 from fpr import progress
 from fpr.files import cache_root, open_shared_db
 from fpr.images import content_hash
@@ -61,7 +62,7 @@ COLUMNS = ["query_id", "metric", "value", "note"]
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() not in OFF_VALUES
+    return settings.flag(ENV)
 
 
 @functools.cache

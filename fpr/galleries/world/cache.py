@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import PIL
 
+from fpr import settings
 from fpr import progress
 from fpr.files import cache_root, dir_mode, write_error
 
@@ -54,7 +55,7 @@ HINT = f"set FPR_CACHE_DIR to a writable folder, or {ENV}=0 to render without th
 
 def enabled() -> bool:
     """Whether the environment leaves the world cache on (``FPR_WORLD_CACHE`` unset or not 0/off/no/false)."""
-    return os.environ.get(ENV, "").strip().lower() not in OFF_VALUES
+    return settings.flag(ENV)
 
 
 @lru_cache(maxsize=1)
