@@ -35,11 +35,10 @@ import os
 import shutil
 import sqlite3
 import tempfile
-import uuid
 from pathlib import Path
 from typing import IO, Callable
 
-from fpr import settings
+from fpr import keys, settings
 from fpr.errors import InputError
 
 DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
@@ -176,7 +175,7 @@ def swap_in_dir(tmp: str | Path, dest: str | Path, *, hint: str | None = None) -
     old = None
     try:
         if dest.exists():
-            old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+            old = dest.parent / f".old-{dest.name}-{keys.random_hex(8)}"
             os.replace(dest, old)
         try:
             os.replace(tmp, dest)

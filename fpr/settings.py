@@ -9,6 +9,7 @@ nowhere else (``tests/test_ownership.py`` fails on ``os.environ`` outside this m
 - :func:`flag` ``(name)``: a true/false setting, by the one rule for booleans: unset or blank is the
   default; ``0``, ``false``, ``no`` and ``off`` (any case, spaces ignored) are false; any other value is true;
 - :func:`raw` ``(name)``: the text as set (None when unset), for :data:`OTHER` variables;
+- :func:`named_by_user` ``(name)``: a variable whose name an option gives (a judge's API key);
 - :func:`set_default` ``(name, value)``: set a variable for libraries fpr starts (Ray's logging).
 
 The table in ``docs/settings.md`` is :func:`table_markdown` (a test checks that the two agree). This module
@@ -104,6 +105,12 @@ def raw(name: str) -> str | None:
     return os.environ.get(name)
 
 
+def named_by_user(name: str) -> str | None:
+    """A variable the user named in an option (a judge's key, ``<scorer>.api_key_env``): not declared here,
+    since its name is the user's choice; None when unset."""
+    return os.environ.get(name)
+
+
 def _text(name: str) -> str | None:
     value = raw(name)
     return value.strip() if value is not None and value.strip() else None
@@ -168,5 +175,5 @@ def table_markdown() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FALSE", "OTHER", "SETTINGS", "Setting", "flag", "get", "is_false", "raw", "set_default",
+__all__ = ["FALSE", "OTHER", "SETTINGS", "Setting", "flag", "get", "is_false", "named_by_user", "raw", "set_default",
            "table_markdown"]

@@ -11,8 +11,7 @@ import sys
 
 import click
 
-from fpr import settings
-from fpr import __version__, progress
+from fpr import __version__, progress, settings
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
 

@@ -17,8 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from fpr import settings
-from fpr import progress
+from fpr import progress, settings
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.cache import EmbeddingCache
 from fpr.encoders.cpu_forward import map_single_threaded, microbatches

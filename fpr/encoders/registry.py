@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from fpr import keys
 from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched, forward_part
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
@@ -300,13 +301,11 @@ class Encoder:
 def embedding_key(spec: EncoderSpec, weights: ResolvedWeights, *, device: str, precision: str) -> str:
     """Cache key: encoder id + weights checksum + the full preprocessing protocol + device class + precision
     (+ on a CPU the forward protocol, :data:`~fpr.encoders.cpu_forward.CPU_FORWARD`)."""
-    import hashlib
-
     parts = [spec.id, weights.checksum, spec.preprocessing.key(), f"device={device}", f"precision={precision}"]
     if device == "cpu":
         parts.append(f"forward={CPU_FORWARD}")
     text = "|".join(parts)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return keys.sha256_hex(text)[:32]
 
 
 def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "auto") -> Encoder:

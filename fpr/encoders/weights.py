@@ -19,13 +19,12 @@ too, because they change the embeddings as much as the tensors do.
 """
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from fpr import settings
+from fpr import keys, settings
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.files import new_temp_dir, swap_in_dir, write_error
 from fpr.encoders.checkpoints import convert_to_safetensors
@@ -150,11 +149,7 @@ def _file_digest(f: Path) -> str:
     memo_key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
     digest = _CHECKSUMS.get(memo_key)
     if digest is None:
-        fh = hashlib.sha256()
-        with open(f, "rb") as fp:
-            for chunk in iter(lambda: fp.read(1 << 20), b""):
-                fh.update(chunk)
-        digest = fh.hexdigest()
+        digest = keys.file_sha256(f)
         _CHECKSUMS[memo_key] = digest
     return digest
 
@@ -168,7 +163,7 @@ def file_checksum(path: Path, extras: list[Path] | tuple[Path, ...] = ()) -> str
     path = Path(path)
     files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
-    h = hashlib.sha256()
+    h = keys.hasher()
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from pathlib import Path
 from typing import Sequence
 
@@ -80,7 +79,7 @@ class PartsFolder:
 def discard_parts(folder: str | Path) -> None:
     """Remove a parts folder once its results are stored: renamed aside first (one step), then deleted."""
     folder = Path(folder)
-    trash = folder.with_name(f"{folder.name}{TRASH_MARK}{uuid.uuid4().hex[:8]}")
+    trash = folder.with_name(f"{folder.name}{TRASH_MARK}{keys.random_hex(8)}")
     try:
         folder.rename(trash)
     except FileNotFoundError:

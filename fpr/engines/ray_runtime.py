@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from fpr import settings
-from fpr import progress
+from fpr import progress, settings
 from fpr.errors import InputError
 
 

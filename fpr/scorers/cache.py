@@ -31,7 +31,6 @@ can be recomputed exactly at any time, so it lives in the user's cache folder an
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import json
 import os
@@ -42,8 +41,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from fpr import settings
-from fpr import progress
+from fpr import keys, progress, settings
 from fpr.files import cache_root, open_shared_db
 from fpr.images import content_hash
 
@@ -68,7 +66,7 @@ def enabled() -> bool:
 @functools.cache
 def _module_digest(module: str) -> str:
     path = Path(importlib.import_module(module).__file__)
-    return hashlib.sha256(f"{module}\0".encode() + path.read_bytes()).hexdigest()
+    return keys.sha256_hex(f"{module}\0".encode() + path.read_bytes())
 
 
 def scorer_version(scorer: Scorer) -> str | None:
@@ -77,7 +75,7 @@ def scorer_version(scorer: Scorer) -> str | None:
     if not getattr(scorer, "deterministic", False):
         return None
     modules = tuple(getattr(scorer, "version_modules", ()) or (type(scorer).__module__,))
-    return hashlib.sha256("\0".join(_module_digest(m) for m in modules).encode()).hexdigest()
+    return keys.sha256_hex("\0".join(_module_digest(m) for m in modules))
 
 
 @functools.cache
@@ -114,17 +112,16 @@ def query_keys(scorer: Scorer, version: str, batch: QueryBatch) -> list[str | No
               "options": scorer.option_values(batch.options), "device": _device_kind(batch.device),
               "encoder": batch.encoder_id, "inputs": scorer.cache_inputs(batch)}
     digests = _file_digests([*batch.paths, *(r for refs in batch.reference_paths for r in refs)])
-    keys: list[str | None] = []
+    out: list[str | None] = []
     for i in range(len(batch)):
         files = [digests[batch.paths[i]], *(digests[r] for r in batch.reference_paths[i])]
         if None in files:
-            keys.append(None)
+            out.append(None)
             continue
         own = {"image": files[0], "references": files[1:], "prompt": batch.prompts[i],
                **{f: _field(batch, i, f) for f in scorer.query_fields}}
-        text = json.dumps({**common, "query": own}, sort_keys=True, separators=(",", ":"), default=str)
-        keys.append(hashlib.sha256(text.encode()).hexdigest())
-    return keys
+        out.append(keys.json_digest({**common, "query": own}))
+    return out
 
 
 def _field(batch: QueryBatch, i: int, name: str):

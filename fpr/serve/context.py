@@ -8,8 +8,7 @@ from pathlib import Path
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
-from fpr import settings
-from fpr import api
+from fpr import api, settings
 from fpr.errors import NotFoundError
 from fpr.serve.auth import Caller, TokenStore
 from fpr.serve.config import ServeConfig

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 
+from fpr import keys
 from fpr.files import atomic_write
 
 QUEUED, RUNNING, DONE, FAILED, DAMAGED = "queued", "running", "done", "failed", "damaged"
@@ -54,7 +54,7 @@ def damaged_job(run: str, reason: str) -> dict:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return keys.utc_now_precise()
 
 
 def write_json_atomic(path: Path, obj: dict, *, sync: bool = True) -> None:

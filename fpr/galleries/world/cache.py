@@ -25,13 +25,11 @@ entry, which the next hit's sha256 check reports and renders again.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-import uuid
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,8 +38,7 @@ from pathlib import Path
 import numpy as np
 import PIL
 
-from fpr import settings
-from fpr import progress
+from fpr import keys, progress, settings
 from fpr.files import cache_root, dir_mode, write_error
 
 PROTOCOL = "fpr-world-files/1"  # bump when an entry's layout or what the key covers changes
@@ -63,7 +60,7 @@ def source_digest() -> str:
     """sha256 of the world package's modules and :mod:`fpr.keys`, by name and bytes, in name order."""
     package = Path(__file__).resolve().parent
     sources = sorted(package.glob("*.py")) + [package.parents[1] / "keys.py"]
-    h = hashlib.sha256()
+    h = keys.hasher()
     for path in sources:
         h.update(f"{path.relative_to(package.parents[1]).as_posix()}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
@@ -78,13 +75,12 @@ def key_material(config: dict) -> dict:
 
 
 def entry_key(config: dict) -> str:
-    text = json.dumps(key_material(config), sort_keys=True, separators=(",", ":"), default=list)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return keys.json_digest(key_material(config), default=list)
 
 
 def file_digest(path: Path) -> tuple[int, str]:
     data = path.read_bytes()
-    return len(data), hashlib.sha256(data).hexdigest()
+    return len(data), keys.sha256_hex(data)
 
 
 class Damaged(Exception):
@@ -148,7 +144,7 @@ class WorldCache:
 
     def _discard(self, entry: Path, reason: str) -> None:
         """Report a damaged entry in one line, rename it aside (no reader finds it again) and remove it."""
-        aside = self.root / f".damaged-{entry.name[:16]}-{uuid.uuid4().hex[:8]}"
+        aside = self.root / f".damaged-{entry.name[:16]}-{keys.random_hex(8)}"
         try:
             os.replace(entry, aside)
         except FileNotFoundError:  # another process set it aside first (and reported it)
@@ -209,7 +205,7 @@ def _place(src: Path, dest: Path, linking: bool) -> bool:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if linking and _same_file(src, dest):  # a rerun into the same folder: already this file's link
         return linking
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = dest.with_name(f".{dest.name}.{keys.random_hex(8)}.tmp")
     if linking:
         try:
             os.link(src, tmp)

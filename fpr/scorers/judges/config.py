@@ -159,7 +159,7 @@ def checked_base_url(raw: str, source: str) -> str:
 
 
 def key_from_env(name: str) -> str:
-    api_key = (settings.raw(name) or "").strip()
+    api_key = (settings.named_by_user(name) or "").strip()
     if not api_key:
         raise InputError(f"{name} is not set",
                          hint="set it to the endpoint's key (any non-empty value for a local server)")

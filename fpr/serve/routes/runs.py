@@ -6,7 +6,6 @@ gets a new version, so an HTML report written for the old one is never served ag
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -16,7 +15,7 @@ import pandas as pd
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from fpr import api
+from fpr import api, keys
 from fpr.render.cells import to_jsonable
 from fpr.errors import ConflictError, NotFoundError
 from fpr.serve.auth import Caller
@@ -42,7 +41,7 @@ def content_version(ctx: ServeContext, run: str) -> str | None:
                   f"VARCHAR), 'null') || coalesce(note, ''))) AS h FROM aux_scores WHERE run_id IN ({ids}) "
                   "GROUP BY ALL ORDER BY ALL", workspace=ctx.ws)
     stamp = json.dumps([to_jsonable(rows), to_jsonable(aux.astype(str).to_dict("records"))], sort_keys=True)
-    return hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    return keys.sha256_hex(stamp)[:16]
 
 
 @router.get("/v1/runs/{run}", tags=["runs"])

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import queue
 import shutil
-import uuid
-from datetime import datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from fpr import api
+from fpr import api, keys
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
 from fpr.scorers import parse_scorer_list
 from fpr.serve import multipart
@@ -90,7 +88,7 @@ def _settings(ctx: ServeContext, up: Upload) -> tuple[str, str, list[str], str]:
     if scope not in api.SCOPES:
         raise InputError(f"unknown scope '{scope[:40]}'", hint=f"valid: {', '.join(api.SCOPES)}")
     scorers = parse_scorer_list(up.fields.get("scorers") or "")
-    run = up.fields.get("run") or f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run = up.fields.get("run") or keys.new_id("run", random_hex=6)
     check_name(run[:200], "run")
     return index, scope, scorers, run
 
