@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from fpr import keys
-from fpr.files import atomic_write
+from fpr.files import atomic_write, replace_file
 
 QUEUED, RUNNING, DONE, FAILED, DAMAGED = "queued", "running", "done", "failed", "damaged"
 ACTIVE = (QUEUED, RUNNING)
@@ -102,7 +102,7 @@ class JobStore:
             reason = damage_reason(run, data)
             if reason is None:
                 return json.loads(data)
-            os.replace(self._path(run), self._aside(run))  # set aside, kept for inspection
+            replace_file(self._path(run), self._aside(run))  # set aside, kept for inspection
         if self.on_damaged is not None:
             self.on_damaged(run, reason)
         return damaged_job(run, reason)
