@@ -18,7 +18,6 @@ imported only when a name that needs it is used: ``fpr --help``, ``runs``, ``rep
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 _OWNERS: dict[str, tuple[str, ...]] = {
@@ -61,7 +60,9 @@ def __getattr__(name: str) -> Any:
     module = PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'fpr.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from fpr.registry import import_object
+
+    value = import_object(f"{module}:{name}")
     globals()[name] = value  # resolved once
     return value
 

@@ -118,12 +118,47 @@ def test_every_cli_module_is_listed_and_every_listed_one_exists():
     assert set(COMMAND_MODULES) == files
 
 
-def test_every_scorer_module_is_listed_and_every_listed_one_exists():
-    from fpr.scorers import SCORER_MODULES
+PROBE_REGISTRATIONS = """
+import importlib, inspect, json, pkgutil, sys
+from fpr.registry import Registry
+folder, package = sys.argv[1], sys.argv[2]
+origin, register = {}, Registry.register
+def recorded(self, item, **kw):  # the module whose top-level code registers the item (innermost import)
+    for frame in inspect.stack()[1:]:
+        name = frame.frame.f_globals.get("__name__", "")
+        if frame.function == "<module>" and name.startswith(package + "."):
+            origin[self.name_of(item)] = name
+            break
+    return register(self, item, **kw)
+Registry.register = recorded
+for info in sorted(pkgutil.walk_packages([folder], prefix=package + "."), key=lambda i: i.name):
+    importlib.import_module(info.name)
+print(json.dumps(origin))
+"""
 
-    # modules that define no scorer: the registry, options, the score cache, shared loading, and pure rules
-    # scorers build on
-    support = {"__init__", "options", "cache", "encoding", "copy_paste_exact", "copy_paste_kernels",
-               "copy_paste_align", "refvnli_data", "refvnli_model", "vistar_prompts", "vistar_roles"}
-    files = {p.stem for p in (PACKAGE / "scorers").glob("*.py")} - support
-    assert set(SCORER_MODULES) == files
+
+def _registered_by_module(package: str) -> dict[str, str]:
+    """In a fresh interpreter, import every module of ``package`` in name order and record the module whose
+    import registered each name: a scorer or encoder is found by its registration, not by a list kept here."""
+    import json
+    import subprocess
+    import sys
+
+    folder = PACKAGE / package.split(".", 1)[1].replace(".", "/")
+    res = subprocess.run([sys.executable, "-c", PROBE_REGISTRATIONS, str(folder), package], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_every_builtin_scorer_is_declared_where_it_registers():
+    """``fpr.scorers.BUILTIN`` (what finding one scorer imports) is what the modules register."""
+    from fpr.scorers import BUILTIN
+
+    assert _registered_by_module("fpr.scorers") == BUILTIN
+
+
+def test_every_builtin_encoder_is_declared_where_it_registers():
+    from fpr.encoders.registry import BUILTIN
+
+    assert _registered_by_module("fpr.encoders") == BUILTIN

@@ -30,7 +30,6 @@ can be recomputed exactly at any time, so it lives in the user's cache folder an
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +40,7 @@ import pandas as pd
 from fpr import keys, progress, settings
 from fpr.cache import SqliteStore, content_key
 from fpr.files import cache_root
+from fpr.registry import import_module
 from fpr.images import content_hash
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def enabled() -> bool:
 
 @functools.cache
 def _module_digest(module: str) -> str:
-    path = Path(importlib.import_module(module).__file__)
+    path = Path(import_module(module).__file__)
     return keys.sha256_hex(f"{module}\0".encode() + path.read_bytes())
 
 
