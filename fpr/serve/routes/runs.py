@@ -6,7 +6,6 @@ gets a new version, so an HTML report written for the old one is never served ag
 """
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ import pandas as pd
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from fpr import api, keys
+from fpr import api
 from fpr.render.cells import to_jsonable
 from fpr.errors import ConflictError, NotFoundError
 from fpr.serve.auth import Caller
@@ -33,15 +32,7 @@ PATH_COLUMNS = ("path", "reference_paths")
 
 def content_version(ctx: ServeContext, run: str) -> str | None:
     """A short hash of what the run's reports are made of; None when no such run is stored."""
-    rows = [r for r in api.list_runs(workspace=ctx.ws) if r["run_id"] == run or r["run_id"].startswith(run + "@")]
-    if not rows:
-        return None
-    ids = ", ".join("'" + r["run_id"].replace("'", "''") + "'" for r in rows)
-    aux = api.sql("SELECT run_id, scorer, count(*) AS n, sum(hash(query_id || metric || coalesce(CAST(value AS "
-                  f"VARCHAR), 'null') || coalesce(note, ''))) AS h FROM aux_scores WHERE run_id IN ({ids}) "
-                  "GROUP BY ALL ORDER BY ALL", workspace=ctx.ws)
-    stamp = json.dumps([to_jsonable(rows), to_jsonable(aux.astype(str).to_dict("records"))], sort_keys=True)
-    return keys.sha256_hex(stamp)[:16]
+    return api.run_content_version(run, workspace=ctx.ws)  # the workflow's, not SQL of the service's own
 
 
 @router.get("/v1/runs/{run}", tags=["runs"])
