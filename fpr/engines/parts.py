@@ -17,7 +17,7 @@ from typing import Sequence
 import pandas as pd
 
 from fpr import keys, progress
-from fpr.files import atomic_write_path, ensure_dir
+from fpr.files import atomic_write_path, ensure_dir, replace_file
 
 TRASH_MARK = ".done-"  # <folder>.done-<hex>: a finished folder being deleted
 
@@ -81,7 +81,7 @@ def discard_parts(folder: str | Path) -> None:
     folder = Path(folder)
     trash = folder.with_name(f"{folder.name}{TRASH_MARK}{keys.random_hex(8)}")
     try:
-        folder.rename(trash)
+        replace_file(folder, trash)
     except FileNotFoundError:
         return
     shutil.rmtree(trash, ignore_errors=True)  # a kill here leaves trash that the next run removes

@@ -73,7 +73,8 @@ class Scorer:
     name: str = ""
     description: str = ""
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
-    metrics: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()  # every metric it may return (checked on each run: another is a scorer bug)
+    primary_metric: str | None = None  # the one metric that stands for it (keep-rules, tables); one of metrics
     options: tuple[Option, ...] = ()
     # True: its values are a pure function of its options and each query's own inputs (image, references,
     # prompt; fpr.scorers.cache says what the key covers), so they are kept in the score cache across runs.
@@ -117,7 +118,21 @@ _SCORERS = SCORERS.items  # the registered scorers by name (tests add toys here)
 
 
 def register_scorer(scorer: Scorer, *, replace: bool = False) -> Scorer:
+    if scorer.primary_metric is not None and scorer.primary_metric not in scorer.metrics:
+        raise ValueError(f"scorer {scorer.name!r}: primary_metric {scorer.primary_metric!r} is not one of its "
+                         f"metrics {scorer.metrics}")
     return SCORERS.register(scorer, replace=replace)
+
+
+def check_declared_metrics(scorer: Scorer, df: pd.DataFrame) -> None:
+    """A scorer returns only the metrics it declares (``metrics``): another name is a bug in that scorer,
+    reported naming it, never stored as if it were a metric of the run."""
+    if not {"query_id", "metric", "value"} <= set(df.columns):
+        raise RuntimeError(f"scorer {scorer.name} returned columns {list(df.columns)}")
+    undeclared = sorted(set(df["metric"].astype(str)) - set(scorer.metrics))
+    if undeclared:
+        raise RuntimeError(f"scorer {scorer.name} returned metrics it does not declare: {', '.join(undeclared)} "
+                           f"(declared: {', '.join(scorer.metrics)})")
 
 
 def all_scorers() -> dict[str, Scorer]:
@@ -160,8 +175,7 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
         scorer.check(batch)
         df = score_with_cache(scorer, batch)
         provenance[name] = scorer.provenance(batch)
-        if not {"query_id", "metric", "value"} <= set(df.columns):
-            raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
+        check_declared_metrics(scorer, df)
         df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
         df.insert(1, "scorer", name)
         frames.append(df)

@@ -21,6 +21,7 @@ from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, caller, check_run_name, get_ctx, reader
 from fpr.serve.jobs import DONE, FAILED, PUBLIC_JOB_KEYS, QUEUED, RUNNING, now
 from fpr.serve.log import log_line
+from fpr.files import atomic_write_text
 from fpr.tables import write_table
 
 router = APIRouter()
@@ -98,8 +99,8 @@ def run_report_html(run: str, request: Request, who: Caller = Depends(reader)):
         if not path.is_file():
             tmp = folder / f".{version}.tmp.html"
             api.html_report(run, tmp, workspace=ctx.ws, device=ctx.config.device)
-            tmp.write_text(ctx.scrub(tmp.read_text(encoding="utf-8")), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write_text(path, ctx.scrub(tmp.read_text(encoding="utf-8")))  # through fpr.files, the one writer
+            tmp.unlink(missing_ok=True)
             for old in folder.glob("*.html"):  # earlier versions are never served again
                 if old != path:
                     old.unlink(missing_ok=True)

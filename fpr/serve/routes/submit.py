@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect
 
 from fpr import api, keys
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
+from fpr.files import replace_file
 from fpr.scorers import parse_scorer_list
 from fpr.serve import multipart
 from fpr.serve.auth import Caller
@@ -104,7 +105,7 @@ def accept(ctx: ServeContext, up: Upload, who: Caller) -> dict:
             raise ConflictError(f"run '{run}' already exists", hint="choose another run name or DELETE it")
         folder = ctx.config.uploads_dir / run
         shutil.rmtree(folder, ignore_errors=True)  # left by a run deleted from the CLI; never a .partial folder
-        up.folder.rename(folder)
+        replace_file(up.folder, folder)
         up.folder = folder
         job = ctx.jobs.put({"run": run, "status": QUEUED, "user": who.name, "token": who.token_id, "index": index,
                             "scope": scope, "scorers": ",".join(scorers),
