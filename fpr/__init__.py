@@ -7,7 +7,6 @@ The Python API is the CLI's: ``fpr.import_gallery``, ``fpr.build_index``, ``fpr.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -15,7 +14,9 @@ __version__ = "0.1.0"
 
 def _api():
     # import_module, not "from fpr import api": the latter asks this module's __getattr__ first
-    return importlib.import_module("fpr.api")
+    from fpr.registry import import_module
+
+    return import_module("fpr.api")
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,6 @@ imported only when a name that needs it is used: ``fpr --help``, ``runs``, ``rep
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 _OWNERS: dict[str, tuple[str, ...]] = {
@@ -28,7 +27,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.runs": ("RunResult", "run_query", "run_query_encoders", "read_queries", "load_run", "report",
                            "delete_run", "run_ids", "runs_document"),
     "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
-    "fpr.workflows.listing": ("list_runs",),
+    "fpr.workflows.listing": ("list_runs", "run_content_version"),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
                               "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
@@ -62,7 +61,9 @@ def __getattr__(name: str) -> Any:
     module = PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'fpr.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    from fpr.registry import import_object
+
+    value = import_object(f"{module}:{name}")
     globals()[name] = value  # resolved once
     return value
 
@@ -71,5 +72,35 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(PUBLIC))
 
 
-if TYPE_CHECKING:  # what editors and type checkers see; the names resolve lazily at run time
-    pass
+if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; tests/test_api.py checks); the names
+    # resolve lazily at run time
+    from fpr.workflows.galleries import (
+        GalleryInfo, build_preset_gallery, curate_gallery, delete_gallery, galleries_from_source, gallery_items,
+        import_gallery, list_galleries, show_gallery)
+    from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
+    from fpr.workflows.runs import (
+        RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
+    from fpr.workflows.listing import list_runs, run_content_version
+    from fpr.workflows.reports import (
+        ReportData, compare, export_document, export_run, html_report, paper_report, report_data, report_document)
+    from fpr.workflows.scoring import score_from_table, score_run
+    from fpr.workflows.embeddings import embed
+    from fpr.workflows.sql import sql
+    from fpr.workflows.encoders import fetch_weights, import_weights, list_encoders
+    from fpr.workflows.training import train_encoder, training_source
+    from fpr.workflows.meta import claims_frame, encoder_claims, meta, meta_claims, meta_imagenhub
+    from fpr.workflows.scorers import list_scorers, scorer_options
+    from fpr.workflows.ablate import ablate, ablate_backgrounds
+    from fpr.workflows.ablate_official import ablate_official
+    from fpr.workflows.filter import filter_queries
+    from fpr.workflows.refvnli import build_refvnli_data
+    from fpr.workflows.trajectories import export_trajectories
+    from fpr.workflows.vistar import VistarReport, role_report, vistar_run
+    from fpr.galleries.curate import GallerySpec
+    from fpr.galleries.records import ImageRecord
+    from fpr.galleries.manifest import read_folder, read_manifest
+    from fpr.encoders.registry import load_encoder
+    from fpr.encoders.embed import embed_paths
+    from fpr.encoders.background import background_of_key, with_background
+    from fpr.eval.relevance import SCOPES, SKIP_NO_RELEVANT
+    from fpr.eval.pipeline import SKIP_UNREADABLE

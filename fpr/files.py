@@ -23,6 +23,8 @@ API (all take the destination path and return it):
   and :func:`swap_in_dir` ``(tmp, dest)``: the rename step, for callers that fill
   the folder themselves.
 - :func:`ensure_dir` ``(folder)``: create a folder (and parents) or fail in one line.
+- :func:`replace_file` ``(src, dest)``: the rename alone, for entries built elsewhere (caches' links and
+  set-asides); ``os.replace`` appears in this module only (``tests/test_ownership.py``).
 
 Any OS failure to create, write or rename (permission denied, read-only
 filesystem, a path through a regular file, disk full) becomes an
@@ -33,12 +35,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import tempfile
-import uuid
 from pathlib import Path
 from typing import IO, Callable
 
+from fpr import keys, settings
 from fpr.errors import InputError
 
 DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
@@ -46,24 +47,14 @@ DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
 
 def cache_root() -> Path:
     """fpr's cache folder: ``$FPR_CACHE_DIR``, default ``~/.cache/fpr`` (embeddings, worlds, judge replies)."""
-    return Path(os.environ.get("FPR_CACHE_DIR", Path.home() / ".cache" / "fpr")).expanduser()
+    return settings.get("FPR_CACHE_DIR")
 
 
-def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float) -> sqlite3.Connection:
-    """A SQLite database several processes read and write at once (the caches): WAL journal (readers never
-    wait for a writer), ``synchronous=NORMAL`` (with WAL a killed process never corrupts it), autocommit
-    (callers open their own ``BEGIN IMMEDIATE`` transactions), ``schema`` created and ``table`` read once.
-    A file that is not a readable database raises :class:`sqlite3.DatabaseError` (the caller sets it aside)."""
-    con = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
-    try:
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=NORMAL")
-        con.execute(schema)
-        con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)").fetchone()
-    except sqlite3.DatabaseError:
-        con.close()
-        raise
-    return con
+def replace_file(src: str | Path, dest: str | Path) -> None:
+    """Rename ``src`` over ``dest`` in one step (``os.replace``): the one rename of fpr's writes, for callers
+    that build the new entry themselves (a hard link, a set-aside). OS errors propagate as they are: the
+    caller decides whether they are a user's error (:func:`write_error`) or a cache's warning."""
+    os.replace(src, dest)
 
 
 def current_umask() -> int:
@@ -175,7 +166,7 @@ def swap_in_dir(tmp: str | Path, dest: str | Path, *, hint: str | None = None) -
     old = None
     try:
         if dest.exists():
-            old = dest.parent / f".old-{dest.name}-{uuid.uuid4().hex[:8]}"
+            old = dest.parent / f".old-{dest.name}-{keys.random_hex(8)}"
             os.replace(dest, old)
         try:
             os.replace(tmp, dest)

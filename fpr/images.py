@@ -16,7 +16,6 @@ invalidate its embedding, editing it does.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 import warnings
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from fpr import keys
 from fpr.errors import InputError
 
 # Decompression bombs are refused above this many pixels: PIL's own error threshold
@@ -45,7 +45,7 @@ def read_bytes(path: str | Path) -> bytes:
 
 
 def content_hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return keys.sha256_hex(data)
 
 
 def decode_rgb(data: bytes, where: str = "<bytes>") -> Image.Image:

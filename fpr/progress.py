@@ -6,13 +6,14 @@ carriage-return frames. ``-q`` (``FPR_QUIET=1``) silences both, but not warnings
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Iterable, Iterator, TypeVar
 
+from fpr import settings
+
 T = TypeVar("T")
-_enabled = os.environ.get("FPR_QUIET", "") in ("", "0")
+_enabled = not settings.flag("FPR_QUIET")
 
 
 def set_enabled(flag: bool) -> None:

@@ -54,3 +54,17 @@ def test_importing_fpr_and_the_api_loads_no_model_code():
             "print(sorted(m for m in ('torch', 'timm', 'open_clip') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_type_checking_block_imports_every_public_name_from_its_owner():
+    """Issue #36: static tools (type checkers, import walkers) see the facade: api.py's TYPE_CHECKING block
+    imports exactly PUBLIC, each name from the module that owns it."""
+    import ast
+    from pathlib import Path
+
+    import fpr.api as api
+
+    tree = ast.parse(Path(api.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {a.name: node.module for node in block.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert seen == api.PUBLIC

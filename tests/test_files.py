@@ -120,17 +120,22 @@ def test_read_only_folder_for_a_regular_user(tmp_path):
         ro.chmod(0o755)
 
 
-def test_unwritable_cache_folder_names_fpr_cache_dir(tmp_path, monkeypatch):
+def test_unwritable_cache_folder_is_one_warning_naming_fpr_cache_dir(tmp_path, monkeypatch, capfd):
+    """fpr.cache's one policy (issue #36): an embedding cache that cannot be written warns once and the run
+    goes on without it (it used to fail the run, while the score and world caches warned)."""
     from fpr.encoders.cache import EmbeddingCache
 
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("FPR_CACHE_DIR", str(tmp_path / "file" / "cache"))
     cache = EmbeddingCache("k", 2)
     assert len(cache) == 0  # reading an absent cache is fine
-    with pytest.raises(InputError) as err:
-        cache.add(["h"], np.ones((1, 2), np.float32))
-    msg = err.value.one_line()
-    assert "FPR_CACHE_DIR" in msg and str(tmp_path / "file") in msg
+    capfd.readouterr()
+    cache.add(["h"], np.ones((1, 2), np.float32))
+    cache.add(["h2"], np.ones((1, 2), np.float32))  # bypassed: no second warning
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "embedding cache" in err[0] and "FPR_CACHE_DIR" in err[0]
+    assert str(tmp_path / "file") in err[0] and "embedding without it" in err[0]
+    assert cache.get_many(["h"]) == {}
 
 
 def test_unwritable_export_destination(tmp_path):

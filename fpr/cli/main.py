@@ -6,15 +6,14 @@ a user can fix print as one line and exit non-zero; ``--debug`` shows tracebacks
 """
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 
 import click
 
-from fpr import __version__, progress
+from fpr import __version__, progress, settings
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.errors import FprError, InputError
+from fpr.registry import import_module
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
@@ -114,7 +113,7 @@ def cli(ctx: click.Context, workspace: str, debug: bool, quiet: bool) -> None:
     """fpr: Finer-Personalization Rank — does a generated image keep its subject's identity?"""
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
-    ctx.obj["debug"] = debug or os.environ.get("FPR_DEBUG", "") not in ("", "0")
+    ctx.obj["debug"] = debug or settings.flag("FPR_DEBUG")
     if quiet:
         progress.set_enabled(False)
 
@@ -214,7 +213,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 for _name in COMMAND_MODULES:  # a listed module that is missing is a packaging bug: let the import fail loudly
-    importlib.import_module(f"fpr.cli.{_name}")
+    import_module(f"fpr.cli.{_name}")
 
 
 def main() -> None:  # console-script entry point

@@ -16,32 +16,29 @@ most the uncommitted batch. LMDB needs a map size fixed in advance and a compile
 dependency; DuckDB lets only one process open a database for writing; sharded
 arrays with our own index would re-implement what SQLite's B-tree and journal do.
 
-Damage is reported, never fatal: a database SQLite cannot read is reported once on
-stderr, renamed to ``*.damaged`` (kept for inspection) and replaced by a fresh one;
-a row whose vector has the wrong size is reported, deleted and recomputed. Caches
-written by earlier fpr versions (``shard-*.npz``) are imported on first use and their
-shards removed; a shard that cannot be read is reported and set aside the same way.
-An unwritable cache folder is one error naming it and ``FPR_CACHE_DIR``.
+The store is :class:`fpr.cache.SqliteStore` with :mod:`fpr.cache`'s one failure policy: damage is
+reported, never fatal (a database SQLite cannot read is reported once on stderr, renamed to ``*.damaged``
+and replaced by a fresh one; a row whose vector has the wrong size is reported, deleted and recomputed),
+and a cache folder that cannot be written is one warning naming it and ``FPR_CACHE_DIR``, the images
+being embedded without the cache (before issue #36 this one failed the run while the score and world
+caches warned). Caches written by earlier fpr versions (``shard-*.npz``) are imported on first use and
+their shards removed; a shard that cannot be read is reported and set aside the same way.
 """
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
-import threading
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from fpr import progress
-from fpr.files import atomic_write_bytes, cache_root, ensure_dir, open_shared_db, write_error
+from fpr.cache import SqliteStore, set_aside
+from fpr.errors import InputError
+from fpr.files import atomic_write_bytes, cache_root
 
 DB_NAME = "vectors.sqlite"
-BUSY_TIMEOUT_S = 60.0
-LOOKUP_CHUNK = 500  # hashes per SELECT (well under SQLite's bound-parameter limit)
 CACHE_HINT = "set FPR_CACHE_DIR to a writable folder (or check the permissions and free space of this one)"
-_SCHEMA = "CREATE TABLE IF NOT EXISTS vectors (hash TEXT PRIMARY KEY, vec BLOB NOT NULL) WITHOUT ROWID"
+RECOMPUTE = "its images are recomputed"
 
 
 def default_cache_root() -> Path:
@@ -55,56 +52,14 @@ class EmbeddingCache:
         self.dir = Path(root).expanduser() / key if root else default_cache_root() / key
         self.path = self.dir / DB_NAME
         self._meta = meta or {}
-        self._con: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    # ------------------------------------------------------------------ connection
-
-    def _connect(self, *, create: bool) -> sqlite3.Connection | None:
-        """The connection; None when reading a cache that does not exist yet."""
-        if self._con is not None:
-            return self._con
-        if not create and not self.path.exists() and not self._legacy_shards():
-            return None
-        if create:
-            ensure_dir(self.dir, hint=CACHE_HINT)
-        try:
-            self._con = self._open()
-        except sqlite3.DatabaseError as exc:
-            self._set_aside(self.path, _reason(exc))
-            self._con = self._open()
-        self._import_legacy_shards()
-        return self._con
-
-    def _open(self) -> sqlite3.Connection:
-        try:
-            return open_shared_db(self.path, _SCHEMA, "vectors", BUSY_TIMEOUT_S)
-        except sqlite3.OperationalError as exc:
-            if "unable to open" not in str(exc):
-                raise
-            raise write_error(self.path, OSError(str(exc)), CACHE_HINT, "cannot open the embedding cache") from None
+        self.store = SqliteStore(self.path, what="embedding cache", hint=CACHE_HINT, table="vectors", key="hash",
+                                 value="vec", value_type="BLOB", going_on="embedding without it",
+                                 recompute=RECOMPUTE)
+        self._lock = self.store.lock
+        self._imported = False
 
     def close(self) -> None:
-        with self._lock:
-            if self._con is not None:
-                self._con.close()
-                self._con = None
-
-    def _set_aside(self, path: Path, reason: str) -> None:
-        """Report a damaged cache file once and rename it to ``*.damaged`` so that nobody reads it again."""
-        target = path.with_name(path.name + ".damaged")
-        try:
-            os.replace(path, target)
-            moved = f"moved aside to {target.name}"
-        except FileNotFoundError:  # another process set it aside first (and reported it)
-            return
-        except OSError as exc:
-            moved = f"could not move it aside ({exc.strerror})"
-        if path.name == DB_NAME:
-            for suffix in ("-wal", "-shm"):
-                Path(str(path) + suffix).unlink(missing_ok=True)
-        what = "shard" if path.suffix == ".npz" else "database"
-        progress.log(f"damaged embedding-cache {what} {path} ({reason}); {moved}; its images are recomputed")
+        self.store.close()
 
     # ------------------------------------------------------------------ legacy shards (fpr <= 0.1)
 
@@ -112,6 +67,9 @@ class EmbeddingCache:
         return sorted(self.dir.glob("shard-*.npz")) if self.dir.is_dir() else []
 
     def _import_legacy_shards(self) -> None:
+        if self._imported:
+            return
+        self._imported = True
         for shard in self._legacy_shards():
             try:
                 with np.load(shard, allow_pickle=False) as z:
@@ -119,95 +77,74 @@ class EmbeddingCache:
             except FileNotFoundError:  # imported by a concurrent process
                 continue
             except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-                self._set_aside(shard, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                set_aside(shard, "embedding-cache shard",
+                          f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", RECOMPUTE)
                 continue
             if vectors.ndim != 2 or vectors.shape[1] != self.dim or hashes.shape != (len(vectors),):
-                self._set_aside(shard, f"arrays of shape {hashes.shape} and {vectors.shape}, expected (n,) and "
-                                       f"(n, {self.dim})")
+                set_aside(shard, "embedding-cache shard", f"arrays of shape {hashes.shape} and {vectors.shape}, "
+                                                          f"expected (n,) and (n, {self.dim})", RECOMPUTE)
                 continue
-            self._insert([h.decode() if isinstance(h, bytes) else str(h) for h in hashes.astype("S64")],
-                         np.ascontiguousarray(vectors, dtype=np.float32))
-            shard.unlink(missing_ok=True)
+            self.store.put_many(zip([h.decode() if isinstance(h, bytes) else str(h) for h in hashes.astype("S64")],
+                                    (v.tobytes() for v in np.ascontiguousarray(vectors, dtype=np.float32))))
+            if self.store.usable:
+                shard.unlink(missing_ok=True)
+
+    def _ready(self, *, create: bool) -> bool:
+        """Whether the store can be read (or, with ``create``, written); legacy shards imported first."""
+        if not create and not self.path.exists() and not self._legacy_shards():
+            return False
+        if self.store.connect(create=True if (create or self._legacy_shards()) else False) is None:
+            return False
+        self._import_legacy_shards()
+        return True
 
     # ------------------------------------------------------------------ reads and writes
 
     def __len__(self) -> int:
         with self._lock:
-            con = self._connect(create=False)
-            return 0 if con is None else int(con.execute("SELECT count(*) FROM vectors").fetchone()[0])
+            return self.store.count() if self._ready(create=False) else 0
 
     def get_many(self, hashes: list[str]) -> dict[str, np.ndarray]:
         """Cached vectors of ``hashes`` (those present): O(len(hashes)) probes, whatever the cache size."""
         if not hashes:
             return {}
         with self._lock:
-            con = self._connect(create=False)
-            if con is None:
+            if not self._ready(create=False):
                 return {}
+            nbytes = 4 * self.dim
             out: dict[str, np.ndarray] = {}
             bad: list[str] = []
-            uniq = list(dict.fromkeys(hashes))
-            nbytes = 4 * self.dim
-            rows = []
-            try:
-                for s in range(0, len(uniq), LOOKUP_CHUNK):
-                    part = uniq[s:s + LOOKUP_CHUNK]
-                    rows += con.execute(f"SELECT hash, vec FROM vectors WHERE hash IN ({','.join('?' * len(part))})",
-                                        part).fetchall()
-            except sqlite3.DatabaseError as exc:
-                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                    raise
-                self._con.close()
-                self._con = None
-                self._set_aside(self.path, _reason(exc))
-                return {}
-            for h, blob in rows:
+            for h, blob in self.store.get_many(hashes).items():
                 if isinstance(blob, bytes) and len(blob) == nbytes:
                     out[h] = np.frombuffer(blob, dtype=np.float32)
                 else:
                     bad.append(h)
-            if bad:
-                con.executemany("DELETE FROM vectors WHERE hash = ?", [(h,) for h in bad])
-                progress.log(f"damaged embedding-cache entr{'y' if len(bad) == 1 else 'ies'} in {self.path} "
-                             f"({len(bad)} vector(s) not of {self.dim} float32 values, e.g. {bad[0]}); removed; "
-                             "their images are recomputed")
+            self.store.delete(bad, f"vector(s) not of {self.dim} float32 values")
             return out
 
     def add(self, hashes: list[str], vectors: np.ndarray) -> None:
-        """Insert a batch in one transaction (first writer of a hash wins; racing writers agree)."""
+        """Insert a batch in one transaction (first writer of a hash wins; racing writers agree). A cache that
+        cannot be written is one warning, then bypassed: the vectors were computed and the run goes on."""
         if not hashes:
             return
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         assert vectors.shape == (len(hashes), self.dim), (vectors.shape, len(hashes), self.dim)
         with self._lock:
-            ensure_dir(self.dir, hint=CACHE_HINT)
+            if not self.store.usable:
+                return
             meta_path = self.dir / "meta.json"
             if self._meta and not meta_path.exists():
-                atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode(),
-                                   hint=CACHE_HINT)
-            self._connect(create=True)
-            self._insert(list(hashes), vectors)
-
-    def _insert(self, hashes: list[str], vectors: np.ndarray) -> None:
-        con = self._con
-        assert con is not None
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            con.executemany("INSERT OR IGNORE INTO vectors (hash, vec) VALUES (?, ?)",
-                            zip(hashes, (v.tobytes() for v in vectors)))
-            con.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            raise write_error(self.path, OSError(str(exc)), CACHE_HINT, "cannot write the embedding cache") from None
+                try:
+                    atomic_write_bytes(meta_path, json.dumps(self._meta, indent=2, sort_keys=True).encode(),
+                                       hint=CACHE_HINT)
+                except InputError as exc:
+                    self.store.fail(exc.what + (f" ({exc.where})" if exc.where else ""))
+                    return
+            if self._ready(create=True):
+                self.store.put_many(zip(hashes, (v.tobytes() for v in vectors)))
 
     def compact(self) -> None:
         """Fold the write-ahead log into the database (SQLite keeps itself compact otherwise)."""
         with self._lock:
-            con = self._connect(create=False)
-            if con is not None:
-                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if self._ready(create=False):
+                self.store.checkpoint()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from fpr import progress
+from fpr import progress, settings
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.cache import EmbeddingCache
 from fpr.encoders.cpu_forward import map_single_threaded, microbatches
@@ -84,7 +84,7 @@ def default_workers(n_items: int) -> int:
     return max(0, min(4, (os.cpu_count() or 1)))
 
 
-KEEP_BYTES = int(float(os.environ.get("FPR_EMBED_KEEP_MB", "512")) * 2 ** 20)
+KEEP_BYTES = int(settings.get("FPR_EMBED_KEEP_MB") * 2 ** 20)
 
 
 def _worker_init(_worker_id: int) -> None:

@@ -15,24 +15,31 @@ because the same weights give different vectors in bf16 on a GPU and fp32 on a C
 """
 from __future__ import annotations
 
-import importlib
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
+from fpr import keys
 from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched, forward_part
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
-from fpr.plugins import load_plugins
+from fpr.registry import Registry
 
-# Modules whose import registers encoders. Each must import cheaply (heavy
-# libraries such as open_clip are imported inside the build functions).
-BUILTIN_MODULES = ("baselines", "world", "trained", "clip", "dinov2", "bioclip", "miewid")
+# Each built-in encoder's id and the module whose import registers it (tests/test_layering.py checks the
+# table against what each module registers), plus the modules that register encoders found on disk
+# (trained checkpoints). Each must import cheaply (heavy libraries such as open_clip are imported inside
+# the build functions).
+BUILTIN = {"pixels-16": "fpr.encoders.baselines",
+           **{i: "fpr.encoders.world" for i in ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1",
+                                                 "fpr-general-v2")},
+           "clip-vit-b-32": "fpr.encoders.clip", "dinov2-vitb14": "fpr.encoders.dinov2",
+           "bioclip-2": "fpr.encoders.bioclip", "miewid-msv2": "fpr.encoders.miewid"}
+DISCOVERING_MODULES = ("fpr.encoders.world", "fpr.encoders.trained")
+BUILTIN_MODULES = tuple(dict.fromkeys(m.rsplit(".", 1)[1] for m in (*BUILTIN.values(), *DISCOVERING_MODULES)))
 
 ModelBuilder = Callable[[ResolvedWeights], torch.nn.Module]
 
@@ -74,41 +81,26 @@ class BrokenEncoder:
                           hint="fix or remove its card, or train it again with --overwrite")
 
 
-_REGISTRY: dict[str, EncoderSpec] = {}
+ENCODERS: Registry[EncoderSpec] = Registry("encoder", "fpr.encoders", BUILTIN, name_of=lambda s: s.id,
+                                           item_type=EncoderSpec, more_modules=DISCOVERING_MODULES)
+_REGISTRY = ENCODERS.items  # the registered encoders by id
 _DISCOVERERS: list[Callable[[], Iterable[EncoderSpec | BrokenEncoder]]] = []
-_LOADED = False
-_LOCK = threading.Lock()
 
 
 def register(spec: EncoderSpec, *, replace: bool = False) -> EncoderSpec:
-    if spec.id in _REGISTRY and not replace:
-        raise ValueError(f"encoder id {spec.id!r} is already registered")
-    _REGISTRY[spec.id] = spec
-    return spec
+    return ENCODERS.register(spec, replace=replace)
 
 
 def unregister(encoder_id: str) -> None:
-    _REGISTRY.pop(encoder_id, None)
+    ENCODERS.unregister(encoder_id)
 
 
 def register_discoverer(fn: Callable[[], Iterable[EncoderSpec | BrokenEncoder]]) -> None:
     _DISCOVERERS.append(fn)
 
 
-def _ensure_loaded() -> None:
-    global _LOADED
-    with _LOCK:
-        if _LOADED:
-            return
-        for name in BUILTIN_MODULES:
-            # A listed module that is missing is a packaging bug: let the import error surface.
-            importlib.import_module(f"fpr.encoders.{name}")
-        load_plugins("fpr.encoders")
-        _LOADED = True
-
-
 def _discovered() -> tuple[dict[str, EncoderSpec], dict[str, BrokenEncoder]]:
-    _ensure_loaded()
+    ENCODERS.load_all()
     specs = dict(_REGISTRY)
     broken: dict[str, BrokenEncoder] = {}
     for discover in _DISCOVERERS:
@@ -133,6 +125,10 @@ def broken_encoders() -> dict[str, BrokenEncoder]:
 
 
 def get_spec(encoder_id: str) -> EncoderSpec:
+    """The encoder ``encoder_id``: a built-in one imports its module only; others are discovered."""
+    found = ENCODERS.find(encoder_id)
+    if found is not None:
+        return found
     specs, broken = _discovered()
     if encoder_id in broken:
         raise broken[encoder_id].error()
@@ -300,13 +296,11 @@ class Encoder:
 def embedding_key(spec: EncoderSpec, weights: ResolvedWeights, *, device: str, precision: str) -> str:
     """Cache key: encoder id + weights checksum + the full preprocessing protocol + device class + precision
     (+ on a CPU the forward protocol, :data:`~fpr.encoders.cpu_forward.CPU_FORWARD`)."""
-    import hashlib
-
     parts = [spec.id, weights.checksum, spec.preprocessing.key(), f"device={device}", f"precision={precision}"]
     if device == "cpu":
         parts.append(f"forward={CPU_FORWARD}")
     text = "|".join(parts)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return keys.sha256_hex(text)[:32]
 
 
 def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "auto") -> Encoder:

@@ -19,13 +19,12 @@ too, because they change the embeddings as much as the tensors do.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fpr import keys, settings
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 from fpr.files import new_temp_dir, swap_in_dir, write_error
 from fpr.encoders.checkpoints import convert_to_safetensors
@@ -138,11 +137,11 @@ class ResolvedWeights:
 
 
 def weights_dir() -> Path:
-    return Path(os.environ.get("FPR_WEIGHTS_DIR", Path.home() / ".cache" / "fpr" / "weights")).expanduser()
+    return settings.get("FPR_WEIGHTS_DIR")
 
 
 def is_offline() -> bool:
-    return any(os.environ.get(v, "") not in ("", "0", "false", "False") for v in ("FPR_OFFLINE", "HF_HUB_OFFLINE"))
+    return settings.flag("FPR_OFFLINE") or settings.flag("HF_HUB_OFFLINE")
 
 
 def _file_digest(f: Path) -> str:
@@ -150,11 +149,7 @@ def _file_digest(f: Path) -> str:
     memo_key = (str(f.resolve()), st.st_size, st.st_mtime_ns)
     digest = _CHECKSUMS.get(memo_key)
     if digest is None:
-        fh = hashlib.sha256()
-        with open(f, "rb") as fp:
-            for chunk in iter(lambda: fp.read(1 << 20), b""):
-                fh.update(chunk)
-        digest = fh.hexdigest()
+        digest = keys.file_sha256(f)
         _CHECKSUMS[memo_key] = digest
     return digest
 
@@ -168,7 +163,7 @@ def file_checksum(path: Path, extras: list[Path] | tuple[Path, ...] = ()) -> str
     path = Path(path)
     files = [path] if path.is_file() else sorted(
         p for p in path.rglob("*") if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
-    h = hashlib.sha256()
+    h = keys.hasher()
     for f in files:
         if path.is_dir():
             h.update(str(f.relative_to(path)).encode())
@@ -219,11 +214,11 @@ def snapshot_folder(p: Path) -> Path:
 def hf_cache_dir() -> Path:
     """The Hugging Face hub cache, read from the environment now (huggingface_hub reads it once at import)."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
+        if settings.raw(var):
+            return Path(settings.raw(var)).expanduser()
+    if settings.raw("HF_HOME"):
+        return Path(settings.raw("HF_HOME")).expanduser() / "hub"
+    xdg = settings.raw("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
 
 
@@ -381,9 +376,9 @@ def _probe_hub(timeout: float = 5.0) -> None:
     import socket
     from urllib.parse import urlparse
 
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+    if any(settings.raw(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    url = urlparse(settings.raw("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme != "http" else 80)
     try:
         socket.create_connection((host, port), timeout=timeout).close()

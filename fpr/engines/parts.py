@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import uuid
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
 from fpr import keys, progress
-from fpr.files import atomic_write_path, ensure_dir
+from fpr.files import atomic_write_path, ensure_dir, replace_file
 
 TRASH_MARK = ".done-"  # <folder>.done-<hex>: a finished folder being deleted
 
@@ -80,9 +79,9 @@ class PartsFolder:
 def discard_parts(folder: str | Path) -> None:
     """Remove a parts folder once its results are stored: renamed aside first (one step), then deleted."""
     folder = Path(folder)
-    trash = folder.with_name(f"{folder.name}{TRASH_MARK}{uuid.uuid4().hex[:8]}")
+    trash = folder.with_name(f"{folder.name}{TRASH_MARK}{keys.random_hex(8)}")
     try:
-        folder.rename(trash)
+        replace_file(folder, trash)
     except FileNotFoundError:
         return
     shutil.rmtree(trash, ignore_errors=True)  # a kill here leaves trash that the next run removes

@@ -29,7 +29,6 @@ local runtime on this machine, shut down after the run.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import pickle
@@ -40,7 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fpr import progress
+from fpr import keys, progress, settings
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines.parts import PartsFolder
 from fpr.errors import FprError, InputError
@@ -198,7 +197,7 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                             num_gpus=gpus or None,
                             fn_constructor_kwargs={"shared_ref": [shared], "cache_root": cache_root,
                                                    "batch_size": batch_size, "gpu": gpus > 0,
-                                                   "crash_file": os.environ.get(CRASH_ENV) or None})
+                                                   "crash_file": settings.raw(CRASH_ENV) or None})
         progress.log(f"ray: {what}: {len(shards)} shard(s) on {n_actors} actor(s)"
                      f"{' with a GPU each' if gpus else ''} (Ray {ray.__version__}, {info['address']})")
         workers: dict = {}
@@ -254,7 +253,8 @@ def portable_index(opened):
 
 def frame_digest(df: pd.DataFrame) -> str:
     """A digest of a table's content (every column as text), for fingerprints."""
-    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
+    h = keys.hasher()
+    h.update(",".join(map(str, df.columns)).encode())
     h.update(pd.util.hash_pandas_object(df.astype(str), index=False).to_numpy().tobytes())
     return h.hexdigest()[:24]
 
@@ -289,7 +289,7 @@ def embed_paths_ray(encoder, paths: Sequence[str], *, options: RayOptions, shard
     start = time.perf_counter()
     paths = [str(p) for p in paths]
     size = options.shard_size or default_shard_size(encoder)
-    folder = PartsFolder(shard_dir, {"what": "embed", "paths": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
+    folder = PartsFolder(shard_dir, {"what": "embed", "paths": keys.sha256_hex("\n".join(paths)),
                                      "encoder": encoder.id, "weights": encoder.weights.checksum,
                                      "protocol": encoder.preprocessing.key(), "shard": size})
     total = n_shards(len(paths), size)

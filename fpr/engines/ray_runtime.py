@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from fpr import progress
+from fpr import progress, settings
 from fpr.errors import InputError
 
 
@@ -99,7 +99,7 @@ class Runtime:
         address = self.options.address
         probe_address(address)  # before ray.init: its own loop retries an unreachable address for minutes
         if not progress.enabled():  # Ray's C++ core logs to stderr on its own; --quiet means quiet
-            os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+            settings.set_default("RAY_BACKEND_LOG_LEVEL", "fatal")
         try:
             if address and address != "local":
                 ray.init(address=address, **kwargs)
@@ -127,7 +127,7 @@ def local_runtime_env() -> dict:
     import fpr
 
     root = str(Path(fpr.__file__).resolve().parent.parent)
-    paths = [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    paths = [root] + [p for p in (settings.raw("PYTHONPATH") or "").split(os.pathsep) if p]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
 
 

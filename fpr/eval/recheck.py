@@ -25,12 +25,12 @@ engine and the top-k: the previous path, kept for comparison; the only one witho
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
 import numpy as np
 
+from fpr import settings
 from fpr.errors import InputError
 from fpr.index import exact
 from fpr.metrics.ranking import THREADS, RetrievalMetrics
@@ -38,7 +38,7 @@ from fpr.metrics.top_margin import margin_from_parts
 
 U32 = 2.0 ** -24
 MAX_DIM = 1 << 20  # gamma_D(2^-24) needs D u < 1; far below that the slack of the factor holds
-PATH = os.environ.get("FPR_EXACT_PATH", "auto")
+PATH = settings.get("FPR_EXACT_PATH")
 PROPOSAL_BYTES = 64 * 2 ** 20  # one block's float32 proposals (the pass's only (block, G) array)
 ROWS_PER_TASK = 4  # rows per task of the thread pool (dynamic scheduling on shared cores)
 OVERFLOW_SAFE = 2.0 ** 120  # |q| |g| below this: no partial sum of the product can overflow float32

@@ -3,13 +3,13 @@ mINP from the metric engine over the full scoped ranking, and the exact top-k of
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
+from fpr import settings
 from fpr.eval import recheck
 from fpr.eval.frames import empty_rankings
 from fpr.eval.relevance import LabelCodes, check_scope
@@ -18,7 +18,7 @@ from fpr.metrics.ranking import retrieval_metrics, top_k
 from fpr.metrics.specs import ranking_metrics
 from fpr.metrics.top_margin import top_margin
 
-BLOCK_BYTES = int(float(os.environ.get("FPR_EVAL_BLOCK_MB", "256")) * 2 ** 20)
+BLOCK_BYTES = int(settings.get("FPR_EVAL_BLOCK_MB") * 2 ** 20)
 
 
 BYTES_PER_PAIR = 24  # float32 score + bool masks + the metric engine's per-pair temporaries

@@ -16,7 +16,6 @@ model: the caller passes ``embed(paths) -> vectors`` (as for k-means sampling).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from fpr import keys
 from fpr.defaults import SAMPLINGS  # re-exported
 from fpr.errors import InputError
 from fpr.galleries.records import GalleryItem, ImageRecord
@@ -291,7 +291,7 @@ def _split_identity(recs: list[ImageRecord], spec: GallerySpec, group: str, iden
 
 
 def gallery_fingerprint(items: list[GalleryItem]) -> str:
-    h = hashlib.sha256()
+    h = keys.hasher()
     for it in sorted(items, key=lambda i: i.item_id):
         h.update(f"{it.item_id}|{it.content_hash}|{it.identity}|{it.group}|{it.role}\n".encode())
     return "sha256:" + h.hexdigest()

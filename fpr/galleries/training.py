@@ -6,7 +6,6 @@ without importing the encoders layer: ``preprocess`` is any callable image -> te
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from fpr import keys
 from fpr.errors import InputError
 from fpr.galleries.records import ImageRecord
 from fpr.galleries.world.render import FAMILIES
@@ -152,7 +152,7 @@ class WorldSource:
                 **({"twins": self.twins} if self.twins else {})}
 
     def fingerprint(self):
-        return "sha256:" + hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()
+        return "sha256:" + keys.sha256_hex(json.dumps(self.describe(), sort_keys=True))
 
 
 def _augment(img: Image.Image, rng: np.random.Generator) -> Image.Image:
@@ -231,7 +231,7 @@ class RecordsSource:
                 "n_val_images": len(self.val), "val_fraction": self.val_fraction, "split_seed": self.seed}
 
     def fingerprint(self):
-        h = hashlib.sha256()
+        h = keys.hasher()
         for line in self._hashes:
             h.update(line.encode() + b"\n")
         return "sha256:" + h.hexdigest()

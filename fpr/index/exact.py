@@ -25,17 +25,18 @@ products (Strassen-like dgemm; no standard BLAS does that).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
+
+from fpr import settings
 
 U = 2.0 ** -53
 MAX_DIM = 1 << 30  # the slack in error_factor covers the roundings of the bound for dims below this
 # float64 working set of one call beyond its float32 result: a chunk of gallery columns at a time.
 WORK_BYTES = 32 * 2 ** 20
 # "auto": the numba check pass when numba imports, else NumPy; "numba" / "numpy" force one (tests run both).
-ENGINE = os.environ.get("FPR_SCORES_ENGINE", "auto")
+ENGINE = settings.get("FPR_SCORES_ENGINE")
 _PAIR_BYTES = {"numba": 8, "numpy": 48}  # float64 bytes per (query, column) pair of a chunk, per engine
 
 

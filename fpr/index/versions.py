@@ -9,19 +9,18 @@ reader who read the old pointer finish loading it.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
-GRACE_S = float(os.environ.get("FPR_INDEX_GRACE_S", "300"))
+from fpr import keys, settings
+
+GRACE_S = settings.get("FPR_INDEX_GRACE_S")
 LEGACY_FILES = ("index.faiss", "card.json", "item_ids.npy", "references.npy", "reference_ids.npy")
 
 
 def new_version() -> str:
-    return "v" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    return "v" + keys.utc_stamp("%Y%m%dT%H%M%S") + "-" + keys.random_hex(8)
 
 
 def remove_version(root: Path, version: str) -> None:

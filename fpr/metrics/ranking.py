@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fpr import settings
+
 DEFAULT_CHUNK = 256
 TOPK_ROWS_ELEMENTS = 1 << 22  # scores per step of top_k (bounds its temporaries next to a block's scores)
 TOPK_SAMPLE_PER_K = 512  # top_k samples about this many columns per k of a row for its candidate bound
@@ -55,7 +57,7 @@ class RetrievalMetrics:
 
 # "auto": the compiled kernel (fpr.metrics._kernels, numba) when numba imports, else NumPy;
 # "numba" / "numpy" force one (tests run both).
-ENGINE = os.environ.get("FPR_METRICS_ENGINE", "auto")
+ENGINE = settings.get("FPR_METRICS_ENGINE")
 
 
 def _kernels():

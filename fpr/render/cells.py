@@ -5,11 +5,11 @@ import csv
 import io
 import json
 import math
-import os
 import re
 import shutil
 from typing import Any, Sequence
 
+from fpr import settings
 from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
 
 FORMATS = ("table", "json", "csv")
@@ -57,7 +57,7 @@ def terminal_width(width: int | None = None) -> int:
     """Characters a table may use: ``width`` (``--width``), else ``COLUMNS``, else the terminal's width,
     else :data:`FALLBACK_WIDTH`; never less than :data:`MIN_WIDTH`."""
     if width is None:
-        env = os.environ.get("COLUMNS", "")
+        env = settings.raw("COLUMNS") or ""
         width = int(env) if env.isdigit() and int(env) > 0 else shutil.get_terminal_size((FALLBACK_WIDTH, 24)).columns
     return max(MIN_WIDTH, int(width))
 

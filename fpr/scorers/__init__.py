@@ -1,8 +1,10 @@
 """Auxiliary per-query scorers, joined to retrieval results on the query id.
 
 A scorer is one module in this package defining a :class:`Scorer` subclass and
-calling :func:`register_scorer`, plus its module name in ``SCORER_MODULES`` (or, for
-a third-party package, an entry point in the ``fpr.scorers`` group). It declares what
+calling :func:`register_scorer`, plus its name and module in ``BUILTIN`` (so that finding one scorer
+imports its module only), or, for a third-party package, an entry point in the ``fpr.scorers`` group
+(``name = "package.module"`` or ``"package.module:object"``); :data:`SCORERS` is the
+:class:`fpr.registry.Registry` of them. It declares what
 it needs (``image``, ``references``, ``prompt``, an encoder) and its options
 (:class:`~fpr.scorers.options.Option`: checked before a run starts), and
 returns a long table ``query_id, metric, value`` and optionally ``note`` (text
@@ -12,7 +14,6 @@ missing value is NaN with its reason, never a guess); fpr stores it in the
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -21,12 +22,20 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError, NotFoundError, choices_hint
-from fpr.plugins import load_plugins
+from fpr.registry import Registry
 from fpr.scorers.cache import score_with_cache
 from fpr.scorers.options import Option, check_options, resolve
 
-SCORER_MODULES = ("clip_t", "copy_paste", "vistar_tr", "vistar_cse", "vistar_gc", "vistar_li", "vistar_psc", "vistar_cpa",
-                  "refvnli", "dreambench_concept", "dreambench_prompt", "viescore", "cigeval", "hwpq")
+# Each built-in scorer's name and the module that registers it (tests/test_layering.py checks the table
+# against what each module registers).
+BUILTIN = {"clip-t": "fpr.scorers.clip_t", "copy-paste": "fpr.scorers.copy_paste",
+           "vistar-tr": "fpr.scorers.vistar_tr", "vistar-cse": "fpr.scorers.vistar_cse",
+           "vistar-gc": "fpr.scorers.vistar_gc", "vistar-li": "fpr.scorers.vistar_li",
+           "vistar-psc": "fpr.scorers.vistar_psc", "vistar-cpa": "fpr.scorers.vistar_cpa",
+           "refvnli": "fpr.scorers.refvnli", "dreambench-concept": "fpr.scorers.dreambench_concept",
+           "dreambench-prompt": "fpr.scorers.dreambench_prompt", "viescore": "fpr.scorers.viescore",
+           "cigeval": "fpr.scorers.cigeval", "hwpq": "fpr.scorers.hwpq"}
+SCORER_MODULES = tuple(dict.fromkeys(m.rsplit(".", 1)[1] for m in BUILTIN.values()))  # their module names
 
 
 @dataclass
@@ -64,7 +73,8 @@ class Scorer:
     name: str = ""
     description: str = ""
     needs: frozenset[str] = frozenset()  # subset of {"image", "references", "prompt"}
-    metrics: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()  # every metric it may return (checked on each run: another is a scorer bug)
+    primary_metric: str | None = None  # the one metric that stands for it (keep-rules, tables); one of metrics
     options: tuple[Option, ...] = ()
     # True: its values are a pure function of its options and each query's own inputs (image, references,
     # prompt; fpr.scorers.cache says what the key covers), so they are kept in the score cache across runs.
@@ -103,37 +113,36 @@ class Scorer:
                              hint="add a prompt column to the queries file")
 
 
-_SCORERS: dict[str, Scorer] = {}
-_loaded = False
+SCORERS: Registry[Scorer] = Registry("scorer", "fpr.scorers", BUILTIN, name_of=lambda s: s.name, item_type=Scorer)
+_SCORERS = SCORERS.items  # the registered scorers by name (tests add toys here)
 
 
 def register_scorer(scorer: Scorer, *, replace: bool = False) -> Scorer:
-    if scorer.name in _SCORERS and not replace:
-        raise ValueError(f"scorer {scorer.name!r} already registered")
-    _SCORERS[scorer.name] = scorer
-    return scorer
+    if scorer.primary_metric is not None and scorer.primary_metric not in scorer.metrics:
+        raise ValueError(f"scorer {scorer.name!r}: primary_metric {scorer.primary_metric!r} is not one of its "
+                         f"metrics {scorer.metrics}")
+    return SCORERS.register(scorer, replace=replace)
 
 
-def _ensure_loaded() -> None:
-    global _loaded
-    if _loaded:
-        return
-    for name in SCORER_MODULES:  # a listed module that is missing is a packaging bug: let it raise
-        importlib.import_module(f"fpr.scorers.{name}")
-    load_plugins("fpr.scorers")
-    _loaded = True
+def check_declared_metrics(scorer: Scorer, df: pd.DataFrame) -> None:
+    """A scorer returns only the metrics it declares (``metrics``): another name is a bug in that scorer,
+    reported naming it, never stored as if it were a metric of the run."""
+    if not {"query_id", "metric", "value"} <= set(df.columns):
+        raise RuntimeError(f"scorer {scorer.name} returned columns {list(df.columns)}")
+    undeclared = sorted(set(df["metric"].astype(str)) - set(scorer.metrics))
+    if undeclared:
+        raise RuntimeError(f"scorer {scorer.name} returned metrics it does not declare: {', '.join(undeclared)} "
+                           f"(declared: {', '.join(scorer.metrics)})")
 
 
 def all_scorers() -> dict[str, Scorer]:
-    _ensure_loaded()
-    return dict(sorted(_SCORERS.items()))
+    """Every scorer: the built-in modules and the plugins, all imported."""
+    return SCORERS.all()
 
 
 def get_scorer(name: str) -> Scorer:
-    scorers = all_scorers()
-    if name not in scorers:
-        raise NotFoundError(f"unknown scorer '{name}'", hint=choices_hint(list(scorers), "scorers"))
-    return scorers[name]
+    """The scorer ``name``, importing only its module; unknown is one line listing the valid names."""
+    return SCORERS.get(name)
 
 
 def parse_scorer_list(text: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -166,8 +175,7 @@ def run_scorers(names: list[str], batch: QueryBatch) -> pd.DataFrame:
         scorer.check(batch)
         df = score_with_cache(scorer, batch)
         provenance[name] = scorer.provenance(batch)
-        if not {"query_id", "metric", "value"} <= set(df.columns):
-            raise RuntimeError(f"scorer {name} returned columns {list(df.columns)}")
+        check_declared_metrics(scorer, df)
         df = df.reindex(columns=["query_id", "metric", "value", "note"]).copy()
         df.insert(1, "scorer", name)
         frames.append(df)

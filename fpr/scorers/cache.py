@@ -16,12 +16,11 @@ What is stored per key is the scorer's rows for that query (metric, value, note)
 missed queries are scored, as one smaller batch (a deterministic scorer's values do not depend on its
 batch-mates); a batch that misses everywhere returns the scorer's own table unchanged.
 
-Why SQLite (as the embedding cache, :mod:`fpr.encoders.cache`): several processes write at once (the demo
-and its background process, two runs), WAL and a busy timeout serialise them, ``INSERT OR IGNORE`` makes
-racing writers of one key agree, and a transaction commits whole or not at all, so a killed process
-leaves the cache readable. A database SQLite cannot read is reported once, set aside as ``*.damaged`` and
-replaced; a row that does not parse is reported, deleted and recomputed. A cache that cannot be written is
-one line on stderr and the values are computed as without it. ``FPR_SCORE_CACHE=0`` turns it off.
+The store is :class:`fpr.cache.SqliteStore` (one shared SQLite table, as the embedding cache), with
+:mod:`fpr.cache`'s one failure policy: a database SQLite cannot read is reported once, set aside as
+``*.damaged`` and replaced; a row that does not parse is reported, deleted and recomputed; a cache that
+cannot be written is one line on stderr and the values are computed as without it. ``FPR_SCORE_CACHE=0``
+turns it off.
 
 Not the model judges' cache (:mod:`fpr.scorers.judges.cache`): that one keeps each request's *reply*
 (sampled, from a remote model, not reproducible) in the workspace, as the record of what the judge said,
@@ -31,19 +30,17 @@ can be recomputed exactly at any time, so it lives in the user's cache folder an
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib
 import json
-import os
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from fpr import progress
-from fpr.files import cache_root, open_shared_db
+from fpr import keys, progress, settings
+from fpr.cache import SqliteStore, content_key
+from fpr.files import cache_root
+from fpr.registry import import_module
 from fpr.images import content_hash
 
 if TYPE_CHECKING:
@@ -51,23 +48,19 @@ if TYPE_CHECKING:
 
 PROTOCOL = "fpr-score-cache/1"  # bump when the key or the stored rows change meaning
 ENV = "FPR_SCORE_CACHE"
-OFF_VALUES = ("0", "off", "no", "false")
 DB_NAME = "results.sqlite"
-BUSY_TIMEOUT_S = 60.0
-LOOKUP_CHUNK = 500
 HINT = f"set FPR_CACHE_DIR to a writable folder, or {ENV}=0 to score without the cache"
-_SCHEMA = "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, rows TEXT NOT NULL) WITHOUT ROWID"
 COLUMNS = ["query_id", "metric", "value", "note"]
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() not in OFF_VALUES
+    return settings.flag(ENV)
 
 
 @functools.cache
 def _module_digest(module: str) -> str:
-    path = Path(importlib.import_module(module).__file__)
-    return hashlib.sha256(f"{module}\0".encode() + path.read_bytes()).hexdigest()
+    path = Path(import_module(module).__file__)
+    return keys.sha256_hex(f"{module}\0".encode() + path.read_bytes())
 
 
 def scorer_version(scorer: Scorer) -> str | None:
@@ -76,7 +69,7 @@ def scorer_version(scorer: Scorer) -> str | None:
     if not getattr(scorer, "deterministic", False):
         return None
     modules = tuple(getattr(scorer, "version_modules", ()) or (type(scorer).__module__,))
-    return hashlib.sha256("\0".join(_module_digest(m) for m in modules).encode()).hexdigest()
+    return keys.sha256_hex("\0".join(_module_digest(m) for m in modules))
 
 
 @functools.cache
@@ -113,17 +106,16 @@ def query_keys(scorer: Scorer, version: str, batch: QueryBatch) -> list[str | No
               "options": scorer.option_values(batch.options), "device": _device_kind(batch.device),
               "encoder": batch.encoder_id, "inputs": scorer.cache_inputs(batch)}
     digests = _file_digests([*batch.paths, *(r for refs in batch.reference_paths for r in refs)])
-    keys: list[str | None] = []
+    out: list[str | None] = []
     for i in range(len(batch)):
         files = [digests[batch.paths[i]], *(digests[r] for r in batch.reference_paths[i])]
         if None in files:
-            keys.append(None)
+            out.append(None)
             continue
         own = {"image": files[0], "references": files[1:], "prompt": batch.prompts[i],
                **{f: _field(batch, i, f) for f in scorer.query_fields}}
-        text = json.dumps({**common, "query": own}, sort_keys=True, separators=(",", ":"), default=str)
-        keys.append(hashlib.sha256(text.encode()).hexdigest())
-    return keys
+        out.append(content_key({**common, "query": own}))
+    return out
 
 
 def _field(batch: QueryBatch, i: int, name: str):
@@ -195,94 +187,32 @@ def _rows_by_key(df: pd.DataFrame, batch: QueryBatch, keys: list[str | None], ro
 
 
 class ScoreCache:
-    """``get_many``/``put_many`` of per-query rows by key, in one SQLite database."""
+    """``get_many``/``put_many`` of per-query rows by key: a :class:`fpr.cache.SqliteStore` (its failure
+    policy: an unusable cache is one warning and scoring goes on without it)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._con: sqlite3.Connection | None = None
-        self._broken = False  # an unwritable cache: reported once, then bypassed
+        self.store = SqliteStore(self.path, what="score cache", hint=HINT, table="results", key="key", value="rows",
+                                 value_type="TEXT", going_on="scoring without it",
+                                 recompute="their queries are scored again")
 
     @classmethod
     def default(cls) -> ScoreCache:
         return cls(cache_root() / "scores" / DB_NAME)
 
-    def _connect(self) -> sqlite3.Connection | None:
-        if self._con is None and not self._broken:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    self._con = open_shared_db(self.path, _SCHEMA, "results", BUSY_TIMEOUT_S)
-                except sqlite3.DatabaseError as exc:
-                    if isinstance(exc, sqlite3.OperationalError):  # locked, unwritable: not damage
-                        raise
-                    self._set_aside(_reason(exc))  # not a database: set aside, start afresh
-                    self._con = open_shared_db(self.path, _SCHEMA, "results", BUSY_TIMEOUT_S)
-            except (sqlite3.DatabaseError, OSError) as exc:
-                self._fail(exc)
-        return self._con
-
-    def _fail(self, exc: BaseException) -> None:
-        self._broken = True
-        progress.warn(f"the score cache {self.path} cannot be used ({_reason(exc)}); scoring without it ({HINT})")
-
-    def _set_aside(self, reason: str) -> None:
-        target = self.path.with_name(self.path.name + ".damaged")
-        try:
-            os.replace(self.path, target)
-        except FileNotFoundError:  # another process set it aside first (and reported it)
-            return
-        for suffix in ("-wal", "-shm"):
-            Path(str(self.path) + suffix).unlink(missing_ok=True)
-        progress.warn(f"damaged score cache {self.path} ({reason}); moved aside to {target.name}; "
-                      "its queries are scored again")
-
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        self.store.close()
 
-    def get_many(self, keys: list[str]) -> dict[str, list]:
-        con = self._connect() if keys and (self.path.exists() or self._con is not None) else None
-        if con is None:
-            return {}
+    def get_many(self, wanted: list[str]) -> dict[str, list]:
         out: dict[str, list] = {}
         bad = []
-        try:
-            for s in range(0, len(keys), LOOKUP_CHUNK):
-                part = keys[s:s + LOOKUP_CHUNK]
-                for key, text in con.execute(f"SELECT key, rows FROM results WHERE key IN ({','.join('?' * len(part))})",
-                                             part):
-                    try:
-                        rows = json.loads(text)
-                    except ValueError:
-                        bad.append(key)
-                        continue
-                    out[key] = rows
-            if bad:
-                con.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad])
-                progress.warn(f"{len(bad)} damaged score-cache entr{'y' if len(bad) == 1 else 'ies'} in {self.path}; "
-                              "removed; their queries are scored again")
-        except sqlite3.DatabaseError as exc:
-            self._fail(exc)
-            self.close()
-            return {}
+        for key, text in self.store.get_many(wanted).items():
+            try:
+                out[key] = json.loads(text)
+            except ValueError:
+                bad.append(key)
+        self.store.delete(bad, "not JSON")
         return out
 
     def put_many(self, rows: dict[str, list]) -> None:
-        con = self._connect() if rows else None
-        if con is None:
-            return
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            con.executemany("INSERT OR IGNORE INTO results (key, rows) VALUES (?, ?)",
-                            [(k, json.dumps(v, allow_nan=True)) for k, v in rows.items()])
-            con.execute("COMMIT")
-        except sqlite3.DatabaseError as exc:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            self._fail(exc)
-            self.close()
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        self.store.put_many((k, json.dumps(v, allow_nan=True)) for k, v in rows.items())

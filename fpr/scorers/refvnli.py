@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fpr import progress
+from fpr import keys, progress
 from fpr.errors import InputError, NotFoundError
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
@@ -171,15 +171,13 @@ class RefVNLI(Scorer):
 
     def provenance(self, batch: QueryBatch) -> dict:
         """Which model made the values: its kind, place, and for fpr models the id and weights' SHA-256."""
-        import hashlib
-
         from fpr.scorers import refvnli_model as rm
 
         kind, model = model_source(self.option_values(batch.options)["model"])
         out = {"kind": kind, "model": model}
         if kind == "fpr" and rm.is_checkpoint(Path(model)):
             out["id"] = rm.read_card(Path(model)).get("id", "")
-            out["weights_sha256"] = hashlib.sha256((Path(model) / rm.WEIGHTS_NAME).read_bytes()).hexdigest()
+            out["weights_sha256"] = keys.sha256_hex((Path(model) / rm.WEIGHTS_NAME).read_bytes())
         return out
 
     def score(self, batch: QueryBatch) -> pd.DataFrame:

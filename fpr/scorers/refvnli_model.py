@@ -263,20 +263,16 @@ def load_model(folder: str | Path, device: str = "auto") -> LoadedModel:
 
 def save_model(net: RefvnliNet, card: dict, folder: Path) -> None:
     """Weights then card, each written atomically (a card never points at missing weights)."""
-    import os
-
     from safetensors.torch import save_file
 
-    folder.mkdir(parents=True, exist_ok=True)
+    from fpr.files import atomic_write_path, atomic_write_text
+
     state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    tmp_w, tmp_c = folder / (WEIGHTS_NAME + ".tmp"), folder / (CARD_NAME + ".tmp")
-    # One metadata key: safetensors orders a multi-key map at random, and the bytes must repeat.
-    save_file(state, str(tmp_w), metadata={"fpr_refvnli": f"{card.get('id', '')} {ARCHITECTURE}"})
-    tmp_c.write_text(json.dumps(card, indent=2) + "\n")
-    for tmp in (tmp_w, tmp_c):
-        os.chmod(tmp, 0o644)  # safetensors creates owner-only files; a model is meant to be shared
-    tmp_w.replace(folder / WEIGHTS_NAME)
-    tmp_c.replace(folder / CARD_NAME)
+    # One metadata key: safetensors orders a multi-key map at random, and the bytes must repeat. Through
+    # fpr.files: written whole, with the umask's mode (safetensors alone creates owner-only files).
+    atomic_write_path(folder / WEIGHTS_NAME, lambda tmp: save_file(
+        state, str(tmp), metadata={"fpr_refvnli": f"{card.get('id', '')} {ARCHITECTURE}"}))
+    atomic_write_text(folder / CARD_NAME, json.dumps(card, indent=2) + "\n")
 
 
 __all__ = ["ARCHITECTURE", "BUILTIN_ID", "CARD_FORMAT", "CARD_NAME", "LoadedModel", "NetConfig", "ORDER",

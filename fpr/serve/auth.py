@@ -14,12 +14,13 @@ working for everything but deleting other callers' runs. Without a token file
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from fpr import keys
 
 ANONYMOUS = "anonymous"
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
@@ -63,7 +64,7 @@ class _Entry:
 
 def token_id(token: str | bytes) -> str:
     data = token if isinstance(token, bytes) else token.encode()
-    return hashlib.sha256(data).hexdigest()[:8]
+    return keys.sha256_hex(data)[:8]
 
 
 def parse_tokens(text: str) -> list[_Entry]:

@@ -2,31 +2,22 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fpr import settings
 from fpr.errors import InputError
 from fpr.store import resolve_workspace
 
 
-def _env_int(name: str, default: int, minimum: int = 1) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InputError(f"{name} must be an integer, got '{raw}'") from None
-    if value < minimum:
-        raise InputError(f"{name} must be at least {minimum}, got {value}")
-    return value
+def _env_int(name: str) -> int:
+    """A declared integer setting (its default and minimum in :mod:`fpr.settings`)."""
+    return settings.get(name)
 
 
 def _env_origins() -> frozenset[str]:
     """``FPR_SERVE_ORIGINS``: comma-separated ``scheme://host[:port]`` whose pages may call the API."""
-    raw = os.environ.get("FPR_SERVE_ORIGINS", "").split(",")
-    origins = frozenset(o.strip().rstrip("/") for o in raw if o.strip())
+    origins = frozenset(o.rstrip("/") for o in settings.get("FPR_SERVE_ORIGINS"))
     bad = sorted(o for o in origins if not o.startswith(("http://", "https://")))
     if bad:
         raise InputError(f"FPR_SERVE_ORIGINS must list http:// or https:// origins, got '{bad[0][:80]}'")
@@ -62,7 +53,8 @@ class ServeConfig:
         ``FPR_SERVE_QUEUE`` (64) and ``FPR_SERVE_ORIGINS``; refuse a non-loopback host without a token file."""
         if workers < 1:
             raise InputError(f"--workers must be at least 1, got {workers}")
-        tokens = os.environ.get("FPR_API_TOKENS_FILE", "").strip()
+        tokens = settings.raw("FPR_API_TOKENS_FILE") or ""
+        tokens = tokens.strip()
         tokens_file = Path(tokens).expanduser() if tokens else None
         if tokens_file is not None and not tokens_file.is_file():
             raise InputError("token file not found", where=str(tokens_file),
@@ -72,9 +64,9 @@ class ServeConfig:
                              hint="set FPR_API_TOKENS_FILE to a file of 'token [name]' lines, or use --host 127.0.0.1")
         return cls(workspace=resolve_workspace(workspace).resolve(), host=host, port=port, workers=workers,
                    device=device, tokens_file=tokens_file,
-                   max_upload_bytes=_env_int("FPR_MAX_UPLOAD_MB", 1024) * 1024 * 1024,
-                   max_queued_per_token=_env_int("FPR_MAX_QUEUED_PER_TOKEN", 8),
-                   queue_size=_env_int("FPR_SERVE_QUEUE", 64), origins=_env_origins())
+                   max_upload_bytes=_env_int("FPR_MAX_UPLOAD_MB") * 1024 * 1024,
+                   max_queued_per_token=_env_int("FPR_MAX_QUEUED_PER_TOKEN"),
+                   queue_size=_env_int("FPR_SERVE_QUEUE"), origins=_env_origins())
 
     @property
     def serve_dir(self) -> Path:

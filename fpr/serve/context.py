@@ -1,7 +1,6 @@
 """What every route shares: settings, job records, tokens, the dispatcher; who is asking; no server paths out."""
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,7 +8,7 @@ from pathlib import Path
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
-from fpr import api
+from fpr import api, settings
 from fpr.errors import NotFoundError
 from fpr.serve.auth import Caller, TokenStore
 from fpr.serve.config import ServeConfig
@@ -25,8 +24,8 @@ def _path_roots(workspace: Path) -> list[tuple[str, str]]:
     """Server folders that may appear in texts, most specific first, with what a client sees instead."""
     roots = [(workspace, "<workspace>")]
     for var, shown in (("FPR_WEIGHTS_DIR", "<weights>"), ("FPR_CACHE_DIR", "<cache>")):
-        if os.environ.get(var):
-            roots.append((Path(os.environ[var]).expanduser(), shown))
+        if settings.raw(var):
+            roots.append((settings.get(var), shown))
     home = Path.home()
     roots += [(home / ".cache" / "fpr" / "weights", "<weights>"), (home / ".cache" / "fpr", "<cache>"),
               (home / ".cache" / "huggingface", "<hf-cache>"), (home, "~")]

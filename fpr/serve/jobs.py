@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timezone
 from pathlib import Path
 
-from fpr.files import atomic_write
+from fpr import keys
+from fpr.files import atomic_write, replace_file
 
 QUEUED, RUNNING, DONE, FAILED, DAMAGED = "queued", "running", "done", "failed", "damaged"
 ACTIVE = (QUEUED, RUNNING)
@@ -54,7 +54,7 @@ def damaged_job(run: str, reason: str) -> dict:
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return keys.utc_now_precise()
 
 
 def write_json_atomic(path: Path, obj: dict, *, sync: bool = True) -> None:
@@ -102,7 +102,7 @@ class JobStore:
             reason = damage_reason(run, data)
             if reason is None:
                 return json.loads(data)
-            os.replace(self._path(run), self._aside(run))  # set aside, kept for inspection
+            replace_file(self._path(run), self._aside(run))  # set aside, kept for inspection
         if self.on_damaged is not None:
             self.on_damaged(run, reason)
         return damaged_job(run, reason)

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime, timezone
+
+from fpr import keys
 
 
 def log_line(**fields) -> None:
-    fields = {"ts": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z", **fields}
+    fields = {"ts": keys.utc_now_log(), **fields}
     sys.stderr.write(json.dumps(fields, default=str) + "\n")
     sys.stderr.flush()
 

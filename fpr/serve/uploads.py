@@ -15,13 +15,13 @@ from __future__ import annotations
 import errno
 import shutil
 import unicodedata
-import uuid
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO
 from pathlib import Path, PurePosixPath
 
+from fpr import keys
 from fpr.errors import InputError
 from fpr.images import IMAGE_SUFFIXES, check_image
 from fpr.tables import TABLE_SUFFIXES, read_table
@@ -97,7 +97,7 @@ class Upload:
 
     @classmethod
     def begin(cls, uploads_dir: Path, limit: int) -> "Upload":
-        folder = uploads_dir / f".partial-{uuid.uuid4().hex}"
+        folder = uploads_dir / f".partial-{keys.random_hex(32)}"
         folder.mkdir(parents=True)
         return cls(folder, limit)
 

@@ -76,12 +76,13 @@ WARM_IMPORTS = ("timm", "open_clip", "faiss")
 def _warm_imports() -> None:
     """Import the libraries a first run would import lazily (seconds each), before the worker says it is ready:
     a worker's first run is then as fast as its next."""
-    import importlib
-    import importlib.util
+    from importlib.util import find_spec
+
+    from fpr.registry import import_module
 
     for name in WARM_IMPORTS:
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
+        if find_spec(name) is not None:
+            import_module(name)
 
 
 def _exit_with_parent(interval: float = 0.2) -> None:

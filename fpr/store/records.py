@@ -382,6 +382,15 @@ def list_runs(ws: Workspace) -> list[dict]:
         return _records(cur)
 
 
+def aux_score_digests(ws: Workspace, run_ids: Sequence[str]):
+    """Per (run, scorer) of ``run_ids``: how many auxiliary scores and a hash of their content (a DataFrame;
+    what a run's content version is made of, with its rows of :func:`list_runs`)."""
+    with ws.read() as con:
+        return con.execute("SELECT run_id, scorer, count(*) AS n, sum(hash(query_id || metric || coalesce(CAST(value "
+                           "AS VARCHAR), 'null') || coalesce(note, ''))) AS h FROM aux_scores "
+                           "WHERE list_contains(?, run_id) GROUP BY ALL ORDER BY ALL", [list(run_ids)]).df()
+
+
 def delete_run(ws: Workspace, run_id: str) -> None:
     with ws.write() as con:
         if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():

@@ -28,6 +28,7 @@ from typing import Iterator
 import duckdb
 from filelock import FileLock, Timeout
 
+from fpr import settings
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
 from fpr.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS, view_ddl
 
@@ -46,7 +47,7 @@ USER_SQL_CONFIG = {
 
 def resolve_workspace(workspace: str | Path | None) -> Path:
     if workspace is None:
-        workspace = os.environ.get("FPR_WORKSPACE", "fpr-workspace")
+        workspace = settings.get("FPR_WORKSPACE")
     return Path(workspace).expanduser()
 
 
@@ -142,7 +143,7 @@ class Workspace:
         except OSError as exc:
             raise InputError(f"cannot create the workspace folder: {exc.strerror or exc}", where=str(self.root),
                              hint="pass --workspace with a folder you can write") from None
-        timeout = float(os.environ.get("FPR_LOCK_TIMEOUT", "120"))
+        timeout = settings.get("FPR_LOCK_TIMEOUT")
         try:
             lock.acquire(timeout=timeout)
         except Timeout:

@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import multiprocessing as mp
 import time
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,7 @@ import pandas as pd
 
 from fpr import progress
 from fpr.metrics.headroom import ap_one_share, headroom
+from fpr.registry import import_module
 
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
@@ -288,7 +288,7 @@ def _background_seeds(ws_root: Path, configs: list, encoder: str, general: str |
         yield {}
         return
     for module in _PRELOAD:  # both processes need them: imported once, here, and inherited by the fork
-        importlib.import_module(module)
+        import_module(module)
     pool = ProcessPoolExecutor(1, mp_context=mp.get_context("fork"), initializer=_background_init)
     try:
         # one render process there: this process renders the primary world on every core meanwhile

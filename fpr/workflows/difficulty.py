@@ -20,7 +20,7 @@ from fpr.eval.oracle import oracle_queries
 from fpr.eval.pipeline import EvalSettings
 from fpr.metrics.headroom import SATURATED
 from fpr.store.workspace import Workspace
-from fpr.workflows.runs import _embedder, _index_encoder
+from fpr.workflows.common import embedder, index_encoder
 
 # The oracle's AP = 1 share at or above which a gallery is called saturated is the one threshold of
 # fpr.metrics.headroom (why a half: there): at least half of the real images' queries tie at the top, so methods
@@ -68,12 +68,12 @@ def gallery_difficulty(index: str, *, workspace: str | Path | None = None, devic
         raise InputError(f"gallery '{opened.index.card.gallery}' has no reference images: no oracle to measure "
                          "its difficulty with", hint="import the gallery with reference images (role 'reference')")
     qdf = inputs.normalize_queries(oracle, where="oracle")
-    enc = _index_encoder(opened, None, device)
+    enc = index_encoder(opened, None, device)
     # an identity with references but no gallery image has no oracle AP: left out, as fpr query
     # --skip-missing-identities leaves it out (curation drops such identities, so this is rare)
     settings = EvalSettings(device=device, batch_size=batch_size, workers=workers, top_k=0,
                             skip_missing_identities=True)
-    ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers), settings,
+    ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers), settings,
                            where="oracle", encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     ap = ev.per_query["ap"].to_numpy(float)[ev.ok]
     return Difficulty(index, opened.index.card.gallery, enc.id, int(len(ap)),

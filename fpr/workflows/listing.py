@@ -6,8 +6,10 @@ engine; listing needs only the store (DuckDB), so ``fpr runs`` starts in a fract
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from fpr import keys
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 
@@ -17,4 +19,19 @@ def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
     return db.list_runs(Workspace.open(workspace))
 
 
-__all__ = ["list_runs"]
+def run_content_version(run: str, *, workspace: str | Path | None = None) -> str | None:
+    """A short hash of what a run's reports are made of (its stored rows, those of its encoders' runs
+    ``run@encoder``, and its auxiliary scores); None when no such run is stored. A run replaced with
+    ``--overwrite`` or rescored gets a new one (the service keys its report files by it)."""
+    from fpr.render.cells import to_jsonable
+
+    ws = Workspace.open(workspace)
+    rows = [r for r in db.list_runs(ws) if r["run_id"] == run or r["run_id"].startswith(run + "@")]
+    if not rows:
+        return None
+    aux = db.aux_score_digests(ws, [r["run_id"] for r in rows])
+    stamp = json.dumps([to_jsonable(rows), to_jsonable(aux.astype(str).to_dict("records"))], sort_keys=True)
+    return keys.sha256_hex(stamp)[:16]
+
+
+__all__ = ["list_runs", "run_content_version"]

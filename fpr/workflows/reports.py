@@ -23,7 +23,8 @@ from fpr.store import schema
 from fpr.store.schema import TABLES
 from fpr.store.workspace import Workspace
 from fpr.tables import TABLE_SUFFIXES, write_table
-from fpr.workflows.runs import _require_current_index, load_run, run_ids, sim_definition, skip_reasons
+from fpr.workflows.common import require_current_index
+from fpr.workflows.runs import load_run, run_ids, sim_definition, skip_reasons
 
 
 @dataclass
@@ -67,7 +68,7 @@ def report_data(runs: Sequence[str] | str, *, workspace: str | Path | None = Non
             raise InputError(f"run '{rid}' is a VISTAR run (no index, no mAP)", where=str(ws.root),
                              hint=f"print it with 'fpr report --run {rid} --by role'")
         if not allow_stale:
-            _require_current_index(ws, row)
+            require_current_index(ws, row)
         res = load_run(rid, workspace=ws.root, summary=False)  # summarised below, over the merged runs
         seed = int(row.params.get("seed", 0)) if seed is None else seed
         pq = res.per_query.copy()

@@ -13,7 +13,6 @@ import pandas as pd
 
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
-from fpr.encoders.background import background_of_key, with_background
 from fpr.engines import ray as ray_engine
 from fpr.engines import ray_runtime
 from fpr.engines.parts import discard_parts
@@ -30,10 +29,10 @@ from fpr.scorers import check_scorer_options, parse_scorer_list
 from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
+from fpr.workflows.common import embedder, index_encoder, require_current_index
 from fpr.workflows.indices import _card_numerics, build_index
 
 if TYPE_CHECKING:
-    from fpr.encoders.embed import EmbedResult
     from fpr.encoders.registry import Encoder
 
 
@@ -94,28 +93,6 @@ def skip_reasons(per_query: pd.DataFrame, reasons: dict) -> dict[str, str]:
 def read_queries(queries: str | Path | pd.DataFrame) -> pd.DataFrame:
     """Load and normalise a queries table (see :func:`fpr.eval.inputs.normalize_queries`)."""
     return inputs.normalize_queries(queries)
-
-
-def _index_encoder(opened: "relevance.OpenIndex", weights: str | None, device: str, *,
-                   hint: str = "pass --weights with the original file, or rebuild the index") -> Encoder:
-    """The encoder an index was built with (same weights), with the index's protocol, background step included."""
-    from fpr.encoders.registry import load_encoder
-
-    card = opened.index.card
-    enc = load_encoder(card.encoder, weights=weights, device=device)
-    if enc.weights.checksum != card.weights_checksum:
-        raise ConflictError(f"encoder '{enc.id}' weights differ from those index '{opened.row.name}' was built with",
-                            hint=hint)
-    return with_background(enc, background_of_key(card.preprocessing))
-
-
-def _embedder(enc: Encoder, batch_size: int, workers: int | None):
-    from fpr.encoders.embed import embed_paths
-
-    def embed(paths, *, on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
-
-        return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc)
-    return embed
 
 
 def _provenance(enc: Encoder, opened: "relevance.OpenIndex", seed: int, device: str) -> dict:
@@ -213,10 +190,10 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     relevance.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
     # on Ray the model is shipped to the actors from here, which place it on their own device
-    enc = _index_encoder(opened, weights, "cpu" if ray_opts else device)
+    enc = index_encoder(opened, weights, "cpu" if ray_opts else device)
     engine_info = None
     if ray_opts is None:
-        ev = pipeline.evaluate(qdf, opened.labels, opened.index, _embedder(enc, batch_size, workers),
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers),
                                settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     else:
         key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
@@ -307,18 +284,8 @@ def report(run_id: str, *, workspace: str | Path | None = None, allow_stale: boo
     """A stored run's results; refused (one line) when its index has changed since, unless ``allow_stale``."""
     ws = Workspace.open(workspace)
     if not allow_stale:
-        _require_current_index(ws, db.get_run(ws, run_id))
+        require_current_index(ws, db.get_run(ws, run_id))
     return load_run(run_id, workspace=ws.root)
-
-
-def _require_current_index(ws: Workspace, run: db.RunRow) -> db.IndexRow:
-    why = relevance.index_change(run, db.find_index(ws, run.index_name))
-    if why:
-        raise ConflictError(f"run '{run.run_id}' was made with index '{run.index_name}', which {why}",
-                            where=str(ws.root),
-                            hint="rerun the queries against the current index (fpr query ... --overwrite), or "
-                                 "pass --allow-stale to read the stored results as they are")
-    return db.get_index(ws, run.index_name)
 
 
 def delete_run(run_id: str, *, workspace: str | Path | None = None) -> dict:

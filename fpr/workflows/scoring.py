@@ -17,7 +17,8 @@ from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table
-from fpr.workflows.runs import _embedder, _index_encoder, _require_current_index, load_run, run_ids
+from fpr.workflows.common import embedder, index_encoder, require_current_index
+from fpr.workflows.runs import load_run, run_ids
 
 
 def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Path | None = None,
@@ -33,7 +34,7 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
         return pd.concat([score_run(rid, names, workspace=ws.root, device=device, scorer_options=scorer_options,
                                     overwrite=overwrite).assign(run_id=rid) for rid in ids], ignore_index=True)
     run = db.get_run(ws, run_id)
-    _require_current_index(ws, run)
+    require_current_index(ws, run)
     res = load_run(run_id, workspace=ws.root, summary=False)  # the summary rows (bootstrap) are not used
     opened = relevance.open_index(ws, run.index_name)
     ok = res.per_query[res.per_query["status"] == "ok"].copy()
@@ -42,10 +43,10 @@ def score_run(run_id: str, scorers: Sequence[str] | str, *, workspace: str | Pat
     qvecs = scores_fn = None
     if uses_gallery(names, scorer_options):  # e.g. dreambench-concept.mode=choice: the run's encoder again
         weights = (run.provenance or {}).get("weights_path")
-        enc = _index_encoder(opened, weights if weights and Path(weights).is_file() else None, device,
+        enc = index_encoder(opened, weights if weights and Path(weights).is_file() else None, device,
                              hint=f"the run's weights file ({weights}) must be where it was when the run was made"
                                   if weights else "rebuild the index and rerun the query")
-        qvecs = _embedder(enc, EMBED_BATCH_SIZE, None)(qdf["path"].tolist(), desc="embedding queries").vectors
+        qvecs = embedder(enc, EMBED_BATCH_SIZE, None)(qdf["path"].tolist(), desc="embedding queries").vectors
         scores_fn = scoring.whole_gallery_scores(opened.index, len(opened.labels.item_ids))
     batch = pipeline.query_batch(qdf, qvecs, opened.labels, res.encoder, device, scorer_options, ws.root,
                                  gallery_scores=scores_fn)

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from fpr.errors import InputError
+from fpr.files import atomic_write_text
 from fpr.workflows.runs import load_run
 
 MAX_DEVIATION = 0.3  # CIGEval's filter, on the 0-1 scale
@@ -134,28 +135,28 @@ def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path |
     system = t.render("system")
     samples = unmatched = kept = lines = 0
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for qid in sorted(traj, key=str):
-            s = score.get(qid, math.nan)
-            if not math.isfinite(s) or not traj[qid]:
-                continue  # a failed or missing judgment has no complete trajectory
-            samples += 1
-            h = None if humans is None else humans.get(str(qid))
-            if humans is not None and h is None:
-                unmatched += 1
-                continue
-            if h is not None and not within(s, h, max_deviation):
-                continue
-            kept += 1
-            entries = json.loads(traj[qid])
-            task = entries[0].get("task") if entries and "task" in entries[0] else None
-            for question, turns in agent_turns(entries, system).items():
-                if images_dir is not None:
-                    write_tool_images(turns, images_dir, f"{qid}-{question}", size)
-                rec = {"run": run_id, "query_id": str(qid), "task": task, "question": question,
-                       "model_score": s / 10.0, "human_score": h,
-                       "deviation": None if h is None else abs(s / 10.0 - h), "template": t.tag, "turns": turns}
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                lines += 1
+    chunks: list[str] = []  # written whole through fpr.files (a reader never sees half a file)
+    for qid in sorted(traj, key=str):
+        s = score.get(qid, math.nan)
+        if not math.isfinite(s) or not traj[qid]:
+            continue  # a failed or missing judgment has no complete trajectory
+        samples += 1
+        h = None if humans is None else humans.get(str(qid))
+        if humans is not None and h is None:
+            unmatched += 1
+            continue
+        if h is not None and not within(s, h, max_deviation):
+            continue
+        kept += 1
+        entries = json.loads(traj[qid])
+        task = entries[0].get("task") if entries and "task" in entries[0] else None
+        for question, turns in agent_turns(entries, system).items():
+            if images_dir is not None:
+                write_tool_images(turns, images_dir, f"{qid}-{question}", size)
+            rec = {"run": run_id, "query_id": str(qid), "task": task, "question": question,
+                   "model_score": s / 10.0, "human_score": h,
+                   "deviation": None if h is None else abs(s / 10.0 - h), "template": t.tag, "turns": turns}
+            chunks.append(json.dumps(rec, ensure_ascii=False) + "\n")
+            lines += 1
+    atomic_write_text(out, "".join(chunks))
     return TrajectoryExport(out, samples, unmatched, kept, lines, humans is not None)

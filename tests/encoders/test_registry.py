@@ -56,8 +56,8 @@ def test_bad_embedding_options_are_one_line(kw, needle, tmp_path):
 
 
 def test_a_missing_builtin_module_is_an_error(monkeypatch):
-    monkeypatch.setattr(registry, "BUILTIN_MODULES", registry.BUILTIN_MODULES + ("no_such_encoder_module",))
-    monkeypatch.setattr(registry, "_LOADED", False)
+    monkeypatch.setitem(registry.ENCODERS.builtin, "no-such-encoder", "fpr.encoders.no_such_encoder_module")
+    monkeypatch.setattr(registry.ENCODERS, "_complete", False)
     with pytest.raises(ModuleNotFoundError, match="fpr.encoders.no_such_encoder_module"):
         all_specs()
 
@@ -65,8 +65,8 @@ def test_a_missing_builtin_module_is_an_error(monkeypatch):
 def test_a_missing_scorer_module_is_an_error(monkeypatch):
     import fpr.scorers as S
 
-    monkeypatch.setattr(S, "SCORER_MODULES", S.SCORER_MODULES + ("no_such_scorer",))
-    monkeypatch.setattr(S, "_loaded", False)
+    monkeypatch.setitem(S.SCORERS.builtin, "no-such-scorer", "fpr.scorers.no_such_scorer")
+    monkeypatch.setattr(S.SCORERS, "_complete", False)
     with pytest.raises(ModuleNotFoundError, match="fpr.scorers.no_such_scorer"):
         S.all_scorers()
 

@@ -46,3 +46,33 @@ def test_a_scorer_returns_its_declared_metrics_or_a_clean_error(name, tmp_path, 
     assert set(out["metric"]) <= set(scorer.metrics), (name, set(out["metric"]) - set(scorer.metrics))
     assert set(out["query_id"]) <= {"q0", "q1"}
     assert out["value"].dtype == float
+
+
+def test_declared_metrics_are_checked_at_run_time_and_primary_metric_is_one_of_them(monkeypatch, tmp_path):
+    """Issue #36: the base class carries ``primary_metric``; a scorer returning a metric it does not declare
+    fails naming it; a primary metric outside ``metrics`` is refused at registration."""
+    import pandas as pd
+
+    import fpr.scorers as S
+
+    class Loose(S.Scorer):
+        name = "loose-probe"
+        needs = frozenset({"image"})
+        metrics = ("a",)
+        primary_metric = "a"
+
+        def score(self, batch):
+            return pd.DataFrame({"query_id": batch.query_ids, "metric": "b", "value": 1.0})
+
+    assert S.Scorer.primary_metric is None
+    monkeypatch.setitem(S._SCORERS, "loose-probe", Loose())
+    batch = S.QueryBatch(["q"], [str(tmp_path / "x.png")], ["i"], ["g"], [None], [[]])
+    with pytest.raises(RuntimeError, match="^scorer loose-probe returned metrics it does not declare: b "
+                                           r"\(declared: a\)$"):
+        S.run_scorers(["loose-probe"], batch)
+    bad = Loose()
+    bad.primary_metric = "z"
+    with pytest.raises(ValueError, match="primary_metric 'z' is not one of its metrics"):
+        S.register_scorer(bad, replace=True)
+    for scorer in S.all_scorers().values():
+        assert scorer.primary_metric in scorer.metrics, scorer.name

@@ -198,7 +198,7 @@ def test_a_damaged_database_is_set_aside_in_one_line(tmp_path, capfd):
     capfd.readouterr()
     out = sc.score_with_cache(toy, batch)
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "damaged score cache" in err[0] and bits(out) == bits(toy.score(batch))
+    assert len(err) == 1 and "damaged score-cache database" in err[0] and bits(out) == bits(toy.score(batch))
     assert path.with_name(path.name + ".damaged").exists()
     sc.score_with_cache(toy, batch)
     assert len(toy.scored) == 2  # stored in the fresh database: the third call is a hit

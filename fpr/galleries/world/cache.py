@@ -25,13 +25,11 @@ entry, which the next hit's sha256 check reports and renders again.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-import uuid
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -40,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import PIL
 
-from fpr import progress
-from fpr.files import cache_root, dir_mode, write_error
+from fpr import keys, progress
+from fpr.cache import enabled as cache_enabled, warn_unusable
+from fpr.files import cache_root, dir_mode, replace_file, write_error
 
 PROTOCOL = "fpr-world-files/1"  # bump when an entry's layout or what the key covers changes
 ENV = "FPR_WORLD_CACHE"
-OFF_VALUES = ("0", "off", "no", "false")
 MANIFEST = "manifest.json"
 FILES = "files"
 STALE_TMP_S = 24 * 3600  # a temporary folder this old is a killed store's, not a running one's
@@ -54,7 +52,7 @@ HINT = f"set FPR_CACHE_DIR to a writable folder, or {ENV}=0 to render without th
 
 def enabled() -> bool:
     """Whether the environment leaves the world cache on (``FPR_WORLD_CACHE`` unset or not 0/off/no/false)."""
-    return os.environ.get(ENV, "").strip().lower() not in OFF_VALUES
+    return cache_enabled(ENV)
 
 
 @lru_cache(maxsize=1)
@@ -62,7 +60,7 @@ def source_digest() -> str:
     """sha256 of the world package's modules and :mod:`fpr.keys`, by name and bytes, in name order."""
     package = Path(__file__).resolve().parent
     sources = sorted(package.glob("*.py")) + [package.parents[1] / "keys.py"]
-    h = hashlib.sha256()
+    h = keys.hasher()
     for path in sources:
         h.update(f"{path.relative_to(package.parents[1]).as_posix()}\0{path.stat().st_size}\0".encode())
         h.update(path.read_bytes())
@@ -77,13 +75,12 @@ def key_material(config: dict) -> dict:
 
 
 def entry_key(config: dict) -> str:
-    text = json.dumps(key_material(config), sort_keys=True, separators=(",", ":"), default=list)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return keys.json_digest(key_material(config), default=list)
 
 
 def file_digest(path: Path) -> tuple[int, str]:
     data = path.read_bytes()
-    return len(data), hashlib.sha256(data).hexdigest()
+    return len(data), keys.sha256_hex(data)
 
 
 class Damaged(Exception):
@@ -147,9 +144,9 @@ class WorldCache:
 
     def _discard(self, entry: Path, reason: str) -> None:
         """Report a damaged entry in one line, rename it aside (no reader finds it again) and remove it."""
-        aside = self.root / f".damaged-{entry.name[:16]}-{uuid.uuid4().hex[:8]}"
+        aside = self.root / f".damaged-{entry.name[:16]}-{keys.random_hex(8)}"
         try:
-            os.replace(entry, aside)
+            replace_file(entry, aside)
         except FileNotFoundError:  # another process set it aside first (and reported it)
             return
         except OSError as exc:
@@ -179,14 +176,14 @@ class WorldCache:
             manifest = {"key": key, "material": key_material(config), "files": listed}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
             try:
-                os.rename(tmp, entry)  # atomic; fails when another process stored the key first
+                replace_file(tmp, entry)  # atomic; fails when another process stored the key first (a non-empty folder)
                 tmp = None
             except OSError:
                 if not (entry / MANIFEST).is_file():
                     raise
         except OSError as exc:
-            progress.warn(f"{write_error(self.root, exc, HINT, 'cannot store the world in the cache')}; "
-                          "the world was rendered and is complete")
+            warn_unusable("world cache", self.root, write_error(self.root, exc, HINT).what, HINT,
+                          "the world was rendered and is complete without it")
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)  # best effort: a leftover .tmp-* is removed a day later
@@ -208,7 +205,7 @@ def _place(src: Path, dest: Path, linking: bool) -> bool:
     dest.parent.mkdir(parents=True, exist_ok=True)
     if linking and _same_file(src, dest):  # a rerun into the same folder: already this file's link
         return linking
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = dest.with_name(f".{dest.name}.{keys.random_hex(8)}.tmp")
     if linking:
         try:
             os.link(src, tmp)
@@ -218,7 +215,7 @@ def _place(src: Path, dest: Path, linking: bool) -> bool:
             linking = False  # another filesystem, or one without hard links: copy from here on
     if not linking:
         shutil.copyfile(src, tmp)
-    os.replace(tmp, dest)
+    replace_file(tmp, dest)
     # POSIX rename of a link onto another link of the same file does nothing and leaves the source: a
     # concurrent writer can make dest that link between the check above and here
     tmp.unlink(missing_ok=True)

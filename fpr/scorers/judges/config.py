@@ -4,10 +4,10 @@ them), how images are encoded, and the resolved JudgeConfig a client runs with.
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from fpr import settings
 from fpr.errors import FprError, InputError
 from fpr.scorers.judges.prompts import Template
 from fpr.scorers.options import Option, resolve
@@ -141,7 +141,7 @@ def _is_loopback(host: str | None) -> bool:
 
 
 def _offline() -> bool:
-    return os.environ.get("FPR_OFFLINE", "") not in ("", "0", "false", "False")
+    return settings.flag("FPR_OFFLINE")
 
 
 def checked_base_url(raw: str, source: str) -> str:
@@ -159,7 +159,7 @@ def checked_base_url(raw: str, source: str) -> str:
 
 
 def key_from_env(name: str) -> str:
-    api_key = os.environ.get(name, "").strip()
+    api_key = (settings.named_by_user(name) or "").strip()
     if not api_key:
         raise InputError(f"{name} is not set",
                          hint="set it to the endpoint's key (any non-empty value for a local server)")
@@ -170,11 +170,11 @@ def judge_config(scorer: str, options: dict, defaults: dict | None = None) -> Ju
     """The endpoint, key, model and request settings for ``scorer`` (options ``<scorer>.<name>``; ``defaults``:
     the scorer's own defaults over :data:`DEFAULTS`)."""
     v = resolve(scorer, client_options(defaults), options)
-    model = str(v["model"] or os.environ.get("FPR_JUDGE_MODEL", "")).strip()
+    model = str(v["model"] or settings.get("FPR_JUDGE_MODEL")).strip()
     if not model:
         raise InputError(f"scorer '{scorer}' needs a judge model",
                          hint=f"pass --scorer-option {scorer}.model=NAME or set FPR_JUDGE_MODEL")
-    base_url = checked_base_url(os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL, "OPENAI_BASE_URL")
+    base_url = checked_base_url(settings.raw("OPENAI_BASE_URL") or DEFAULT_BASE_URL, "OPENAI_BASE_URL")
     api_key = key_from_env("OPENAI_API_KEY")
     if v["image_quality"] > 95:
         raise InputError(f"scorer option {scorer}.image_quality must be 1-95, got {v['image_quality']}")

@@ -6,8 +6,6 @@ gets a new version, so an HTML report written for the old one is never served ag
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,6 +21,7 @@ from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, caller, check_run_name, get_ctx, reader
 from fpr.serve.jobs import DONE, FAILED, PUBLIC_JOB_KEYS, QUEUED, RUNNING, now
 from fpr.serve.log import log_line
+from fpr.files import atomic_write_text
 from fpr.tables import write_table
 
 router = APIRouter()
@@ -34,15 +33,7 @@ PATH_COLUMNS = ("path", "reference_paths")
 
 def content_version(ctx: ServeContext, run: str) -> str | None:
     """A short hash of what the run's reports are made of; None when no such run is stored."""
-    rows = [r for r in api.list_runs(workspace=ctx.ws) if r["run_id"] == run or r["run_id"].startswith(run + "@")]
-    if not rows:
-        return None
-    ids = ", ".join("'" + r["run_id"].replace("'", "''") + "'" for r in rows)
-    aux = api.sql("SELECT run_id, scorer, count(*) AS n, sum(hash(query_id || metric || coalesce(CAST(value AS "
-                  f"VARCHAR), 'null') || coalesce(note, ''))) AS h FROM aux_scores WHERE run_id IN ({ids}) "
-                  "GROUP BY ALL ORDER BY ALL", workspace=ctx.ws)
-    stamp = json.dumps([to_jsonable(rows), to_jsonable(aux.astype(str).to_dict("records"))], sort_keys=True)
-    return hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    return api.run_content_version(run, workspace=ctx.ws)  # the workflow's, not SQL of the service's own
 
 
 @router.get("/v1/runs/{run}", tags=["runs"])
@@ -108,8 +99,8 @@ def run_report_html(run: str, request: Request, who: Caller = Depends(reader)):
         if not path.is_file():
             tmp = folder / f".{version}.tmp.html"
             api.html_report(run, tmp, workspace=ctx.ws, device=ctx.config.device)
-            tmp.write_text(ctx.scrub(tmp.read_text(encoding="utf-8")), encoding="utf-8")
-            tmp.replace(path)
+            atomic_write_text(path, ctx.scrub(tmp.read_text(encoding="utf-8")))  # through fpr.files, the one writer
+            tmp.unlink(missing_ok=True)
             for old in folder.glob("*.html"):  # earlier versions are never served again
                 if old != path:
                     old.unlink(missing_ok=True)

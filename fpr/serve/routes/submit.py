@@ -3,16 +3,15 @@ from __future__ import annotations
 
 import queue
 import shutil
-import uuid
-from datetime import datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from fpr import api
+from fpr import api, keys
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
+from fpr.files import replace_file
 from fpr.scorers import parse_scorer_list
 from fpr.serve import multipart
 from fpr.serve.auth import Caller
@@ -90,7 +89,7 @@ def _settings(ctx: ServeContext, up: Upload) -> tuple[str, str, list[str], str]:
     if scope not in api.SCOPES:
         raise InputError(f"unknown scope '{scope[:40]}'", hint=f"valid: {', '.join(api.SCOPES)}")
     scorers = parse_scorer_list(up.fields.get("scorers") or "")
-    run = up.fields.get("run") or f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    run = up.fields.get("run") or keys.new_id("run", random_hex=6)
     check_name(run[:200], "run")
     return index, scope, scorers, run
 
@@ -106,7 +105,7 @@ def accept(ctx: ServeContext, up: Upload, who: Caller) -> dict:
             raise ConflictError(f"run '{run}' already exists", hint="choose another run name or DELETE it")
         folder = ctx.config.uploads_dir / run
         shutil.rmtree(folder, ignore_errors=True)  # left by a run deleted from the CLI; never a .partial folder
-        up.folder.rename(folder)
+        replace_file(up.folder, folder)
         up.folder = folder
         job = ctx.jobs.put({"run": run, "status": QUEUED, "user": who.name, "token": who.token_id, "index": index,
                             "scope": scope, "scorers": ",".join(scorers),

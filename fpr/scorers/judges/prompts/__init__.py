@@ -8,13 +8,13 @@ new requests, bumping the version records the change in provenance.
 """
 from __future__ import annotations
 
-import hashlib
 import string
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from fpr import keys
 from fpr.errors import InputError, NotFoundError
 
 
@@ -54,7 +54,7 @@ def _parse(name: str, text: str) -> Template:
     if "id" not in meta or "version" not in meta:
         raise ValueError(f"prompt template {name} lacks id:/version: lines")
     body = tuple((k, "\n".join(v).strip("\n")) for k, v in sections)
-    return Template(meta["id"], meta["version"], body, hashlib.sha256(text.encode()).hexdigest()[:16])
+    return Template(meta["id"], meta["version"], body, keys.sha256_hex(text)[:16])
 
 
 @lru_cache(maxsize=None)

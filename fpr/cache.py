@@ -1,0 +1,226 @@
+"""The one caching mechanism: a content key, one SQLite store shape, one failure policy.
+
+fpr keeps four things across runs. Three are *caches*: values that can be recomputed exactly at any
+time, kept in ``$FPR_CACHE_DIR`` and deletable freely:
+
+- embeddings (:mod:`fpr.encoders.cache`): a :class:`SqliteStore` per embedding key;
+- per-query scores of deterministic scorers (:mod:`fpr.scorers.cache`): one :class:`SqliteStore`;
+- rendered worlds (:mod:`fpr.galleries.world.cache`): folders of PNGs (hard-linked into a run's folder,
+  which a database cannot do), keyed and failing by the same rules.
+
+The fourth, the model judges' replies (:mod:`fpr.scorers.judges.cache`), is a *record*: sampled from a
+remote model, not reproducible, kept in the workspace; a run that cannot store it fails (its values could
+not be given again).
+
+**Key.** :func:`content_key` of a dict of everything the value depends on (code versions, options,
+library versions, input digests): :func:`fpr.keys.json_digest`; no path or name, so the same content hits
+in any workspace.
+
+**Store shape.** One table ``<table>(<key> TEXT PRIMARY KEY, <value> BLOB|TEXT NOT NULL) WITHOUT ROWID``
+in a SQLite file that several processes share (WAL journal, a busy timeout, ``INSERT OR IGNORE`` so racing
+writers of one key agree, each batch one transaction: a killed process leaves it readable). The table and
+column names are each store's own (the files written by earlier versions stay valid).
+
+**Failure policy, the one rule:** a cache that cannot be written or read (an unwritable folder, a full
+disk, a lock held too long) is one warning on stderr naming it and what to do, and the run goes on
+without it, computing the values as it would without a cache; damage (a file that is not a database, an
+entry that does not parse) is one warning, the damaged part set aside or deleted, and recomputed. Never a
+failed run, never a silent skip. Only a cache that *is* the record (the judges') fails instead.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+from fpr import keys, progress, settings
+from fpr.files import replace_file
+
+BUSY_TIMEOUT_S = 60.0
+LOOKUP_CHUNK = 500  # keys per SELECT (well under SQLite's bound-parameter limit)
+
+
+def content_key(material: dict) -> str:
+    """The cache key of ``material`` (everything the cached value depends on)."""
+    return keys.json_digest(material)
+
+
+def enabled(setting: str) -> bool:
+    """Whether the cache switched by ``setting`` (a flag of :mod:`fpr.settings`, default on) is on."""
+    return settings.flag(setting)
+
+
+def reason(exc: BaseException) -> str:
+    """``Type: first line`` of an exception, for a one-line warning."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def warn_unusable(what: str, where: Any, exc: BaseException | str, hint: str, going_on: str) -> None:
+    """The policy's one line: ``what`` at ``where`` cannot be used (why); the run goes on (``going_on``)."""
+    why = exc if isinstance(exc, str) else reason(exc)
+    progress.warn(f"the {what} {where} cannot be used ({why}); {going_on} ({hint})")
+
+
+def set_aside(path: Path, what: str, why: str, then: str) -> bool:
+    """Rename a damaged cache file to ``*.damaged`` (kept for inspection, never read again) and say so in one
+    line; False when another process did it first (and reported it)."""
+    target = path.with_name(path.name + ".damaged")
+    try:
+        replace_file(path, target)
+        moved = f"moved aside to {target.name}"
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        moved = f"could not move it aside ({exc.strerror})"
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    progress.warn(f"damaged {what} {path} ({why}); {moved}; {then}")
+    return True
+
+
+def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
+    """A SQLite database several processes read and write at once: WAL journal (readers never wait for a
+    writer), ``synchronous=NORMAL`` (with WAL a killed process never corrupts it), autocommit (callers open
+    their own ``BEGIN IMMEDIATE`` transactions), ``schema`` created and ``table`` read once. A file that is
+    not a readable database raises :class:`sqlite3.DatabaseError` (the caller sets it aside)."""
+    con = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        con.execute(schema)
+        con.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)").fetchone()
+    except sqlite3.DatabaseError:
+        con.close()
+        raise
+    return con
+
+
+class SqliteStore:
+    """``get_many`` / ``put_many`` / ``delete`` of values by key in one shared SQLite table, under the
+    failure policy above (thread-safe; one connection per store)."""
+
+    def __init__(self, path: str | Path, *, what: str, hint: str, table: str = "entries", key: str = "key",
+                 value: str = "value", value_type: str = "BLOB", going_on: str = "going on without it",
+                 recompute: str = "its values are computed again"):
+        self.path = Path(path)
+        self.what, self.hint, self.going_on, self.recompute = what, hint, going_on, recompute
+        self.table, self.key, self.value = table, key, value
+        self.schema = (f"CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, {value} {value_type} NOT NULL)"
+                       " WITHOUT ROWID")
+        self._con: sqlite3.Connection | None = None
+        self._broken = False  # cannot be used: reported once, then bypassed
+        self.lock = threading.RLock()
+        self._named = what.replace(" ", "-")  # "damaged score-cache entry"
+
+    # ------------------------------------------------------------------ the policy
+
+    def fail(self, exc: BaseException | str) -> None:
+        """Report once that the store cannot be used, and bypass it from here on."""
+        if not self._broken:
+            warn_unusable(self.what, self.path, exc, self.hint, self.going_on)
+        self._broken = True
+        self.close()
+
+    @property
+    def usable(self) -> bool:
+        return not self._broken
+
+    def connect(self, *, create: bool) -> sqlite3.Connection | None:
+        """The connection; None when the store is bypassed, or absent and ``create`` is false."""
+        with self.lock:
+            if self._con is not None or self._broken:
+                return self._con
+            if not create and not self.path.exists():
+                return None
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    self._con = open_shared_db(self.path, self.schema, self.table)
+                except sqlite3.DatabaseError as exc:
+                    if isinstance(exc, sqlite3.OperationalError):  # locked, unwritable: not damage
+                        raise
+                    set_aside(self.path, f"{self._named} database", reason(exc), self.recompute)
+                    self._con = open_shared_db(self.path, self.schema, self.table)
+            except (sqlite3.DatabaseError, OSError) as exc:
+                self.fail(exc)
+            return self._con
+
+    def close(self) -> None:
+        with self.lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+    # ------------------------------------------------------------------ reads and writes
+
+    def get_many(self, wanted: Iterable[str]) -> dict[str, Any]:
+        """The stored values of ``wanted`` (those present); {} when bypassed or damaged (then reported)."""
+        wanted = list(dict.fromkeys(wanted))
+        with self.lock:
+            con = self.connect(create=False) if wanted else None
+            if con is None:
+                return {}
+            out: dict[str, Any] = {}
+            try:
+                for s in range(0, len(wanted), LOOKUP_CHUNK):
+                    part = wanted[s:s + LOOKUP_CHUNK]
+                    out.update(con.execute(f"SELECT {self.key}, {self.value} FROM {self.table} WHERE {self.key} "
+                                           f"IN ({','.join('?' * len(part))})", part).fetchall())
+            except sqlite3.DatabaseError as exc:
+                self.close()
+                if isinstance(exc, sqlite3.OperationalError):
+                    self.fail(exc)
+                else:
+                    set_aside(self.path, f"{self._named} database", reason(exc), self.recompute)
+                return {}
+            return out
+
+    def delete(self, bad: list[str], why: str) -> None:
+        """Remove damaged entries (reported in one line; they are recomputed)."""
+        if not bad:
+            return
+        with self.lock:
+            con = self.connect(create=False)
+            if con is None:
+                return
+            try:
+                con.executemany(f"DELETE FROM {self.table} WHERE {self.key} = ?", [(k,) for k in bad])
+            except sqlite3.DatabaseError as exc:
+                self.fail(exc)
+                return
+        progress.warn(f"{len(bad)} damaged {self._named} entr{'y' if len(bad) == 1 else 'ies'} in {self.path} "
+                      f"({why}, e.g. {bad[0]}); removed; {self.recompute}")
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Store ``(key, value)`` pairs in one transaction (the first writer of a key wins)."""
+        items = list(items)
+        with self.lock:
+            con = self.connect(create=True) if items else None
+            if con is None:
+                return
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                con.executemany(f"INSERT OR IGNORE INTO {self.table} ({self.key}, {self.value}) VALUES (?, ?)",
+                                items)
+                con.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                self.fail(exc)
+
+    def count(self) -> int:
+        with self.lock:
+            con = self.connect(create=False)
+            return 0 if con is None else int(con.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])
+
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database."""
+        with self.lock:
+            con = self.connect(create=False)
+            if con is not None:
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+__all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "set_aside",
+           "warn_unusable"]
