@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
         GalleryInfo, build_preset_gallery, curate_gallery, delete_gallery, galleries_from_source, gallery_items,
         import_gallery, list_galleries, show_gallery)
     from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
+    from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
     from fpr.workflows.listing import list_runs, run_content_version
