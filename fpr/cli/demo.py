@@ -111,8 +111,8 @@ def demo_cmd(ctx, quick, seed, out, encoder, profiles, siblings, home_background
                    f"{res.general_runs[min(res.general_runs)][1]}")
     worlds = res.claims_worlds or ([{"world": res.world.get("world", "easy"), "config": {}, "claims": res.claims,
                                      "general_runs": res.general_runs}] if res.claims else [])
-    for entry in worlds:  # the demo's world first; the verdicts last
-        _print_claims(res, entry)
+    for entry in worlds:  # the demo's world first; the verdicts last (labelled by world when there are several)
+        _print_claims(res, entry, labelled=len(worlds) > 1)
 
 
 def headroom_lines(rows: list[dict], encoder: str) -> list[str]:
@@ -138,7 +138,7 @@ def _difficulty(res):
                       res.validity.get("ap_one_share", {}).get("oracle", float("nan")))
 
 
-def _print_claims(res, entry: dict) -> None:
+def _print_claims(res, entry: dict, labelled: bool = True) -> None:
     """Last: the paper's 2x2 per seed and method, and the verdict block (whatever it says), of one world."""
     claims, general_runs = entry["claims"], entry["general_runs"]
     spec_run, gen_run = general_runs[min(general_runs)]
@@ -149,7 +149,7 @@ def _print_claims(res, entry: dict) -> None:
     click.echo(f"\nworld {entry['world']}{shape}: general-purpose encoder {claims['info']['general']} (a stand-in "
                f"for CLIP/DINOv2, not them), specialist {res.encoder}; one seed again: fpr meta --run {spec_run} "
                f"--truth drift --general {gen_run}")
-    for line in world_claims_lines(claims, world=entry["world"]):
+    for line in world_claims_lines(claims, world=entry["world"] if labelled else None):
         click.echo(line)
 
 
