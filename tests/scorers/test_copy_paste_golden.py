@@ -57,6 +57,7 @@ def test_every_value_matches_the_golden_bits(seed, tmp_path):
     assert {float.fromhex(v[0]) for v in flags} == {0.0, 1.0}  # the golden set exercises both decisions
 
 
+@pytest.mark.slow
 @pytest.mark.determinism
 @pytest.mark.parametrize("threads", [1, 2])
 def test_values_do_not_depend_on_the_blas_threads(threads, tmp_path):
