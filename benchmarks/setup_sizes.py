@@ -66,8 +66,10 @@ def main() -> None:
         print(f"| {label} | {len(names)} | {sum(sizes[n] for n in names) / gib:.2f} | "
               + ", ".join(f"{n} {sizes[n] / 2 ** 20:.0f} MiB" for n in top) + " |")
     cuda = sum(sizes[n] for n in demo if n.startswith(CUDA))
-    print(f"\nof make demo's: torch {sizes.get('torch', 0) / gib:.2f} GiB, its CUDA libraries "
-          f"(nvidia-*, triton, cuda-*) {cuda / gib:.2f} GiB; everything else {(sum(sizes[n] for n in demo) - cuda - sizes.get('torch', 0)) / gib:.2f} GiB")
+    torch = sizes.get("torch", 0)
+    rest = sum(sizes[n] for n in demo) - cuda - torch
+    print(f"\nof make demo's: torch {torch / gib:.2f} GiB, its CUDA libraries (nvidia-*, triton, cuda-*) "
+          f"{cuda / gib:.2f} GiB; everything else {rest / gib:.2f} GiB")
     print(f"all installed: {sum(sizes.values()) / gib:.2f} GiB")
 
 
