@@ -1,22 +1,26 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   - create .venv, install fpr, run the built-in demo (no download, no GPU)
-#   make test   - create .venv, install fpr with test extras, run the test suite
+#   make demo   - create .venv, install fpr with what the demo uses (fpr[cpu]), run the built-in demo
+#   make test   - the same, plus the test extras (fpr[cpu,test]), run the default test suite (not slow, not docs)
+# make test-slow / make test-docs run the two marked sets the default run leaves out (.ci/run runs all three).
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-slow test-docs bench clean
 
 # A download cut off halfway (seen in CI: ray's 79 MB wheel stopped at 33 MB, six times) must not fail the
 # set-up: pip resumes a cut download (--resume-retries, pip >= 25.1) and the whole install is tried again
 # after a pause; wheels already downloaded come from pip's cache on the next attempt.
+# pip prints a line per package it collects, downloads and installs (no --quiet: a set-up of minutes says
+# what it is doing).
 PIP_NET := --retries 10 --timeout 60
 PIP_ATTEMPTS := 4
-INSTALL_SPEC := -e '.[cpu,test]'
+DEMO_SPEC := -e '.[cpu]'
+TEST_SPEC := -e '.[cpu,test]'
 
 define pip_retry
 	@for attempt in $$(seq 1 $(PIP_ATTEMPTS)); do \
-	    $(PY) -m pip install --quiet $(PIP_NET) $(1) && exit 0; \
+	    $(PY) -m pip install $(PIP_NET) $(1) && exit 0; \
 	    [ $$attempt -lt $(PIP_ATTEMPTS) ] || break; \
 	    echo "pip install failed (attempt $$attempt of $(PIP_ATTEMPTS)); retrying in $$((attempt * 15)) s" >&2; \
 	    sleep $$((attempt * 15)); \
@@ -25,19 +29,38 @@ define pip_retry
 	exit 1
 endef
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.pip-ready:
+	@echo "make: set-up step 1: a virtual environment in $(VENV) with pip >= 25.1"
 	$(PYTHON) -m venv $(VENV)
 	$(call pip_retry,--upgrade 'pip>=25.1')
-	$(call pip_retry,--resume-retries 20 $(INSTALL_SPEC))
 	touch $@
 
-demo: $(VENV)/.installed
+# What the demo imports: torch (PyPI's Linux wheel brings its CUDA libraries, nvidia-* and triton: most of
+# the size and of the time), numba, numpy, scipy, pandas, pyarrow, duckdb, faiss-cpu and the rest of fpr's
+# dependencies (README, Set-up).
+$(VENV)/.installed-demo: pyproject.toml $(VENV)/.pip-ready
+	@echo "make: set-up step 2: fpr and what the demo uses: $(DEMO_SPEC) (about 6 GiB unpacked, torch and its CUDA libraries 5.2 GiB of it)"
+	$(call pip_retry,--resume-retries 20 $(DEMO_SPEC))
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
+	@echo "make: set-up step 3 (make test): the test extras: $(TEST_SPEC) (ray, transformers, OpenCV, schemathesis, ...: about 1 GiB more)"
+	$(call pip_retry,--resume-retries 20 $(TEST_SPEC))
+	touch $@
+
+demo: $(VENV)/.installed-demo
 	$(VENV)/bin/fpr demo
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed-test
 	$(PY) -m pytest
 
-bench: $(VENV)/.installed
+test-slow: $(VENV)/.installed-test
+	$(PY) -m pytest -m slow
+
+test-docs: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m docs tests/docs
+
+bench: $(VENV)/.installed-demo
 	$(PY) benchmarks/bench_map.py
 
 clean:

@@ -99,6 +99,7 @@ def test_demo_run_is_stored_like_any_run(quick_demo):
     assert json.loads(r.output)[0]["n"] == sum(row["n_queries"] for row in out["summary"] if row["group"] == "*")
 
 
+@pytest.mark.slow
 def test_demo_table_output(tmp_path):
     r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "demo", "--quick", "--seed", "1",
                                  "--out", str(tmp_path / "imgs"), "--no-copy-paste"], obj={})

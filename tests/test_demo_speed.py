@@ -25,6 +25,7 @@ def _neutral(res: demo.DemoResult, ws) -> str:
     return RUN_ID.sub(lambda m: ids.setdefault(m.group(0), f"run-{len(ids)}"), text)
 
 
+@pytest.mark.slow
 def test_demo_with_background_worlds_equals_the_demo_in_one_process(tmp_path, monkeypatch):
     if not W.fork_safe():
         pytest.skip("this process cannot fork (not the main thread, or a Ray runtime is running)")
@@ -74,6 +75,7 @@ def test_a_failing_demo_stops_its_background_seeds_at_once(tmp_path, monkeypatch
     assert time.perf_counter() - t0 < 30
 
 
+@pytest.mark.slow
 def test_background_seeds_run_after_torchs_thread_pool_has_run(tmp_path):
     """A demo in a process whose torch already ran a parallel op (a second demo in one session, a test run):
     the forked background seed must not wait forever on the parent's OpenMP pool. In a fresh interpreter,
@@ -99,6 +101,7 @@ def test_background_seeds_run_after_torchs_thread_pool_has_run(tmp_path):
     assert "seeds [0, 1]" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_demo_on_a_warm_world_cache_renders_nothing_and_equals_the_rendered_demo(tmp_path, monkeypatch):
     """The second demo of a config takes every world (the primary and the verdict seed in the background
     process) from the world cache: nothing is rendered, and the result is the first demo's and that of a demo

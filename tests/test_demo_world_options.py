@@ -78,6 +78,7 @@ def test_the_python_function_refuses_an_unknown_profile_before_rendering(tmp_pat
 TINY = dict(identities=5, gallery=3, references=2, queries=4, methods=("new-scene@0",))
 
 
+@pytest.mark.slow
 def test_profiles_in_a_demo_run_draw_the_declared_mix(monkeypatch, tmp_path):
     """``fpr demo --profile P``: each query of P in the stored run is the graded method its declared mixture
     draws for it; the printed mix (drawn share per method, declared share beside it, mean drift beside the
@@ -138,6 +139,7 @@ def _run_rows(ws, **kw) -> tuple[demo.DemoResult, pd.DataFrame]:
 HOME_PIXELS_ORACLE = (0.3022, 0.6832)
 
 
+@pytest.mark.slow
 def test_home_background_makes_gallery_backgrounds_identity_correlated(tmp_path):
     """``home_background=1``: every real image of an identity is taken at its home background. A 16x16-pixel
     embedding (``pixels-16``: background and colour, no markings) then retrieves the identity from the gallery
@@ -160,6 +162,7 @@ def test_home_background_makes_gallery_backgrounds_identity_correlated(tmp_path)
 OCCLUSION_AUROC = (0.7281, 0.5253)
 
 
+@pytest.mark.slow
 def test_occlusion_hides_drift_from_the_specialist_in_a_demo_run(tmp_path):
     """``occlusion=True`` covers the region a query's drift redraws: the specialist's Sim AUROC of drift 0 over
     drift 0.25 (scikit-learn's, over the run's stored rows) falls to near chance."""

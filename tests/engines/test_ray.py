@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a Ray runtime per module, minutes on 2 cores: .ci/run runs -m slow
 
 import fpr.api as api  # noqa: E402
 from fpr.encoders.embed import EMBED_STATS  # noqa: E402

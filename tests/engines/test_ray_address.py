@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # Ray: .ci/run runs -m slow
 
 REPO = Path(__file__).resolve().parents[2]
 from tests.workflows.test_filter import INDEX, setup  # noqa: E402,F401  (the 30-query gallery fixture)

@@ -71,6 +71,7 @@ def test_a_build_that_loses_a_race_is_refused_not_lost(gallery, monkeypatch):
     api.load_index("g-pixels-16", workspace=gallery)
 
 
+@pytest.mark.slow
 def test_two_concurrent_cli_builds_of_one_name(gallery):
     cmd = [sys.executable, "-m", "fpr", "--workspace", str(gallery), "-q", "index", "build", "--gallery", "g",
            "--encoder", "pixels-16"]

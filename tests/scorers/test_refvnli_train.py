@@ -157,6 +157,7 @@ def test_scorer_over_a_trained_folder_matches_the_training_forward(which, tiny_d
         assert out[(f"q{r}", "sp")] == pytest.approx(probs[r, 1], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_the_train_command_writes_a_loadable_folder(tiny_data, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fpr", "refvnli", "train", "--data", str(tiny_data), "--out",
                            str(tmp_path / "m"), "--epochs", "1", "--threads", "1", "--device", "cpu", "--format",
@@ -169,6 +170,7 @@ def test_the_train_command_writes_a_loadable_folder(tiny_data, tmp_path):
     assert rm.load_model(tmp_path / "m", "cpu").net.cfg == rm.NetConfig()
 
 
+@pytest.mark.slow
 def test_cuda_without_a_gpu_is_one_line(tiny_data, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
@@ -231,6 +233,7 @@ def test_the_shipped_model_is_small_recorded_and_the_default():
                     "weights_sha256": hashlib.sha256((folder / rm.WEIGHTS_NAME).read_bytes()).hexdigest()}
 
 
+@pytest.mark.slow
 def test_the_shipped_model_separates_on_a_held_out_seed(tmp_path):
     """A small version of benchmarks/refvnli_validation.py on world seed 23 (the table used seeds 11 and 12).
 

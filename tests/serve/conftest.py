@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.patience import Deadline
+
 # Without the serve extra (or httpx) only the CLI tests run. fastapi is not imported in this process:
 # test_cli checks that importing the CLI does not import it.
 if any(importlib.util.find_spec(m) is None for m in ("fastapi", "uvicorn", "python_multipart", "httpx")):
@@ -89,9 +91,10 @@ def launch_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: di
 
 
 def wait_ready(server: Server, workers: int = 2, timeout: float = 90) -> Server:
-    """Until /v1/health answers with every worker process ready (imports done)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Polls /v1/health until every worker process is ready (imports done); ``timeout``: seconds on an idle
+    machine, stretched by the load (:class:`tests.patience.Deadline`)."""
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         if server.proc.poll() is not None:
             raise RuntimeError(f"server exited with {server.proc.returncode}:\n{server.log.read_text()[-3000:]}")
         try:
@@ -101,7 +104,7 @@ def wait_ready(server: Server, workers: int = 2, timeout: float = 90) -> Server:
             pass
         time.sleep(0.1)
     server.stop()
-    raise RuntimeError(f"server not ready in {timeout:.0f} s:\n{server.log.read_text()[-3000:]}")
+    raise RuntimeError(f"server not ready in {deadline.describe()}:\n{server.log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -148,9 +151,11 @@ def submission(rows: list[dict]) -> list:
 
 
 def wait_for(client, run: str, timeout: float = 60, until=("done", "failed"), interval: float = 0.1) -> dict:
-    deadline = time.monotonic() + timeout
+    """Polls the run until its status is in ``until`` or the deadline (``timeout`` idle seconds, stretched by
+    the load) passed; returns its last body either way."""
+    deadline = Deadline(timeout)
     while True:
         body = client.get(f"/v1/runs/{run}").json()
-        if body.get("status") in until or time.monotonic() > deadline:
+        if body.get("status") in until or deadline.passed():
             return body
         time.sleep(interval)

@@ -10,6 +10,7 @@ import pytest
 from fpr.errors import InputError
 from fpr.serve.auth import AuthError, TokenStore, parse_tokens
 from fpr.serve.config import ServeConfig, is_loopback
+from tests.patience import Deadline
 from tests.serve.conftest import TOKENS
 
 
@@ -69,6 +70,7 @@ def test_no_token_file_means_open_on_loopback_only(tmp_path, monkeypatch):
         ServeConfig.from_env(tmp_path)
 
 
+@pytest.mark.slow
 def test_http_auth(server):
     anon = server.client(user=None)
     assert anon.get("/v1/health").status_code == 200  # health needs no token
@@ -80,6 +82,7 @@ def test_http_auth(server):
     assert server.client("bob").get("/v1/indices").status_code == 200
 
 
+@pytest.mark.slow
 def test_http_revoked_token(server):
     bob = server.client("bob")
     assert bob.get("/v1/runs").status_code == 200
@@ -93,16 +96,22 @@ def test_http_revoked_token(server):
     assert bob.get("/v1/runs").status_code == 200
 
 
+@pytest.mark.slow
 def test_request_log_is_json_without_tokens(server):
     server.client("alice").get("/v1/encoders")
-    time.sleep(0.2)
-    lines = [json.loads(l) for l in server.log.read_text().splitlines() if l.startswith("{")]
-    reqs = [l for l in lines if l.get("event") == "request" and l["path"] == "/v1/encoders"]
+    deadline = Deadline(10)
+    while True:  # the log line is written after the response: polled, not slept for
+        lines = [json.loads(l) for l in server.log.read_text().splitlines() if l.startswith("{")]
+        reqs = [l for l in lines if l.get("event") == "request" and l["path"] == "/v1/encoders"]
+        if reqs or deadline.passed():
+            break
+        time.sleep(0.05)
     assert reqs and reqs[-1]["status"] == 200 and reqs[-1]["user"] == "alice" and reqs[-1]["method"] == "GET"
     text = server.log.read_text()
     assert not any(tok in text for tok in TOKENS.values())
 
 
+@pytest.mark.slow
 def test_listings_match_the_api(server):
     from fpr import api
     from fpr.render.cells import to_jsonable

@@ -15,7 +15,11 @@ import httpx
 import pytest
 from filelock import FileLock
 
+from tests.patience import Deadline
 from tests.serve.conftest import (INDEX, REPO, TOKENS, free_port, launch_server, prepare_workspace, submission, upload_name, wait_for, wait_ready)
+
+# every test here starts the service (or uses the session one): slow, run by .ci/run (-m slow)
+pytestmark = pytest.mark.slow
 
 SECURITY = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
 
@@ -25,8 +29,8 @@ def _job_file(ws: Path, run: str) -> dict:
 
 
 def _wait_job(ws: Path, run: str, pred, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = Deadline(timeout)
+    while not deadline.passed():
         try:
             job = _job_file(ws, run)
             if pred(job):

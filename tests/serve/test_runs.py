@@ -31,6 +31,7 @@ def _job_file(server, run: str) -> dict:
     return json.loads((server.workspace / "serve" / "jobs" / f"{run}.json").read_text())
 
 
+@pytest.mark.slow
 def test_sixteen_concurrent_clients_equal_api_runs(server, world):
     from fpr import api
 
@@ -82,6 +83,7 @@ def test_sixteen_concurrent_clients_equal_api_runs(server, world):
     assert {f"http-{i:02d}" for i in range(16)} <= listed
 
 
+@pytest.mark.slow
 def test_killed_worker_fails_its_run_and_the_next_proceeds(server, world):
     _, queries = world
     c = server.client("alice")
@@ -126,6 +128,7 @@ def test_killed_worker_fails_its_run_and_the_next_proceeds(server, world):
     assert not (server.workspace / "serve" / "uploads" / "kill-0").exists()
 
 
+@pytest.mark.slow
 def test_run_routes(server, world):
     _, queries = world
     c = server.client("bob")
@@ -170,6 +173,7 @@ def test_recover_requeues_queued_and_fails_running(tmp_path):
     assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["a.json", "b.json", "c.json", "d.json", "e.json"]
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_server_error(server, tmp_path):
     st = shutil.which("st", path=os.path.dirname(sys.executable)) or shutil.which("schemathesis")
     if st is None:

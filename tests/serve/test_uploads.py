@@ -49,6 +49,7 @@ def rows(world):
     return world[1][:2]
 
 
+@pytest.mark.slow
 def test_traversal_names_are_400(server, rows):
     c = server.client()
     before = _state(server)
@@ -72,6 +73,7 @@ def test_traversal_names_are_400(server, rows):
     assert _state(server) == before
 
 
+@pytest.mark.slow
 def test_zip_slip_is_400(server, rows):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
@@ -84,6 +86,7 @@ def test_zip_slip_is_400(server, rows):
     assert not (server.workspace / "outside.png").exists()
 
 
+@pytest.mark.slow
 def test_oversize_upload_is_413(server, rows):
     big = b"\0" * (2 * 1024 * 1024 + 10)  # FPR_MAX_UPLOAD_MB=2 in the test server
     before = _state(server)
@@ -106,6 +109,7 @@ def test_oversize_upload_is_413(server, rows):
     assert _state(server) == before
 
 
+@pytest.mark.slow
 def test_bombs_and_garbage_are_422(server, rows):
     c = server.client()
     before = _state(server)
@@ -143,6 +147,7 @@ def test_bombs_and_garbage_are_422(server, rows):
     assert _state(server) == before
 
 
+@pytest.mark.slow
 def test_client_disconnecting_mid_upload_leaves_nothing(server, rows):
     before = _state(server)
     host, port = server.url.removeprefix("http://").split(":")

@@ -143,6 +143,7 @@ def test_interrupted_run_resumes_without_redoing_chunks(setup):
     assert (tmp / "rej.csv").read_bytes() == (tmp / "rej2.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_killed_process_resumes_to_the_same_output(setup):
     tmp, ws, qfile = setup
     script = textwrap.dedent(f"""
