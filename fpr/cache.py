@@ -56,8 +56,18 @@ def reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
+_warned_unusable: set[tuple[str, str]] = set()  # (what, where) said once per process
+_warned_lock = threading.Lock()
+
+
 def warn_unusable(what: str, where: Any, exc: BaseException | str, hint: str, going_on: str) -> None:
-    """The policy's one line: ``what`` at ``where`` cannot be used (why); the run goes on (``going_on``)."""
+    """The policy's one line: ``what`` at ``where`` cannot be used (why); the run goes on (``going_on``).
+    Said once per process for a given cache and place: a command that opens the same cache twice (an index
+    build embeds the gallery, then its references for the difficulty line) warns once."""
+    with _warned_lock:
+        if (what, str(where)) in _warned_unusable:
+            return
+        _warned_unusable.add((what, str(where)))
     why = exc if isinstance(exc, str) else reason(exc)
     progress.warn(f"the {what} {where} cannot be used ({why}); {going_on} ({hint})")
 
