@@ -43,6 +43,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),
+    "fpr.workflows.explain": ("Explanation", "explain", "explain_queries"),
     "fpr.galleries.curate": ("GallerySpec",),
     "fpr.galleries.records": ("ImageRecord",),
     "fpr.galleries.manifest": ("read_manifest", "read_folder"),
