@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from fpr.cli.main import cli, device_option
+from fpr.defaults import EXPLAIN_VARIANT, EXPLAIN_VARIANTS
 
 
 @cli.command("explain")
@@ -13,8 +14,8 @@ from fpr.cli.main import cli, device_option
 @click.option("--all", "all_queries", is_flag=True, help="Every scored query of the run.")
 @click.option("--out", default=None, type=click.Path(),
               help="Overlay PNG for one query, or a folder for several (default: <workspace>/explain/<run>/).")
-@click.option("--variant", type=click.Choice(["margin", "true"]), default="margin", show_default=True,
-              help="margin: true identity against the best impostor; true: the true identity's evidence alone.")
+@click.option("--variant", type=click.Choice(EXPLAIN_VARIANTS), default=EXPLAIN_VARIANT, show_default=True,
+              help="true: the true identity's evidence alone; margin: the true identity against the best impostor.")
 @click.option("--no-legend", is_flag=True, help="Overlay without the legend strip below the image.")
 @device_option()
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -22,9 +23,10 @@ from fpr.cli.main import cli, device_option
 @click.pass_context
 def explain_cmd(ctx, run, queries, methods, all_queries, out, variant, no_legend, device, fmt) -> None:
     """Occlusion map of each query's identity evidence under the run's encoder: hide one patch at a time and
-    see whether the query's margin of its true identity over the best impostor identity falls (green: the
-    patch carries the true identity) or rises (magenta: it matches the impostor better). Writes the map
-    blended over the query as PNG and prints where the evidence is and the best impostor."""
+    see whether the query's score for its true identity falls (green: the patch carries its evidence) or
+    rises (magenta: evidence against it; with --variant margin, the patch matches the best impostor
+    better). Writes the map blended over the query as PNG and prints where the evidence is and the best
+    impostor identity."""
     from fpr import api
     from fpr.render.cells import dumps
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EVIDENCE_VARIANTS = ("margin", "true")  # margin: true identity vs best impostor; true: true identity alone
+from fpr.defaults import EXPLAIN_VARIANTS as EVIDENCE_VARIANTS  # true: the true identity alone; margin: vs impostor
 FILLS = ("mean", "grey")  # what a hidden patch shows: the image's mean colour, or mid grey
 
 
@@ -91,7 +91,7 @@ class EvidenceMap:
 
 
 def evidence_map(query: np.ndarray, occluded: np.ndarray, boxes: list[Box], gallery: np.ndarray, keys: np.ndarray,
-                 true_key: str, shape: tuple[int, int], variant: str = "margin") -> EvidenceMap:
+                 true_key: str, shape: tuple[int, int], variant: str = "true") -> EvidenceMap:
     """The occlusion map of one query: ``query`` (D,) its vector, ``occluded`` (P, D) the vectors of its
     occluded copies (one per box), ``gallery`` (G, D) and ``keys`` (G,) the gallery rows in its scope and their
     identity keys, ``true_key`` its identity's key; ``shape`` the image's (H, W)."""

@@ -36,7 +36,7 @@ EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as car
 # Reference rows rather than methods under test: their cards come after, collapsed (the oracle, and the
 # built-in world's generic individual and copy-like methods).
 DEFAULT_CONTROLS = (ORACLE, "generic", *COPY_METHODS)
-EVIDENCE_CAPTION = "evidence: green true, magenta impostor"  # fpr.render.overlay's two colours
+EVIDENCE_CAPTION = "evidence: green for, magenta against"  # fpr.render.overlay's two colours
 PALETTE = ("#3b6fb6", "#d9822b", "#3a9a5b", "#b6443b", "#7a5cb0", "#8c6d46")
 
 
@@ -321,7 +321,7 @@ def cards_html(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFram
             if note and not (isinstance(v, float) and math.isfinite(v)):
                 flags.append(f"{name}: {note}")
         figs = [_img(images, row["path"], "query", "q")]
-        if (rid, qid) in overlays:  # fpr explain's map: green true identity, magenta impostor-better
+        if (rid, qid) in overlays:  # fpr explain's map: green for the identity, magenta against
             figs.append(_img(images, str(overlays[(rid, qid)]), EVIDENCE_CAPTION, "ev"))
         figs += [_img(images, p, "reference", "ref") for p in _references(row, refs_by_key)[:max_refs]]
         retrieved = []

@@ -54,13 +54,14 @@ def _linear_case():
 
 def test_evidence_map_on_a_constructed_case_points_at_the_impostor_half():
     query, occluded, boxes, g, keys = _linear_case()
-    em = evidence_map(query, occluded, boxes, g, keys, "A", (2, 4))
+    em = evidence_map(query, occluded, boxes, g, keys, "A", (2, 4), variant="margin")
     s = np.sqrt(2)
     # margin = ev(A) - ev(B) = (l + r)/s - (r - l)/s = 2l/s: hiding the right half changes nothing of it
     assert em.impostor == "B" and em.margin == pytest.approx(2 / s)
     assert em.patch_values == pytest.approx([2 / s, 0.0])
     # the variant without the impostor: ev(A) = (l + r)/s; hiding the left costs 1/s, the right *gains* 0.2/s
-    et = evidence_map(query, occluded, boxes, g, keys, "A", (2, 4), variant="true")
+    et = evidence_map(query, occluded, boxes, g, keys, "A", (2, 4))  # the default variant, "true"
+    assert et.variant == "true"
     assert et.patch_values == pytest.approx([1 / s, -0.2 / s])
     assert lowest_point(et.values) == (0, 2)  # the right half: impostor-like
     assert (et.values[:, :2] > 0).all() and (et.values[:, 2:] < 0).all()

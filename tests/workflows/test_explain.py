@@ -55,19 +55,21 @@ def case(tmp_path_factory):
 
 
 def test_the_map_points_at_the_impostor_half(case):
-    _, _, _, e, _ = case
+    _, ws, _, e, _ = case
     v = e.values
     assert v.shape == (SIZE, SIZE) and e.map.impostor == "B" and e.map.true_identity == "A"
     assert e.map.margin > 0
     left, right = v[:, :SIZE // 2 - 4].mean(), v[:, SIZE // 2 + 4:].mean()
-    assert left > 0 > right  # A's half carries the true identity; B's half matches the impostor better
+    assert left > 0 > right  # A's half carries the true identity's evidence; B's half speaks against it
+    m = api.explain("r", "half", workspace=ws, variant="margin", write=False).map  # against the best impostor
+    assert m.variant == "margin" and m.values[:, :SIZE // 2 - 4].mean() > 0 > m.values[:, SIZE // 2 + 4:].mean()
     low = np.unravel_index(np.argmin(v), v.shape)
     high = np.unravel_index(np.argmax(v), v.shape)
     assert low[1] >= SIZE // 2 and high[1] < SIZE // 2
     line = e.summary_line()
     assert line.startswith("half: best impostor B (margin +")
-    assert re.search(r"impostor-better evidence peaks at x=(\d+), y=\d+ \(\w+ (centre|right)\)", line)
-    assert re.search(r"true evidence peaks at x=\d+, y=\d+ \(\w+ (left|centre)\)", line)
+    assert re.search(r"evidence against the identity peaks at x=\d+, y=\d+ \(\w+ (centre|right)\)", line)
+    assert re.search(r"its evidence peaks at x=\d+, y=\d+ \(\w+ (left|centre)\)", line)
 
 
 def test_the_overlay_is_a_png_of_the_querys_size_with_a_legend_strip(case):
@@ -84,7 +86,7 @@ def test_the_html_card_holds_the_overlay(case):
     tmp, ws, _, e, html = case
     text = html.read_text()
     card = re.search(r'<div class="card".*?</div></div>', text, re.S).group(0)
-    assert 'figure class="ev"' in card and "evidence: green true, magenta impostor" in card
+    assert 'figure class="ev"' in card and "evidence: green for, magenta against" in card
     overlay = ws / "explain" / "r" / "half.png"
     with Image.open(overlay) as im:  # the report's overlays have no legend strip (the card's caption is it)
         assert im.size == (SIZE, SIZE)
