@@ -8,7 +8,7 @@ identity and method) with the drifted methods ``new-scene@0.25``, ``new-scene@0.
 ``ref-pose@0.5``; its gallery indexed with the shipped encoder ``fpr-world-v3`` and queried (a stored run). Per
 query, the known answer is the set of pixels its drift redrew (:func:`fpr.galleries.world.truth.redrawn_pixels`:
 the same view rendered with the identity's own markings differs exactly there). Scores of a map (lowest =
-most impostor-like; :mod:`fpr.metrics.evidence`):
+strongest evidence against the identity; :mod:`fpr.metrics.evidence`):
 
 - pointing game (Zhang et al., 2016): a hit when the map's lowest point lies within 6 px (15 px at 224 px,
   scaled to 96 px) of a redrawn pixel; also the strict hit (on a redrawn pixel);
@@ -198,7 +198,7 @@ def main() -> None:
              f"`PYTHONPATH=. python benchmarks/explain_localization.py {' '.join(sys.argv[1:])}`; "
              f"{df['query_id'].nunique()} drifted queries ({', '.join(METHODS)}), encoder {ENCODER}, "
              f"{time.perf_counter() - t0:.0f} s on the shared 2-core machine.", "",
-             "hit: pointing game (the map's most impostor-like point within 6 px of a redrawn pixel); "
+             "hit: pointing game (the map's lowest point, its strongest evidence against the identity, within 6 px of a redrawn pixel); "
              "hit_strict: on a redrawn pixel; iou: the map's top region (as many pixels as were redrawn) against "
              "the redrawn pixels. Means over queries with 95% bootstrap intervals.", "",
              "## All drifted queries", "", markdown(overall.set_index("map").loc[order].reset_index()),
