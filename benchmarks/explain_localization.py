@@ -198,7 +198,8 @@ def main() -> None:
              f"`PYTHONPATH=. python benchmarks/explain_localization.py {' '.join(sys.argv[1:])}`; "
              f"{df['query_id'].nunique()} drifted queries ({', '.join(METHODS)}), encoder {ENCODER}, "
              f"{time.perf_counter() - t0:.0f} s on the shared 2-core machine.", "",
-             "hit: pointing game (the map's lowest point, its strongest evidence against the identity, within 6 px of a redrawn pixel); "
+             "hit: pointing game (the map's lowest point, its strongest evidence against the identity, within 6 px "
+             "of a redrawn pixel); "
              "hit_strict: on a redrawn pixel; iou: the map's top region (as many pixels as were redrawn) against "
              "the redrawn pixels. Means over queries with 95% bootstrap intervals.", "",
              "## All drifted queries", "", markdown(overall.set_index("map").loc[order].reset_index()),

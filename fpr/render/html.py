@@ -371,8 +371,8 @@ contain-intrinsic-size:auto 190px}.card[hidden]{display:none}
 padding:0 4px;margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;gap:4px;align-items:flex-start}
 figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84px;height:84px;object-fit:cover;
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
-figure.non img{border-color:#b6443b}figure.ev img{border-color:#888}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
-.sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
+figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
+figure.ev img{border-color:#888}.sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
 @media (max-width:600px){body{margin:8px}.iv{display:block;font-size:11px;color:#555}
 figure,figure img,.missing{width:64px}figure img{height:64px}
 .m{margin-left:6px}}
