@@ -84,7 +84,7 @@ class EvidenceMap:
     boxes: list[Box]
     true_identity: str
     impostor: str | None  # the best impostor identity (None when the scope has no other identity)
-    margin: float  # margin of the unoccluded query (variant "true": its evidence for the true identity)
+    margin: float  # the unoccluded query's evidence for its identity minus the best impostor's (NaN without one)
     true_evidence: float
     impostor_evidence: float | None
     variant: str
@@ -105,8 +105,9 @@ def evidence_map(query: np.ndarray, occluded: np.ndarray, boxes: list[Box], gall
     j = int(others[np.argmax(ev[0, others])]) if len(others) else None  # first of the highest (ids sorted)
     score = ev[:, t] - (ev[:, j] if (variant == "margin" and j is not None) else 0.0)
     patch_values = score[0] - score[1:]
+    margin = float(ev[0, t] - ev[0, j]) if j is not None else float("nan")
     return EvidenceMap(patch_map(patch_values, boxes, shape), patch_values, boxes, str(ids[t]),
-                       None if j is None else str(ids[j]), float(score[0]), float(ev[0, t]),
+                       None if j is None else str(ids[j]), margin, float(ev[0, t]),
                        None if j is None else float(ev[0, j]), variant)
 
 

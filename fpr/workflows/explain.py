@@ -26,7 +26,7 @@ from fpr.metrics.evidence import EVIDENCE_VARIANTS, FILLS, EvidenceMap, evidence
     occlusion_boxes
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
-from fpr.workflows.runs import _index_encoder, _require_current_index, load_run
+from fpr.workflows.runs import _index_encoder, _require_current_index, load_run, run_ids
 
 # Chosen on world seeds 100 and 101 by the highest pointing-game hit rate (benchmarks/explain_localization.py
 # --calibrate: benchmarks/results/explain_localization_calibration.md), reported on held-out seeds 200-202.
@@ -132,8 +132,12 @@ def explain_queries(run: str, queries: Sequence[str] | str = (), *, methods: Seq
     if not (0 < patch <= 1 and 0 < stride <= 1):
         raise InputError(f"patch and stride are shares of the image side in (0, 1], got {patch:g} and {stride:g}")
     ws = Workspace.open(workspace)
-    row = db.get_run(ws, run)
     where = str(ws.root)
+    ids = run_ids(run, workspace=ws.root)
+    if ids != [run]:  # a multi-encoder run's name: each encoder's evidence is its own map
+        raise InputError(f"'{run}' names {len(ids)} runs, one per encoder", where=where,
+                         hint=f"explain one of them: --run {' or --run '.join(ids)}")
+    row = db.get_run(ws, run)
     res = load_run(run, workspace=ws.root, summary=False)
     rows = _select(res.per_query, run, queries, methods, all_queries, where)
     if rows.empty:

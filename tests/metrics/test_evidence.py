@@ -61,7 +61,7 @@ def test_evidence_map_on_a_constructed_case_points_at_the_impostor_half():
     assert em.patch_values == pytest.approx([2 / s, 0.0])
     # the variant without the impostor: ev(A) = (l + r)/s; hiding the left costs 1/s, the right *gains* 0.2/s
     et = evidence_map(query, occluded, boxes, g, keys, "A", (2, 4))  # the default variant, "true"
-    assert et.variant == "true"
+    assert et.variant == "true" and et.margin == em.margin and et.true_evidence == pytest.approx(0.8 / s)
     assert et.patch_values == pytest.approx([1 / s, -0.2 / s])
     assert lowest_point(et.values) == (0, 2)  # the right half: impostor-like
     assert (et.values[:, :2] > 0).all() and (et.values[:, 2:] < 0).all()
