@@ -181,8 +181,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[200, 201, 202])
     ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--patches", type=float, nargs="+", default=None,
+                    help="with --calibrate: only these patch sides (shares of the side; mean fill, both variants)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.patches:
+        global GRID
+        GRID = [(v, p, "mean") for v in ("margin", "true") for p in args.patches]
     t0 = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

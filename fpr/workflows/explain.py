@@ -17,13 +17,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE, EXPLAIN_VARIANT
 from fpr.errors import InputError
 from fpr.eval import relevance
 from fpr.files import atomic_write_bytes
-from fpr.images import load_rgb
-from fpr.metrics.evidence import EVIDENCE_VARIANTS, FILLS, EvidenceMap, evidence_map, lowest_point, occlude, \
-    occlusion_boxes
+from fpr.images import check_image, load_rgb
+from fpr.metrics.evidence import (EVIDENCE_VARIANTS, FILLS, EvidenceMap, evidence_map, lowest_point, occlude,
+                                  occlusion_boxes)
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 from fpr.workflows.runs import _index_encoder, _require_current_index, load_run, run_ids
@@ -143,7 +144,8 @@ def explain_queries(run: str, queries: Sequence[str] | str = (), *, methods: Seq
     if rows.empty:
         raise InputError(f"no scored query to explain in run '{run}'", where=where)
     _require_current_index(ws, row)
-    images = {r["query_id"]: load_rgb(r["path"]) for r in rows.to_dict("records")}  # unreadable: one line, now
+    for p in rows["path"]:  # an unreadable image is one line now, not after the encoder has loaded
+        check_image(p)
     paths = _overlay_paths(ws, run, list(rows["query_id"]), out) if write else {}
     opened = relevance.open_index(ws, row.index_name)
     weights = (row.provenance or {}).get("weights_path")
@@ -154,18 +156,19 @@ def explain_queries(run: str, queries: Sequence[str] | str = (), *, methods: Seq
     labels = opened.labels
     gallery = opened.index.vectors()
     out_list = []
-    for r in rows.to_dict("records"):
+    for r in progress.bar(rows.to_dict("records"), desc="explaining", unit="query"):
+        image = load_rgb(r["path"])
         in_scope = np.ones(len(labels.groups), bool) if scope == "all" else labels.groups == r["group"]
         keys = _display_keys(labels.groups[in_scope], labels.identities[in_scope], scope)
         true_key = _display_keys(np.array([r["group"]]), np.array([r["identity"]]), scope)[0]
-        em = identity_map(enc, images[r["query_id"]], gallery[in_scope], keys, true_key, variant=variant,
+        em = identity_map(enc, image, gallery[in_scope], keys, true_key, variant=variant,
                           patch=patch, stride=stride, fill=fill)
         path = paths.get(r["query_id"])
         if path is not None:
             from fpr.render.overlay import overlay
 
             buf = io.BytesIO()
-            overlay(images[r["query_id"]], em.values, legend=legend).save(buf, "PNG")
+            overlay(image, em.values, legend=legend).save(buf, "PNG")
             atomic_write_bytes(path, buf.getvalue())
         out_list.append(Explanation(run, r["query_id"], r["path"], r["identity"], r["group"], r["method"], em, path))
     return out_list
