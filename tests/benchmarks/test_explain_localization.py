@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-PINNED = 33 / 36  # world seed 203 (never used to choose the parameters): 33 of 36 drift-0.5 queries
+PINNED = 32 / 36  # world seed 203 (never used to choose the parameters): 32 of 36 drift-0.5 queries
 
 ROOT = Path(__file__).resolve().parents[2]
 
