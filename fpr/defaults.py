@@ -29,3 +29,9 @@ MIN_QUERIES_FOR_INTERVAL = 10
 
 __all__ = ["DEFAULT_REPORT_METRICS", "READABLE_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES",
            "WORLD_PROFILES"]
+
+# fpr explain's evidence variants (fpr.metrics.evidence) and the default, chosen on world seeds 100 and 101
+# (benchmarks/results/explain_localization_calibration.md).
+EXPLAIN_VARIANTS = ("true", "margin")
+EXPLAIN_VARIANT = "true"
+__all__ += ["EXPLAIN_VARIANT", "EXPLAIN_VARIANTS"]

@@ -128,6 +128,8 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--confusion", is_flag=True, help="Print the drift diagnosis: per group, intended identity x "
                                                 "identity of the top-1 item.")
 @click.option("--top-k", type=int, default=10, show_default=True, help="Retrieved items per card in --html.")
+@click.option("--explain", is_flag=True, help="With --html: each card also shows the query's evidence overlay "
+                                             "(fpr explain; about a hundred embeddings per query).")
 @device_option()
 @click.option("--allow-stale", is_flag=True, help="Print a run whose index has changed since it ran.")
 @click.option("--by", "by", type=click.Choice(["role"]), default=None,
@@ -138,8 +140,8 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True,
               help="Output format on stdout (markdown and latex: the paper's tables).")
 @click.pass_context
-def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusion, top_k, device, allow_stale, by,
-               relevance, fmt) -> None:
+def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusion, top_k, explain, device,
+               allow_stale, by, relevance, fmt) -> None:
     """Print stored runs in the paper's layout: per group and overall, rows = methods, columns = Sim and mAP
     per encoder (with 95% intervals), then Sim vs mAP per method and encoder; --metrics / --all add
     columns (each scorer's mean)."""
@@ -154,8 +156,11 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         return
     if relevance:
         raise InputError("--relevance applies to --by role only", hint="add --by role")
+    if explain and not html_path:
+        raise InputError("--explain applies to --html only", hint="add --html report.html")
     if html_path:
-        path = api.html_report(runs, html_path, workspace=ws, allow_stale=allow_stale, top_k=top_k, device=device)
+        path = api.html_report(runs, html_path, workspace=ws, allow_stale=allow_stale, top_k=top_k, device=device,
+                               explain=explain)
         progress.log(f"wrote {path}")
     if confusion:
         data = api.report_data(runs, workspace=ws, allow_stale=allow_stale, device=device)

@@ -36,6 +36,7 @@ EAGER_LIMIT = 200  # cards whose images load at once; beyond, images load as car
 # Reference rows rather than methods under test: their cards come after, collapsed (the oracle, and the
 # built-in world's generic individual and copy-like methods).
 DEFAULT_CONTROLS = (ORACLE, "generic", *COPY_METHODS)
+EVIDENCE_CAPTION = "evidence: green for, magenta against"  # fpr.render.overlay's two colours
 PALETTE = ("#3b6fb6", "#d9822b", "#3a9a5b", "#b6443b", "#7a5cb0", "#8c6d46")
 
 
@@ -290,7 +291,10 @@ def _references(row, refs_by_key: dict) -> list[str]:
 
 
 def cards_html(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, items: dict, images: _Images,
-               *, top_k: int = 10, max_refs: int = 4) -> tuple[str, int]:
+               *, top_k: int = 10, max_refs: int = 4, overlays: dict | None = None) -> tuple[str, int]:
+    """One card per row; ``overlays``: (run_id, query_id) -> the evidence overlay PNG (``fpr explain``), shown
+    beside the query."""
+    overlays = overlays or {}
     refs_by_key: dict = {}
     for rid, its in items.items():
         for it in its.values():
@@ -317,6 +321,8 @@ def cards_html(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFram
             if note and not (isinstance(v, float) and math.isfinite(v)):
                 flags.append(f"{name}: {note}")
         figs = [_img(images, row["path"], "query", "q")]
+        if (rid, qid) in overlays:  # fpr explain's map: green for the identity, magenta against
+            figs.append(_img(images, str(overlays[(rid, qid)]), EVIDENCE_CAPTION, "ev"))
         figs += [_img(images, p, "reference", "ref") for p in _references(row, refs_by_key)[:max_refs]]
         retrieved = []
         g = ranks.get((rid, qid))
@@ -367,7 +373,7 @@ padding:0 4px;margin-left:6px;font-size:11px}.imgs{display:flex;flex-wrap:wrap;g
 figure{margin:0;width:84px;text-align:center;font-size:10px}figure img{width:84px;height:84px;object-fit:cover;
 display:block;border:3px solid #ccc}figure.q img{border-color:#3b6fb6}figure.rel img{border-color:#3a9a5b}
 figure.non img{border-color:#b6443b}.missing{width:84px;min-height:84px;background:#eee;padding-top:30px;box-sizing:border-box;overflow-wrap:anywhere}
-.sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
+figure.ev img{border-color:#888}.sep{width:12px}.drift{margin-top:3px;color:#8a3b00}
 @media (max-width:600px){body{margin:8px}.iv{display:block;font-size:11px;color:#555}
 figure,figure img,.missing{width:64px}figure img{height:64px}
 .m{margin-left:6px}}
@@ -436,19 +442,22 @@ def control_methods(methods: Sequence[str]) -> list[str]:
 
 def render(per_query: pd.DataFrame, aux: pd.DataFrame, rankings: pd.DataFrame, items: dict, summary: list[dict],
            p: Pivot, *, runs: Sequence[str], top_k: int = 10, thumb: int = 96, full: Pivot | None = None,
-           controls: Sequence[str] | None = None) -> str:
+           controls: Sequence[str] | None = None, overlays: dict | None = None) -> str:
     """The whole page as one string. ``per_query`` carries run_id, encoder and drift columns;
     ``items``: run_id -> {item_id: GalleryItem}; ``p`` the summary shown first, ``full`` (every metric and
     scorer) collapsed under it; the cards of ``controls`` (default :func:`control_methods`) come after the
-    methods under test, collapsed."""
+    methods under test, collapsed; ``overlays`` ((run_id, query_id) -> PNG path): ``fpr explain``'s evidence
+    overlays on the cards."""
     images = _Images(thumb)
     methods = list(dict.fromkeys(per_query["method"]))
     controls = control_methods(methods) if controls is None else [m for m in controls if m in methods]
     is_control = per_query["method"].isin(controls)
     if is_control.all():  # nothing else to show first: the controls are the report
         is_control = is_control & False
-    cards, n_tested = cards_html(per_query[~is_control], aux, rankings, items, images, top_k=top_k)
-    control_cards, n_controls = cards_html(per_query[is_control], aux, rankings, items, images, top_k=top_k)
+    cards, n_tested = cards_html(per_query[~is_control], aux, rankings, items, images, top_k=top_k,
+                                 overlays=overlays)
+    control_cards, n_controls = cards_html(per_query[is_control], aux, rankings, items, images, top_k=top_k,
+                                           overlays=overlays)
     n_cards = n_tested + n_controls
     if n_controls:
         names = ", ".join(m for m in controls if (per_query["method"] == m).any())

@@ -182,8 +182,12 @@ def paper_report(runs: Sequence[str] | str, *, workspace: str | Path | None = No
 
 
 def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | Path | None = None,
-                allow_stale: bool = False, top_k: int = 10, thumb: int = 96, device: str = "auto") -> Path:
-    """Write the self-contained HTML report (one file, images embedded, no network references)."""
+                allow_stale: bool = False, top_k: int = 10, thumb: int = 96, device: str = "auto",
+                explain: bool = False) -> Path:
+    """Write the self-contained HTML report (one file, images embedded, no network references).
+
+    ``explain``: each scored query's card also shows ``fpr explain``'s evidence overlay (written to the
+    workspace's ``explain/<run>/`` folder first; an occlusion map costs about a hundred embeddings a query)."""
     from fpr.render import html
     from fpr.render import paper as rep
 
@@ -193,8 +197,14 @@ def html_report(runs: Sequence[str] | str, out: str | Path, *, workspace: str | 
     p = rep.pivot(data.summary, metrics=rep.READABLE_METRICS, methods=order, encoders=data.encoders,
                   all_scorers=False)
     full = rep.pivot(data.summary, methods=order, encoders=data.encoders)
+    overlays = None
+    if explain:
+        from fpr.workflows.explain import explain_queries
+
+        overlays = {(e.run_id, e.query_id): e.overlay for rid in data.runs
+                    for e in explain_queries(rid, all_queries=True, workspace=workspace, device=device, legend=False)}
     text = html.render(data.per_query, data.aux, data.rankings, data.items, data.summary, p, runs=data.runs,
-                       top_k=top_k, thumb=thumb, full=full)
+                       top_k=top_k, thumb=thumb, full=full, overlays=overlays)
     out = Path(out)
     atomic_write(out, lambda fp: fp.write(text.encode("utf-8")))
     return out
