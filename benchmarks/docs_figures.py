@@ -110,12 +110,27 @@ def _chain(m: dict[str, float], methods: tuple[str, ...]) -> str:
 
 
 def verdict_lines(demo: dict) -> list[str]:
-    """The verdict lines ``fpr demo`` prints last (its own formatter), without the 2x2 table above them."""
+    """The verdict lines ``fpr demo`` prints last (its own formatter), without the 2x2 tables above them: one block
+    per world the demo judges (labelled by world when there are several), a blank line between blocks."""
     from fpr.cli.demo import world_claims_lines
 
-    lines = world_claims_lines(demo["claims"])
-    head = next(i for i, line in enumerate(lines) if line.lstrip("\n").startswith("verdicts"))
-    return [line.lstrip("\n") for line in lines[head:]]
+    worlds = demo.get("claims_worlds") or [{"world": None, "claims": demo["claims"]}]
+    out: list[str] = []
+    for entry in worlds:
+        lines = world_claims_lines(entry["claims"], world=entry["world"] if len(worlds) > 1 else None)
+        head = next(i for i, line in enumerate(lines) if line.lstrip("\n").startswith("verdicts"))
+        out += [line.lstrip("\n") for line in lines[head:]] + [""]
+    return out[:-1]
+
+
+def _worlds_phrase(demo: dict) -> str:
+    worlds = demo.get("claims_worlds") or []
+    if len(worlds) < 2:
+        return ""
+    return " on each world it judges (" + ", ".join(
+        f"{w['world']}: {w['config']['identities']} identities x {w['config']['gallery']} gallery images per species"
+        + (f", look-alike families of {w['config']['family_size']} sharing {w['config']['lookalikes']:g} of their "
+           f"markings" if w["config"].get("lookalikes") else "") for w in worlds) + ")"
 
 
 def readme_demo(fig: dict) -> str:
@@ -150,7 +165,8 @@ def readme_demo(fig: dict) -> str:
         f"queries), Sim's {gen_sim['ppa']:.2f}; with the copies at their declared drift mAP's is "
         f"{_agreement(d, 'with copies', 'mAP')['ppa']:.2f}.\n"
         f"Last, the paper's two claims with the general-purpose stand-in `{info['general']}` (not CLIP or DINOv2), "
-        f"pooled over world seeds {', '.join(map(str, info['seeds']))}, as `fpr demo` prints them:\n\n"
+        f"pooled over world seeds {', '.join(map(str, info['seeds']))}{_worlds_phrase(d)}, as `fpr demo` prints "
+        "them:\n\n"
         "```text\n" + "\n".join(verdict_lines(d)) + "\n```\n")
 
 
