@@ -41,7 +41,8 @@ ORACLE = "oracle"
 # share falls to 4-6% and the strict difference turns positive.
 SATURATED = 0.5
 HARDER_GALLERY = ("use a harder gallery: more identities per group, more images per identity, look-alike "
-                  "identities (fpr gallery import --identities-per-group N --per-identity K; fpr demo --siblings; "
+                  "identities or each identity's nearest impostors (fpr gallery import --per-identity K --impostors N "
+                  "--impostor-encoder E; fpr demo --world paper; "
                   "docs/reports.md, 'Headroom')")
 
 

@@ -39,8 +39,9 @@ def test_query_and_report_warn_on_stderr_and_carry_the_headroom(hand_run, tmp_pa
     assert doc["headroom"]["saturated_at"] == 0.5 and len(doc["headroom"]["warnings"]) == 1
     (line,) = [x for x in res.stderr.splitlines() if x.startswith("fpr: warning: headroom")]
     assert doc["headroom"]["warnings"] == [line.removeprefix("fpr: warning: ")]
-    assert line.endswith("more images per identity, look-alike identities (fpr gallery import --identities-per-group "
-                         "N --per-identity K; fpr demo --siblings; docs/reports.md, 'Headroom')")
+    assert line.endswith("more images per identity, look-alike identities or each identity's nearest impostors (fpr "
+                         "gallery import --per-identity K --impostors N --impostor-encoder E; fpr demo --world paper; "
+                         "docs/reports.md, 'Headroom')")
 
     rep = run_cli(ws, "report", "--run", "hand")
     assert warning in rep.stderr and "fpr: warning" not in rep.stdout

@@ -62,6 +62,6 @@ def test_the_warning_names_saturated_methods_and_what_to_do_and_never_the_oracle
     assert SATURATED == 0.5
     assert line.startswith("headroom under enc: AP is exactly 1 for at least 50% of the queries of a (60%) "
                            "(oracle 67%): this gallery cannot tell apart methods at or above it; use a harder gallery")
-    assert "--per-identity" in line and "--siblings" in line and "docs/reports.md" in line
+    assert "--per-identity" in line and "--impostors" in line and "--world paper" in line and "docs/reports.md" in line
     assert headroom_warnings(rows, threshold=0.61) == []
     assert headroom_warnings([r for r in rows if r["method"] == "oracle"], threshold=0.0) == []
