@@ -40,6 +40,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate": ("ablate", "ablate_backgrounds"),
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
+    "fpr.workflows.plan": ("plan",),
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),

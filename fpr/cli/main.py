@@ -18,7 +18,7 @@ from fpr.errors import FprError, InputError
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
-                   "refvnli", "vistar", "serve", "trajectories")
+                   "refvnli", "vistar", "serve", "trajectories", "plan")
 
 
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
