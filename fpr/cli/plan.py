@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from fpr import api
+from fpr import api, progress
 from fpr.cli.main import cli, format_option
 from fpr.errors import InputError
 from fpr.render.cells import dumps, render_rows
@@ -57,7 +57,11 @@ def plan_cmd(ctx, run, method_a, method_b, difference, power, alpha, per_identit
         p = res["pilot"]
         click.echo(f"pilot: run {p['run']}, {p['method_a']} (a) vs {p['method_b']} (b), {p['identities']} identities, "
                    f"{p['per_identity']} generations per identity, {p['pairs']} pairs (one per {p['pairing']}), "
-                   f"difference {p['difference']:.4f}, pair SD {p['pair_sd']:.4f}")
+                   f"difference {p['difference']:.4f} (SE {p['difference_se']:.4f}), pair SD {p['pair_sd']:.4f}")
+        if difference is None:
+            progress.warn(f"planning for the pilot's own difference {p['difference']:.4f}, which a pilot of "
+                          f"{p['identities']} identities knows only to +-{1.96 * p['difference_se']:.4f} (95%); "
+                          "give --difference, the smallest difference worth detecting")
     else:
         a = res["assumptions"]
         click.echo(f"assumptions: SD {a['sd']:g} of one generation's paired difference, within-identity "

@@ -154,6 +154,17 @@ class Pilot:
         return float(self.pairs.mean())
 
     @property
+    def difference_se(self) -> float:
+        """Standard error of the pilot's difference, by identity (the identities' mean pair differences,
+        weighted by their pairs): how far a pilot's own difference is from the one a planned run meets."""
+        n = np.array([len(x) for x in self.d], dtype=np.float64)
+        if len(n) < 2:
+            return float("nan")
+        means = np.array([x.mean() for x in self.d])
+        resid = n * (means - self.difference)  # the ratio estimator's linearisation
+        return float(np.sqrt((resid ** 2).sum() / (len(n) - 1) / len(n)) / n.mean())
+
+    @property
     def per_identity_min(self) -> int:
         """The fewest generations (queries or keys) any identity of the pilot has for both methods."""
         groups = self.a + self.b if self.pairing == "identity" else self.d
@@ -169,7 +180,8 @@ class Pilot:
         pairs = self.pairs
         out = {"method_a": self.method_a, "method_b": self.method_b, "pairing": self.pairing,
                "identities": self.n_identities, "per_identity": self.per_identity, "pairs": int(len(pairs)),
-               "difference": self.difference, "pair_sd": float(pairs.std(ddof=1)) if len(pairs) > 1 else float("nan")}
+               "difference": self.difference, "difference_se": self.difference_se,
+               "pair_sd": float(pairs.std(ddof=1)) if len(pairs) > 1 else float("nan")}
         if self.pairing == "identity":
             out["mean_a"] = float(np.concatenate(self.a).mean())
             out["mean_b"] = float(np.concatenate(self.b).mean())

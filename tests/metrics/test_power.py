@@ -82,6 +82,7 @@ def test_pilot_pairs_as_fpr_compare_and_a_whole_pilot_resample_keeps_its_identit
     ref = paired_comparison(df, "x", "y")
     assert pilot.pairing == "identity" and pilot.n_identities == 6 and pilot.per_identity == 3
     assert pilot.difference == pytest.approx(ref["mean_diff"], abs=1e-15)
+    assert pilot.difference_se == pytest.approx(pilot.pairs.std(ddof=1) / np.sqrt(6), rel=1e-12)
     # planned at the pilot's generations per identity: every planned pair is one of the pilot's pairs exactly
     sims = pw.simulate_pairs(pilot, 6, 3, n_sim=50)
     assert np.isin(np.round(sims, 12), np.round(pilot.pairs, 12)).all()
@@ -92,6 +93,9 @@ def test_pilot_pairs_as_fpr_compare_and_a_whole_pilot_resample_keeps_its_identit
     p2 = pw.pilot_from_frame(df2, "x", "y")
     assert p2.pairing == "prompt" and len(p2.pairs) == 18
     assert p2.difference == pytest.approx(paired_comparison(df2, "x", "y")["mean_diff"], abs=1e-15)
+    # equal pairs per identity: the SE of the identities' mean differences
+    ident = np.array([x.mean() for x in p2.d])
+    assert p2.difference_se == pytest.approx(ident.std(ddof=1) / np.sqrt(6), rel=1e-12)
 
 
 @pytest.mark.parametrize("kw, match", [(dict(power=1.0), "power must be within"),
