@@ -28,7 +28,7 @@ def _sizes(text: str | None) -> list[int] | None:
 @click.option("--power", type=float, default=0.8, show_default=True, help="Power to reach, within (0, 1).")
 @click.option("--alpha", type=float, default=0.05, show_default=True, help="Level of fpr compare's test.")
 @click.option("--per-identity", default=None, metavar="M[,M...]",
-              help="Generations per identity to plan for (default: the pilot's; without a pilot: 1).")
+              help="Generations per identity to plan for (default: 1, 2, 4, ... up to the pilot's; without a pilot: 1).")
 @click.option("--metric", default="ap", show_default=True, help="Per-query column of the pilot.")
 @click.option("--sd", type=float, default=None, help="Assumed SD of one generation's paired AP difference.")
 @click.option("--icc", type=float, default=None, help="Assumed correlation of paired differences within identity.")
@@ -69,5 +69,9 @@ def plan_cmd(ctx, run, method_a, method_b, difference, power, alpha, per_identit
     click.echo(f"to detect a - b = {res['difference']:.4f} with power {res['power']:g} at level {res['alpha']:g} "
                f"(fpr compare's Wilcoxon test; {res['n_sim']} simulated runs per design):")
     click.echo(render_rows(res["designs"], "table", cols))
+    best = next(d for d in res["designs"] if d["per_identity"] == res["cheapest"])
+    click.echo(f"fewest generations: {best['identities']} identities x {best['per_identity']} generations per "
+               f"identity ({best['generations_per_method']} per method), power {best['power']:.3f}, interval width "
+               f"{best['interval_width']:.4f}")
     click.echo("power: predicted share of planned runs that detect; false_alarm: the same with no difference; "
                "interval_width: expected width of fpr compare's 95% interval")

@@ -354,11 +354,22 @@ def smallest_design(evaluate, per_identity: int, target: float, *, pairs_per_ide
                   r["interval_width"])
 
 
+def default_per_identity(most: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to ``most``, and ``most`` itself: the generations per identity a plan shows by default."""
+    return tuple(sorted({2 ** k for k in range(most.bit_length()) if 2 ** k <= most} | {most}))
+
+
+def cheapest(rows: list[dict]) -> int:
+    """Generations per identity of the design with the fewest generations per method (ties: fewer per identity)."""
+    return min(rows, key=lambda r: (r["generations_per_method"], r["per_identity"]))["per_identity"]
+
+
 def plan_from_pilot(pilot: Pilot, *, difference: float | None = None, power: float = 0.8, alpha: float = 0.05,
                     per_identity: tuple[int, ...] | None = None, n_sim: int = N_SIM, seed: int = 0) -> dict:
-    """Designs (one per generations-per-identity value) reaching ``power`` for ``difference`` (default: the
-    pilot's own), by the pilot's two-stage paired bootstrap."""
-    per_identity = tuple(per_identity or (pilot.per_identity,))
+    """Designs (one per generations-per-identity value; default :func:`default_per_identity` of the pilot's)
+    reaching ``power`` for ``difference`` (default: the pilot's own), by the pilot's two-stage paired bootstrap.
+    ``cheapest``: the design with the fewest generations per method (the first such)."""
+    per_identity = tuple(per_identity or default_per_identity(pilot.per_identity_min))
     _check(power, alpha, per_identity)
     delta = pilot.difference if difference is None else float(difference)
     if delta == 0:
@@ -372,7 +383,7 @@ def plan_from_pilot(pilot: Pilot, *, difference: float | None = None, power: flo
             lambda n, m=m: judge(simulate_pairs(pilot, n, m, n_sim=n_sim, seed=seed), shift, delta, alpha=alpha, seed=seed),
             m, power, pairs_per_identity=per).as_json())
     return {"source": "pilot", "pilot": pilot.describe(), "difference": delta, "power": power, "alpha": alpha,
-            "n_sim": n_sim, "seed": seed, "designs": rows}
+            "n_sim": n_sim, "seed": seed, "designs": rows, "cheapest": cheapest(rows)}
 
 
 def assumed_power(*, sd: float, icc: float, difference: float, power: float = 0.8, alpha: float = 0.05,
@@ -398,7 +409,7 @@ def assumed_power(*, sd: float, icc: float, difference: float, power: float = 0.
             m, power, pairs_per_identity=per).as_json())
     return {"source": "assumptions", "assumptions": {"sd": sd, "icc": icc, "pairing": pairing},
             "difference": float(difference), "power": power, "alpha": alpha, "n_sim": n_sim, "seed": seed,
-            "designs": rows}
+            "designs": rows, "cheapest": cheapest(rows)}
 
 
 def power_at(pilot: Pilot, identities: int, per_identity: int, *, difference: float | None = None,

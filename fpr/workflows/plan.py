@@ -24,7 +24,8 @@ def plan(run_id: str | None = None, method_a: str | None = None, method_b: str |
     the generations per method, the predicted power, the false-alarm rate and the interval width).
 
     With ``run_id``: the pilot is methods ``method_a`` and ``method_b`` of that run (``difference`` defaults to
-    the pilot's own; ``per_identity`` to the pilot's generations per identity, at most that many). Without:
+    the pilot's own; ``per_identity`` to 1, 2, 4, ... up to the pilot's generations per identity, at most
+    that many). Without:
     ``sd``, ``icc`` and ``difference`` are the stated assumptions (``pairing``: ``prompt``, one pair per
     generation as with a prompt list shared by the methods; ``identity``, one pair per identity as with one
     prompt per identity)."""

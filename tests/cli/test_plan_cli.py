@@ -21,6 +21,8 @@ def test_plan_from_a_pilot_run_equals_the_library_and_refuses_bad_input(world): 
     assert api.plan("r", "a", "b", difference=0.2, n_sim=200, workspace=ws)["designs"] == want["designs"]
     text = run(ws, "plan", "--run", "r", "--a", "a", "--b", "b", "--difference", "0.2", "--sims", "200").stdout
     assert "pilot: run r, a (a) vs b (b), 6 identities" in text and "identities" in text
+    best = next(d for d in want["designs"] if d["per_identity"] == want["cheapest"])
+    assert f"fewest generations: {best['identities']} identities x {best['per_identity']} generations" in text
     for args, msg in ((["--run", "r", "--a", "a", "--b", "zz"], "run 'r' has no method 'zz'"),
                       (["--run", "r", "--a", "a", "--b", "b", "--power", "1.5"], "power must be within (0, 1)"),
                       (["--run", "r", "--a", "a", "--b", "b", "--per-identity", "x"], "--per-identity takes whole"),

@@ -81,6 +81,9 @@ def test_pilot_pairs_as_fpr_compare_and_a_whole_pilot_resample_keeps_its_identit
     pilot = pw.pilot_from_frame(df, "x", "y")
     ref = paired_comparison(df, "x", "y")
     assert pilot.pairing == "identity" and pilot.n_identities == 6 and pilot.per_identity == 3
+    assert pw.default_per_identity(3) == (1, 2, 3) and pw.default_per_identity(8) == (1, 2, 4, 8)
+    assert pw.cheapest([{"per_identity": 1, "generations_per_method": 50},
+                        {"per_identity": 4, "generations_per_method": 48}]) == 4
     assert pilot.difference == pytest.approx(ref["mean_diff"], abs=1e-15)
     assert pilot.difference_se == pytest.approx(pilot.pairs.std(ddof=1) / np.sqrt(6), rel=1e-12)
     # planned at the pilot's generations per identity: every planned pair is one of the pilot's pairs exactly
