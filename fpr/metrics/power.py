@@ -42,7 +42,8 @@ from fpr.errors import InputError
 from fpr.keys import keyed_rng
 
 N_SIM = 1000  # simulated planned runs per evaluated design
-MAX_IDENTITIES = 100_000
+MAX_IDENTITIES = 50_000
+CHUNK_VALUES = 1 << 21  # simulated values drawn at once (16 MiB of float64), whatever the design
 PAIR_ON = ("group", "identity", "prompt")  # fpr compare's pairing keys (paired_comparison's default)
 IDENTITY = ("group", "identity")
 
@@ -61,12 +62,13 @@ def _ranks_nonzero(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r[zero] = 0.0
     count = (~zero).sum(axis=1)
     s = np.sort(masked, axis=1)
-    ties = np.zeros(len(d))
-    for i in range(len(d)):  # tie blocks per row (run lengths of the sorted non-zero values)
-        v = s[i, :count[i]]
-        if len(v) > 1:
-            _, t = np.unique(v, return_counts=True)
-            ties[i] = float((t.astype(np.float64) ** 3 - t).sum())
+    new = np.ones(s.shape, dtype=bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    block = np.cumsum(new, axis=1) - 1  # tie block of each sorted value within its row
+    rows, width = s.shape
+    flat = (np.arange(rows)[:, None] * width + block).ravel()
+    t = np.bincount(flat, weights=np.isfinite(s).ravel(), minlength=rows * width)  # zeros (inf) weigh nothing
+    ties = (t ** 3 - t).reshape(rows, width).sum(axis=1)
     return r, count, ties
 
 
@@ -209,14 +211,12 @@ def pilot_from_frame(per_query: pd.DataFrame, method_a: str, method_b: str, *, m
     d = tuple(g["d"].to_numpy(dtype=np.float64) for _, g in by_ident)
     if not one_key:
         return Pilot("prompt", (), (), d, method_a, method_b)
-    paired = set(by_ident.groups)
-    a, b = [], []
-    for m, out in ((method_a, a), (method_b, b)):
-        dm = df[df["method"] == m]
-        for k, g in dm.groupby(ident):
-            if (k if isinstance(k, tuple) else (k,)) in paired or k in paired:
-                out.append(g[metric].to_numpy(dtype=np.float64))
-    return Pilot("identity", tuple(a), tuple(b), d, method_a, method_b)
+    order = [k for k, _ in by_ident]  # the identities of d, in its order
+    values = {m: {k: g[metric].to_numpy(dtype=np.float64) for k, g in df[df["method"] == m].groupby(ident)}
+              for m in (method_a, method_b)}
+    a = tuple(values[method_a][k] for k in order)
+    b = tuple(values[method_b][k] for k in order)
+    return Pilot("identity", a, b, d, method_a, method_b)
 
 
 # ---------------------------------------------------------------- simulation
@@ -248,7 +248,7 @@ def _draw_within(rng: np.random.Generator, values: np.ndarray, counts: np.ndarra
 
 
 def simulate_pairs(pilot: Pilot, identities: int, per_identity: int, *, n_sim: int = N_SIM,
-                   seed: int = 0) -> np.ndarray:
+                   seed: int = 0, chunk: int = 0) -> np.ndarray:
     """``(n_sim, identities, pairs per identity)`` pair differences of simulated planned runs, unshifted (the
     pilot's difference). ``per_identity`` may not exceed the pilot's: beyond it a with-replacement draw would
     repeat the pilot's generations and understate the spread within identity."""
@@ -256,7 +256,7 @@ def simulate_pairs(pilot: Pilot, identities: int, per_identity: int, *, n_sim: i
     if per_identity > most:
         raise InputError(f"this pilot plans up to {most} generations per identity, not {per_identity}",
                          hint=f"plan with at most {most}, or pilot with more generations per identity")
-    rng = keyed_rng(seed, "plan", pilot.pairing, identities, per_identity)
+    rng = keyed_rng(seed, "plan", pilot.pairing, identities, per_identity, *((chunk,) if chunk else ()))
     idx = rng.integers(0, pilot.n_identities, size=(n_sim, identities))
     if pilot.pairing == "identity":
         va, ca = _padded(pilot.a)
@@ -268,17 +268,18 @@ def simulate_pairs(pilot: Pilot, identities: int, per_identity: int, *, n_sim: i
 
 
 def assumed_pairs(sd: float, icc: float, identities: int, per_identity: int, *, pairing: str = "prompt",
-                  n_sim: int = N_SIM, seed: int = 0) -> np.ndarray:
+                  n_sim: int = N_SIM, seed: int = 0, chunk: int = 0) -> np.ndarray:
     """``(n_sim, identities, pairs per identity)`` pair differences (mean 0) of the normal model of stated
     assumptions."""
-    rng = keyed_rng(seed, "plan-assumed", pairing, identities, per_identity)
+    rng = keyed_rng(seed, "plan-assumed", pairing, identities, per_identity, *((chunk,) if chunk else ()))
     u = rng.normal(0.0, sd * np.sqrt(icc), size=(n_sim, identities, 1))
     e = rng.normal(0.0, sd * np.sqrt(1.0 - icc), size=(n_sim, identities, per_identity))
     x = u + e
     return x.mean(-1, keepdims=True) if pairing == "identity" else x
 
 
-def judge(pairs: np.ndarray, shift: float, difference: float, *, alpha: float, seed: int = 0) -> dict:
+def judge(pairs: np.ndarray, shift: float, difference: float, *, alpha: float, seed: int = 0,
+          chunk: int = 0) -> dict:
     """Detection rate of ``pairs`` (``(B, identities, per identity)``) moved by ``shift``, the false-alarm rate
     at no difference and the expected interval width.
 
@@ -293,11 +294,30 @@ def judge(pairs: np.ndarray, shift: float, difference: float, *, alpha: float, s
     d = moved.reshape(b, -1)
     p = wilcoxon_pvalues(d)
     detected = (p < alpha) & (np.sign(d.mean(axis=1)) == np.sign(difference))
-    flips = keyed_rng(seed, "plan-null", *pairs.shape).choice([-1.0, 1.0], size=pairs.shape[:2] + (1,))
+    flips = keyed_rng(seed, "plan-null", *pairs.shape, *((chunk,) if chunk else ())).choice([-1.0, 1.0], size=pairs.shape[:2] + (1,))
     null = wilcoxon_pvalues((pairs * flips).reshape(b, -1))
     width = 2 * norm.ppf(0.975) * d.std(axis=1, ddof=0) / np.sqrt(d.shape[1])
     return {"power": float(np.mean(detected)), "false_alarm": float(np.mean(null < alpha)),
             "interval_width": float(np.mean(width))}
+
+
+def judged(make, n_sim: int, values_per_run: int, shift: float, difference: float, *, alpha: float,
+           seed: int = 0) -> dict:
+    """:func:`judge` over chunks of simulated runs (``make(n_runs, chunk) -> pairs``), so memory stays about
+    :data:`CHUNK_VALUES` values whatever the design; the first chunk is the unchunked stream."""
+    step = max(1, CHUNK_VALUES // max(values_per_run, 1))
+    total = {"power": 0.0, "false_alarm": 0.0, "interval_width": 0.0}
+    for c, start in enumerate(range(0, n_sim, step)):
+        b = min(step, n_sim - start)
+        r = judge(make(b, c), shift, difference, alpha=alpha, seed=seed, chunk=c)
+        for k in total:
+            total[k] += r[k] * b
+    return {k: v / n_sim for k, v in total.items()}
+
+
+def _width(pilot: Pilot, per_identity: int) -> int:
+    groups = pilot.a + pilot.b if pilot.pairing == "identity" else pilot.d
+    return max(per_identity, max(len(x) for x in groups))
 
 
 def _check(power: float, alpha: float, per_identity) -> None:
@@ -380,7 +400,8 @@ def plan_from_pilot(pilot: Pilot, *, difference: float | None = None, power: flo
         m = int(m)
         per = 1 if pilot.pairing == "identity" else m
         rows.append(smallest_design(
-            lambda n, m=m: judge(simulate_pairs(pilot, n, m, n_sim=n_sim, seed=seed), shift, delta, alpha=alpha, seed=seed),
+            lambda n, m=m: judged(lambda b, c: simulate_pairs(pilot, n, m, n_sim=b, seed=seed, chunk=c), n_sim,
+                                  n * _width(pilot, m), shift, delta, alpha=alpha, seed=seed),
             m, power, pairs_per_identity=per).as_json())
     return {"source": "pilot", "pilot": pilot.describe(), "difference": delta, "power": power, "alpha": alpha,
             "n_sim": n_sim, "seed": seed, "designs": rows, "cheapest": cheapest(rows)}
@@ -404,8 +425,9 @@ def assumed_power(*, sd: float, icc: float, difference: float, power: float = 0.
         m = int(m)
         per = 1 if pairing == "identity" else m
         rows.append(smallest_design(
-            lambda n, m=m: judge(assumed_pairs(sd, icc, n, m, pairing=pairing, n_sim=n_sim, seed=seed),
-                                 difference, difference, alpha=alpha, seed=seed),
+            lambda n, m=m: judged(lambda b, c: assumed_pairs(sd, icc, n, m, pairing=pairing, n_sim=b, seed=seed,
+                                                             chunk=c), n_sim, n * m, difference, difference,
+                                  alpha=alpha, seed=seed),
             m, power, pairs_per_identity=per).as_json())
     return {"source": "assumptions", "assumptions": {"sd": sd, "icc": icc, "pairing": pairing},
             "difference": float(difference), "power": power, "alpha": alpha, "n_sim": n_sim, "seed": seed,
@@ -416,5 +438,5 @@ def power_at(pilot: Pilot, identities: int, per_identity: int, *, difference: fl
              alpha: float = 0.05, n_sim: int = N_SIM, seed: int = 0) -> dict:
     """Predicted power, false-alarm rate and interval width of one planned design (a point of the power curve)."""
     delta = pilot.difference if difference is None else float(difference)
-    return judge(simulate_pairs(pilot, identities, per_identity, n_sim=n_sim, seed=seed),
-                 delta - pilot.difference, delta, alpha=alpha, seed=seed)
+    return judged(lambda b, c: simulate_pairs(pilot, identities, per_identity, n_sim=b, seed=seed, chunk=c), n_sim,
+                  identities * _width(pilot, per_identity), delta - pilot.difference, delta, alpha=alpha, seed=seed)

@@ -108,3 +108,13 @@ def test_pilot_pairs_as_fpr_compare_and_a_whole_pilot_resample_keeps_its_identit
 def test_bad_plans_are_one_line_errors(kw, match):
     with pytest.raises(InputError, match=match):
         pw.plan_from_pilot(pw.pilot_from_frame(_frame(), "x", "y"), **kw)
+
+
+def test_a_chunked_simulation_gives_the_same_power_within_its_noise(monkeypatch):
+    whole = pw.assumed_power(sd=0.2, icc=0.2, difference=0.05, per_identity=(4,), n_sim=400)["designs"][0]
+    n = whole["identities"]
+    monkeypatch.setattr(pw, "CHUNK_VALUES", n * 4 * 50)  # 8 chunks of 50 runs
+    chunked = pw.judged(lambda b, c: pw.assumed_pairs(0.2, 0.2, n, 4, n_sim=b, chunk=c), 400, n * 4, 0.05, 0.05,
+                        alpha=0.05)
+    assert abs(chunked["power"] - whole["power"]) < 0.07  # two binomial SEs of 400 runs, twice
+    assert chunked["interval_width"] == pytest.approx(whole["interval_width"], rel=0.02)
