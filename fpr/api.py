@@ -40,6 +40,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate": ("ablate", "ablate_backgrounds"),
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
+    "fpr.workflows.plan": ("plan",),
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
     from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
+    from fpr.workflows.plan import plan
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
     from fpr.workflows.listing import list_runs, run_content_version
