@@ -62,7 +62,9 @@ Metrics
     references, and decides alone when no reference has a textured patch (flat
     cartoons): then ``score`` is the appearance, the flag is
     ``appearance >= 0.98`` (``copy-paste.appearance_threshold``) and a ``note``
-    says so.
+    says so. A *query* with no textured patch (uniform, blank, black, blurred)
+    while a reference has some cannot be checked: every metric but
+    ``appearance`` is NaN and the ``note`` says why; the batch goes on.
 
 The default threshold is calibrated on calibration seeds of the built-in world
 and validated on other seeds by ``benchmarks/calibrate_copy_paste.py`` (table in
@@ -133,6 +135,8 @@ DROP_MAX = 0.02  # strict check: NCC at the predicted position >= its peak withi
 REFINE_POINTS = 32  # collected matches whose pairs propose the refined transform
 EARLY_STOP = 0.9  # fraction verified after which no other proposal is tried
 MAX_PROPOSALS = 3  # per reference and direction: the ones that collect most are refined
+NO_QUERY_TEXTURE = ("the query has no textured patch (uniform, blank, black or blurred image): copy-paste cannot "
+                    "check it")
 DEFAULTS = {"max_refs": 5, "threshold": 0.380, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
@@ -251,7 +255,7 @@ class ReferencePatches:
             counts.append(m)
         t = np.concatenate(temps).astype(np.float32)
         # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
-        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
+        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), PATCH * PATCH))
         return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
 
@@ -777,7 +781,12 @@ def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[t
                 best = m
     frac, count, mirrored = best
     note = ""
-    if checkable:
+    if checkable and len(query.patches.templates) == 0:
+        # a uniform, blank, black or blurred query: none of its patches can be sought, and the references'
+        # patches found nowhere in it say nothing about a copy of their flat parts
+        frac = count = mirrored = fwd = rev = score = flag = float("nan")
+        note = NO_QUERY_TEXTURE
+    elif checkable:
         score = float(frac)
         flag = float(score >= threshold)
     else:  # nothing textured to match: only a near-duplicate appearance can tell

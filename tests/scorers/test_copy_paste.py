@@ -174,3 +174,43 @@ def test_queries_without_reference_paths_are_said_to_be_checked_only_against_ref
                           options={"copy-paste.encoder": "pixels-16"}, explicit_references=[True])
     run_scorers(["copy-paste"], explicit)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_query_or_reference_without_texture_is_nan_with_its_reason_and_the_batch_goes_on(tmp_path, monkeypatch):
+    """#33: a uniform grey, black or blurred query (no textured patch) ended the whole run with "cannot reshape
+    array of size 0"; now it is NaN with the reason in the note, its batch-mates are scored, and the rows are kept
+    in the score cache under the image's content (a pure function of it: the rerun returns them bit for bit)."""
+    import numpy as np
+    from PIL import ImageFilter
+
+    from fpr.scorers.copy_paste import CopyPaste
+
+    refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
+    flat = {"grey": Image.new("RGB", (64, 64), (128, 128, 128)), "black": Image.new("RGB", (96, 80), (0, 0, 0)),
+            "blurred": Image.open(refs[0]).filter(ImageFilter.GaussianBlur(12))}
+    paths = []
+    for name, im in flat.items():
+        paths.append(str(tmp_path / f"{name}.png"))
+        im.save(paths[-1])
+    names = [*flat, "copy"]
+    paths.append(refs[0])  # an exact copy of reference 0, in the same batch
+    batch = QueryBatch(names, paths, ["a"] * 4, ["g"] * 4, [None] * 4, [refs] * 4, device="cpu")
+    first = run_scorers(["copy-paste"], batch)
+    wide = first.pivot(index="query_id", columns="metric", values="value")
+    for name in flat:
+        row = wide.loc[name]
+        assert row.drop("appearance").isna().all() and row["appearance"] < 0.98, row.to_dict()
+        notes = first[(first["query_id"] == name) & (first["metric"] != "appearance")]["note"]
+        assert len(notes) == 7 and notes.str.startswith("the query has no textured patch (uniform, blank").all()
+    assert wide.loc["copy", "flag"] == 1.0 and wide.loc["copy", "score"] == 0.84375  # noise, exact copy
+    monkeypatch.setattr(CopyPaste, "score", lambda self, batch: pytest.fail(f"scored again: {batch.query_ids}"))
+    pd.testing.assert_frame_equal(run_scorers(["copy-paste"], batch), first)
+    monkeypatch.undo()
+    # every reference flat (a flat cartoon): the documented fallback, the appearance alone decides
+    flat_refs = QueryBatch(["grey", "copy"], [paths[0], refs[0]], ["a"] * 2, ["g"] * 2, [None] * 2,
+                           [[paths[0], paths[1]]] * 2, device="cpu")
+    out = run_scorers(["copy-paste"], flat_refs)
+    w = out.pivot(index="query_id", columns="metric", values="value")
+    assert (w["score"] == w["appearance"].clip(0, 1)).all() and (w["flag"] == 0.0).all(), w.to_dict()
+    assert w["pixel"].isna().all()
+    assert set(out[out["metric"] == "score"]["note"]) == {"no reference has a textured patch: score = appearance"}
