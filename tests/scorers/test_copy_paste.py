@@ -213,4 +213,40 @@ def test_a_query_or_reference_without_texture_is_nan_with_its_reason_and_the_bat
     w = out.pivot(index="query_id", columns="metric", values="value")
     assert (w["score"] == w["appearance"].clip(0, 1)).all() and (w["flag"] == 0.0).all(), w.to_dict()
     assert w["pixel"].isna().all()
-    assert set(out[out["metric"] == "score"]["note"]) == {"no reference has a textured patch: score = appearance"}
+    notes = out[out["metric"] == "score"].set_index("query_id")["note"]
+    assert notes["copy"] == "no reference has a textured patch: score = appearance"
+    assert notes["grey"].startswith("no reference has a textured patch: score = appearance; outside copy-paste's")
+
+
+def test_queries_outside_the_calibrated_domain_get_a_note_and_one_warning(tmp_path, capsys):
+    """#33: on upsampled low-texture images (8x8 digits shown at 64 px) copy-paste flagged non-copies (scores up to
+    0.96 at a 0.38 cut) without a word. Tiny, low-texture and upsampled queries now carry the reason in their note
+    and the run one warning line with their count; in-domain queries (noise, the world) get neither."""
+    import numpy as np
+
+    from fpr.scorers.copy_paste import Domain
+
+    rng = np.random.default_rng(3)
+    refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
+    blocky = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((64, 64), Image.BILINEAR)
+    tiny = Image.fromarray(rng.integers(0, 256, (30, 30, 3), dtype=np.uint8))
+    cases = {"upsampled": blocky, "tiny": tiny, "noise": Image.open(refs[1])}
+    paths = []
+    for name, im in cases.items():
+        paths.append(str(tmp_path / f"{name}.png"))
+        im.save(paths[-1])
+    d = {name: Domain.of(im) for name, im in cases.items()}
+    assert d["upsampled"].side == 64 and d["upsampled"].detail < 0.005 and d["upsampled"].textured < 0.10
+    assert d["tiny"].side == 30 and d["tiny"].reasons()[0] == "tiny (30 px < 48)"
+    assert d["noise"].reasons() == [] and d["noise"].textured > 0.99 and d["noise"].detail > 0.15
+    batch = QueryBatch(list(cases), paths, ["a"] * 3, ["g"] * 3, [None] * 3, [refs] * 3, device="cpu")
+    out = run_scorers(["copy-paste"], batch)
+    err = capsys.readouterr().err
+    assert err.count("fpr: warning: copy-paste: 2 of 3 queries are outside its calibrated domain") == 1
+    notes = out[out["metric"] == "score"].set_index("query_id")["note"]
+    assert notes["noise"] == ""
+    assert notes["upsampled"].startswith("outside copy-paste's calibrated domain (the built-in world's 96 px textured "
+                                         "renders): query low texture (") and "upsampled or blurred (detail" in notes[
+        "upsampled"] and "tiny" not in notes["upsampled"]
+    assert notes["tiny"].startswith("outside copy-paste's calibrated domain") and "tiny (30 px < 48)" in notes["tiny"]
+    assert out[out["metric"] == "score"].set_index("query_id")["value"]["noise"] == 0.8854166666666666  # scored as usual (an exact copy of r1)
