@@ -34,6 +34,7 @@ for a better one (e.g. ``"set FPR_CACHE_DIR to a writable folder"``).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -48,6 +49,14 @@ DEFAULT_HINT = "choose a writable folder (check its permissions and free space)"
 def cache_root() -> Path:
     """fpr's cache folder: ``$FPR_CACHE_DIR``, default ``~/.cache/fpr`` (embeddings, worlds, judge replies)."""
     return settings.get("FPR_CACHE_DIR")
+
+
+def safe_stem(name: str, max_chars: int = 60) -> str:
+    """A file-name stem for any id (``method/identity/k``, spaces, dots, non-ASCII): its letters, digits, ``.``,
+    ``_`` and ``-`` (others become ``_``, at most ``max_chars`` of them) plus 12 hex digits of the id's sha256, so
+    two ids never share a stem (also on case-insensitive file systems) and none is hidden or a path."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._")[:max_chars]
+    return f"{readable}-{keys.sha256_hex(str(name))[:12]}" if readable else keys.sha256_hex(str(name))[:12]
 
 
 def replace_file(src: str | Path, dest: str | Path) -> None:

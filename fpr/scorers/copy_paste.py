@@ -62,7 +62,9 @@ Metrics
     references, and decides alone when no reference has a textured patch (flat
     cartoons): then ``score`` is the appearance, the flag is
     ``appearance >= 0.98`` (``copy-paste.appearance_threshold``) and a ``note``
-    says so.
+    says so. A *query* with no textured patch (uniform, blank, black, blurred)
+    while a reference has some cannot be checked: every metric but
+    ``appearance`` is NaN and the ``note`` says why; the batch goes on.
 
 The default threshold is calibrated on calibration seeds of the built-in world
 and validated on other seeds by ``benchmarks/calibrate_copy_paste.py`` (table in
@@ -72,7 +74,9 @@ more than about 12 degrees, or warped, are not caught; a subject smaller than
 about a third of the frame leaves few patches; periodic textures shared by
 reference and query (brick walls, tiles) can produce consistent matches; a
 faithful generation that happens to take a reference's pose almost exactly
-scores in between.
+scores in between. A query outside the calibrated domain (tiny, low texture, upsampled or
+blurred: :class:`Domain`, floors measured by ``benchmarks/copy_paste_domain.py``) is scored as
+usual, its ``note`` says why it is outside, and one warning per run counts them.
 
 Every NCC is one fixed expression (exact float64 products of the float32 rows, a fixed summation tree,
 rounded to float32), computed by compiled kernels; the search's BLAS product only proposes candidates
@@ -133,6 +137,16 @@ DROP_MAX = 0.02  # strict check: NCC at the predicted position >= its peak withi
 REFINE_POINTS = 32  # collected matches whose pairs propose the refined transform
 EARLY_STOP = 0.9  # fraction verified after which no other proposal is tried
 MAX_PROPOSALS = 3  # per reference and direction: the ones that collect most are refined
+# Its calibrated domain (benchmarks/copy_paste_domain.py, benchmarks/results/copy_paste_domain.md): the built-in
+# world's images: 96 px, textured share >= 0.112, detail >= 0.0073 on the calibration seeds (101, 102; 1188 images,
+# queries and references); the floors below flag none of the validation seeds' (201, 202) and all of the 8x8
+# digits shown at 64 px (where 35 of 40 non-copies were flagged, max score 0.981).
+# A query below one of these floors is scored as usual, with the reason in its note and one warning per run.
+DOMAIN_MIN_SIDE = 48  # px, longer side: half the world's 96 (upsampled > 2.7x to the working side)
+DOMAIN_MIN_TEXTURED = 0.10  # share of the working image's 8x8 grid patches with residual std >= TEXTURE_MIN
+DOMAIN_MIN_DETAIL = 0.005  # share of its variance lost by halving and re-enlarging it: ~0 when upsampled or blurred
+NO_QUERY_TEXTURE = ("the query has no textured patch (uniform, blank, black or blurred image): copy-paste cannot "
+                    "check it")
 DEFAULTS = {"max_refs": 5, "threshold": 0.380, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
@@ -178,6 +192,43 @@ def _windows(q: np.ndarray) -> np.ndarray:
     win = _detrended_rows(q)
     win /= np.maximum(np.linalg.norm(win, axis=1), WINDOW_NORM_FLOOR)[:, None]
     return win
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What decides whether an image is inside copy-paste's calibrated domain (see DOMAIN_MIN_*)."""
+
+    side: int  # the image's longer side, px, as given
+    textured: float  # share of the working image's grid patches (8x8, stride 4) that are textured
+    detail: float  # share of the working image's variance lost by a 2x bilinear down-and-up resize
+
+    @classmethod
+    def of(cls, image: Image.Image, grey: np.ndarray | None = None) -> "Domain":
+        g = _grey(image, WORK_SIDE) if grey is None else grey
+        t = np.lib.stride_tricks.sliding_window_view(g, (PATCH, PATCH))[::STRIDE, ::STRIDE].reshape(-1, PATCH * PATCH)
+        std = np.linalg.norm(_detrend(np.ascontiguousarray(t, np.float32)), axis=1) / PATCH
+        h, w = g.shape
+        half = Image.fromarray(g).resize((max(1, w // 2), max(1, h // 2)), Image.BILINEAR)
+        lost = g.astype(np.float64) - np.asarray(half.resize((w, h), Image.BILINEAR), np.float64)
+        var = float(((g - g.mean(dtype=np.float64)) ** 2).sum())
+        return cls(max(image.size), float((std >= TEXTURE_MIN).mean()) if len(std) else 0.0,
+                   float((lost ** 2).sum()) / var if var > 0 else 0.0)
+
+    def reasons(self) -> list[str]:
+        out = []
+        if self.side < DOMAIN_MIN_SIDE:
+            out.append(f"tiny ({self.side} px < {DOMAIN_MIN_SIDE})")
+        if self.textured < DOMAIN_MIN_TEXTURED:
+            out.append(f"low texture ({self.textured:.0%} of patches textured < {DOMAIN_MIN_TEXTURED:.0%})")
+        if self.detail < DOMAIN_MIN_DETAIL:
+            out.append(f"upsampled or blurred (detail {self.detail:.4f} < {DOMAIN_MIN_DETAIL})")
+        return out
+
+    def note(self) -> str:
+        """'' inside the domain, else why the score is less reliable there."""
+        why = self.reasons()
+        return ("outside copy-paste's calibrated domain (the built-in world's 96 px textured renders): query "
+                + ", ".join(why) + "; non-copies may score high") if why else ""
 
 
 @dataclass
@@ -251,7 +302,7 @@ class ReferencePatches:
             counts.append(m)
         t = np.concatenate(temps).astype(np.float32)
         # mean/gradient removal commutes with a left-right flip, so flipped templates stay unit and detrended
-        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), -1))
+        flipped = np.ascontiguousarray(t.reshape(-1, PATCH, PATCH)[:, :, ::-1].reshape(len(t), PATCH * PATCH))
         return cls(t, np.concatenate(cents), np.concatenate(scs), np.array(counts), np.concatenate(ranks),
                    flipped, np.concatenate(fcents), np.concatenate(weights).astype(np.float64))
 
@@ -590,6 +641,11 @@ class CopyPaste(Scorer):
         batch, because queries found in the score cache never reach :meth:`score`."""
         super().check(batch)
         coverage = reference_coverage(batch)
+        outside = sum(bool(Domain.of(load_rgb(p)).reasons()) for p in batch.paths)
+        if outside:
+            progress.warn(f"copy-paste: {outside} of {len(batch)} queries are outside its calibrated domain (tiny, "
+                          "low-texture, upsampled or blurred images; the reason is in each one's note): their scores "
+                          "are less reliable, non-copies may be flagged; see docs/workflows.md, copy-paste")
         if coverage.get("identity_references"):
             progress.warn(f"copy-paste compared {coverage['identity_references']} of {len(batch)} queries only with "
                           "their identity's reference images (the queries file has no reference_paths for them): "
@@ -777,13 +833,21 @@ def _query_rows(job: _Job, refs: _ReferenceCache, settings: _Settings) -> list[t
                 best = m
     frac, count, mirrored = best
     note = ""
-    if checkable:
+    domain = Domain.of(query.image, query.grey).note()
+    if checkable and len(query.patches.templates) == 0:
+        # a uniform, blank, black or blurred query: none of its patches can be sought, and the references'
+        # patches found nowhere in it say nothing about a copy of their flat parts
+        frac = count = mirrored = fwd = rev = score = flag = float("nan")
+        note = NO_QUERY_TEXTURE
+    elif checkable:
         score = float(frac)
         flag = float(score >= threshold)
     else:  # nothing textured to match: only a near-duplicate appearance can tell
         frac = count = mirrored = fwd = rev = float("nan")
         score, flag = float(np.clip(appearance, 0, 1)), float(appearance >= app_t)
         note = "no reference has a textured patch: score = appearance"
+    if domain and note != NO_QUERY_TEXTURE:
+        note = f"{note}; {domain}" if note else domain
     return [(qid, "score", score, note), (qid, "flag", flag, note), (qid, "pixel", frac, note),
             (qid, "pixel_matches", float(count), note), (qid, "mirrored", float(mirrored), note),
             (qid, "forward", fwd, note), (qid, "reverse", rev, note), (qid, "appearance", appearance, "")]

@@ -16,8 +16,9 @@ without either every sample with a score is exported unfiltered (``human_score``
 
 Images: o_0 names the files behind the question's handles (``generated``, ``reference``, ...).
 With ``images_dir`` the images tools made (Highlight) are rebuilt from those files exactly as
-the judge's tools made them (same size, same box) and written there as PNG; their observation
-then carries ``"path"``.
+the judge's tools made them (same size, same box) and written there as PNG, named
+``<safe stem of the query id>-<question>-<handle>.png`` (:func:`fpr.files.safe_stem`: any query id, ``/``
+included, gives its own file name); their observation then carries ``"path"``.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.files import atomic_write_text
+from fpr.files import atomic_write_text, safe_stem
 from fpr.workflows.runs import load_run
 
 MAX_DEVIATION = 0.3  # CIGEval's filter, on the 0-1 scale
@@ -152,7 +153,7 @@ def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path |
         task = entries[0].get("task") if entries and "task" in entries[0] else None
         for question, turns in agent_turns(entries, system).items():
             if images_dir is not None:
-                write_tool_images(turns, images_dir, f"{qid}-{question}", size)
+                write_tool_images(turns, images_dir, f"{safe_stem(str(qid))}-{question}", size)
             rec = {"run": run_id, "query_id": str(qid), "task": task, "question": question,
                    "model_score": s / 10.0, "human_score": h,
                    "deviation": None if h is None else abs(s / 10.0 - h), "template": t.tag, "turns": turns}

@@ -6,7 +6,10 @@ default, or ``hard``); a folder ``<generations>/<model>/<prompt_id>.<png|jpg|jpe
 Each image is routed by its prompt's ``[role|aspect]`` to the aspect's scorer, with the
 prompt's control parameters as the scorer's expected values. The run is stored like any
 other (``query_results`` with ``method`` = model, ``aux_scores``) plus its routing
-(``vistar_prompts``), so ``vistar_tensor`` in ``fpr sql`` is the paper's S[R x A x G x N].
+(``vistar_prompts``), so ``vistar_tensor`` in ``fpr sql`` is the paper's S[R x A x G x N]. A scorer whose
+model is missing (its weights not here, e.g. CLIP for CSE offline) gives NaN for its images, the reason
+in the note and the run's provenance (``scorers.<name>.not_scored``), with one warning line; every other
+aspect is scored and the run is stored.
 """
 from __future__ import annotations
 
@@ -157,6 +160,7 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
             check_image(path)
             rows.append({"query_id": f"{model}/{p.prompt_id}", "model": model, "p": p, "path": str(path.resolve())})
     frames = []
+    missing: dict[str, str] = {}  # scorer -> why it could not run (a model it needs is missing)
     by_scorer: dict[str, list[dict]] = {}
     for r in rows:
         by_scorer.setdefault(aspect(r["p"].prompt.aspect).scorer, []).append(r)
@@ -169,8 +173,14 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
                            device=device, options=own, workspace=ws.root,
                            extras=[{**r["p"].prompt.expected_values(), "aspect": r["p"].prompt.aspect}
                                    for r in group])
-        frames.append(run_scorers([name], batch))
+        try:
+            frames.append(run_scorers([name], batch))
+        except NotFoundError as exc:  # a model it needs is not here (offline): NaN with the reason, the rest stored
+            frames.append(_missing_model_rows(name, batch, exc))
+            missing[name] = frames[-1]["note"].iloc[0]
     aux = pd.concat(frames, ignore_index=True)
+    provenance = {k: v for f in frames for k, v in f.attrs.get("provenance", {}).items()}
+    provenance.update({name: {"not_scored": why} for name, why in missing.items()})
     aux.insert(0, "run_id", run_id)
     query_results = pd.DataFrame([{
         "run_id": run_id, "query_id": r["query_id"], "row_number": k, "path": r["path"], "method": r["model"],
@@ -185,10 +195,23 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
            "queries_file": str(Path(prompts_file).resolve()),
            "params": json.dumps({"vistar": True, "generations": str(Path(generations).resolve()),
                                  "relevance": str(relevance) if relevance else None, "options": options or {}}),
-           "provenance": json.dumps({"scorers": aux.attrs.get("provenance", {}), "created": utc_now()})}
+           "provenance": json.dumps({"scorers": provenance, "created": utc_now()})}
     db.store_run(ws, run, query_results, aux, pd.DataFrame(), overwrite=overwrite)
     db.store_vistar_prompts(ws, run_id, routing)
     return role_report([run_id], workspace=ws.root, relevance=relevance)
+
+
+def _missing_model_rows(name: str, batch: QueryBatch, exc: NotFoundError) -> pd.DataFrame:
+    """NaN for every metric of scorer ``name`` on every query of its batch, the reason in the note; one warning."""
+    from fpr.scorers import get_scorer
+
+    reason = f"not scored: {exc.one_line()}"
+    progress.warn(f"vistar: {name} could not run ({exc.what}): its {len(batch)} image(s) are NaN with that reason "
+                  f"in the note; every other aspect is scored and the run is stored")
+    metrics = get_scorer(name).metrics
+    return pd.DataFrame([{"query_id": q, "scorer": name, "metric": m, "value": float("nan"), "note": reason}
+                         for q in batch.query_ids for m in metrics],
+                        columns=["query_id", "scorer", "metric", "value", "note"])
 
 
 def role_report(runs: list[str] | tuple[str, ...] | str, *, workspace: str | Path | None = None,

@@ -174,3 +174,79 @@ def test_queries_without_reference_paths_are_said_to_be_checked_only_against_ref
                           options={"copy-paste.encoder": "pixels-16"}, explicit_references=[True])
     run_scorers(["copy-paste"], explicit)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_query_or_reference_without_texture_is_nan_with_its_reason_and_the_batch_goes_on(tmp_path, monkeypatch):
+    """#33: a uniform grey, black or blurred query (no textured patch) ended the whole run with "cannot reshape
+    array of size 0"; now it is NaN with the reason in the note, its batch-mates are scored, and the rows are kept
+    in the score cache under the image's content (a pure function of it: the rerun returns them bit for bit)."""
+    import numpy as np
+    from PIL import ImageFilter
+
+    from fpr.scorers.copy_paste import CopyPaste
+
+    refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
+    flat = {"grey": Image.new("RGB", (64, 64), (128, 128, 128)), "black": Image.new("RGB", (96, 80), (0, 0, 0)),
+            "blurred": Image.open(refs[0]).filter(ImageFilter.GaussianBlur(12))}
+    paths = []
+    for name, im in flat.items():
+        paths.append(str(tmp_path / f"{name}.png"))
+        im.save(paths[-1])
+    names = [*flat, "copy"]
+    paths.append(refs[0])  # an exact copy of reference 0, in the same batch
+    batch = QueryBatch(names, paths, ["a"] * 4, ["g"] * 4, [None] * 4, [refs] * 4, device="cpu")
+    first = run_scorers(["copy-paste"], batch)
+    wide = first.pivot(index="query_id", columns="metric", values="value")
+    for name in flat:
+        row = wide.loc[name]
+        assert row.drop("appearance").isna().all() and row["appearance"] < 0.98, row.to_dict()
+        notes = first[(first["query_id"] == name) & (first["metric"] != "appearance")]["note"]
+        assert len(notes) == 7 and notes.str.startswith("the query has no textured patch (uniform, blank").all()
+    assert wide.loc["copy", "flag"] == 1.0 and wide.loc["copy", "score"] == 0.84375  # noise, exact copy
+    monkeypatch.setattr(CopyPaste, "score", lambda self, batch: pytest.fail(f"scored again: {batch.query_ids}"))
+    pd.testing.assert_frame_equal(run_scorers(["copy-paste"], batch), first)
+    monkeypatch.undo()
+    # every reference flat (a flat cartoon): the documented fallback, the appearance alone decides
+    flat_refs = QueryBatch(["grey", "copy"], [paths[0], refs[0]], ["a"] * 2, ["g"] * 2, [None] * 2,
+                           [[paths[0], paths[1]]] * 2, device="cpu")
+    out = run_scorers(["copy-paste"], flat_refs)
+    w = out.pivot(index="query_id", columns="metric", values="value")
+    assert (w["score"] == w["appearance"].clip(0, 1)).all() and (w["flag"] == 0.0).all(), w.to_dict()
+    assert w["pixel"].isna().all()
+    notes = out[out["metric"] == "score"].set_index("query_id")["note"]
+    assert notes["copy"] == "no reference has a textured patch: score = appearance"
+    assert notes["grey"].startswith("no reference has a textured patch: score = appearance; outside copy-paste's")
+
+
+def test_queries_outside_the_calibrated_domain_get_a_note_and_one_warning(tmp_path, capsys):
+    """#33: on upsampled low-texture images (8x8 digits shown at 64 px) copy-paste flagged non-copies (scores up to
+    0.96 at a 0.38 cut) without a word. Tiny, low-texture and upsampled queries now carry the reason in their note
+    and the run one warning line with their count; in-domain queries (noise, the world) get neither."""
+    import numpy as np
+
+    from fpr.scorers.copy_paste import Domain
+
+    rng = np.random.default_rng(3)
+    refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
+    blocky = Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).resize((64, 64), Image.BILINEAR)
+    tiny = Image.fromarray(rng.integers(0, 256, (30, 30, 3), dtype=np.uint8))
+    cases = {"upsampled": blocky, "tiny": tiny, "noise": Image.open(refs[1])}
+    paths = []
+    for name, im in cases.items():
+        paths.append(str(tmp_path / f"{name}.png"))
+        im.save(paths[-1])
+    d = {name: Domain.of(im) for name, im in cases.items()}
+    assert d["upsampled"].side == 64 and d["upsampled"].detail < 0.005 and d["upsampled"].textured < 0.10
+    assert d["tiny"].side == 30 and d["tiny"].reasons()[0] == "tiny (30 px < 48)"
+    assert d["noise"].reasons() == [] and d["noise"].textured > 0.99 and d["noise"].detail > 0.15
+    batch = QueryBatch(list(cases), paths, ["a"] * 3, ["g"] * 3, [None] * 3, [refs] * 3, device="cpu")
+    out = run_scorers(["copy-paste"], batch)
+    err = capsys.readouterr().err
+    assert err.count("fpr: warning: copy-paste: 2 of 3 queries are outside its calibrated domain") == 1
+    notes = out[out["metric"] == "score"].set_index("query_id")["note"]
+    assert notes["noise"] == ""
+    assert notes["upsampled"].startswith("outside copy-paste's calibrated domain (the built-in world's 96 px textured "
+                                         "renders): query low texture (") and "upsampled or blurred (detail" in notes[
+        "upsampled"] and "tiny" not in notes["upsampled"]
+    assert notes["tiny"].startswith("outside copy-paste's calibrated domain") and "tiny (30 px < 48)" in notes["tiny"]
+    assert out[out["metric"] == "score"].set_index("query_id")["value"]["noise"] == 0.8854166666666666  # scored as usual (an exact copy of r1)

@@ -189,3 +189,38 @@ def test_cpa_and_psc_prompts_reach_their_scorers_with_the_prompts_parameters(tmp
     assert json.loads(note)["expected"] == {"count": 2, "posture": "sitting", "expression": "happy"}
     t = api.sql("SELECT aspect, score FROM vistar_tensor ORDER BY aspect", workspace=ws)
     assert t["aspect"].tolist() == ["CPA", "PSC"] and t["score"].between(0, 1).all()
+
+
+def test_a_scorer_whose_model_is_missing_gives_nan_with_its_reason_and_the_rest_is_stored(tmp_path):
+    """#33: CSE needs CLIP, which cannot be downloaded offline (the tests' weights folder is empty): the run used to
+    abort after the other scorers ran and store nothing. Now CSE's images are NaN with the reason, TR and LI are
+    scored, the run is stored and one warning names the scorer."""
+    rows = [*PROMPTS[:3], ("c-cse-1", "core", '[SA|CSE] four panels of a fox {panels="2x2", sub_prompts="a fox; a den"}')]
+    gen = tmp_path / "gen"
+    for model in ("crisp",):
+        (gen / model).mkdir(parents=True)
+        _sign(gen / model / "c-sign-1.png", "HARBOR LIGHTS")
+        _sign(gen / model / "c-sign-2.png", "OPEN DAILY")
+        Image.fromarray(known_answers().render_scene(_direction("right"), 40).rgb).save(gen / model / "c-lit-1.png")
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
+            gen / model / "c-cse-1.png")
+    pd.DataFrame(rows, columns=["prompt_id", "split", "prompt"]).to_csv(tmp_path / "prompts.csv", index=False)
+    ws = tmp_path / "ws"
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "vistar", "run", "--generations", str(gen),
+                                 "--prompts", str(tmp_path / "prompts.csv"), "--run", "v", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("fpr: warning: vistar: vistar-cse could not run (weights for encoder 'clip-vit-b-32' are "
+                          "missing") == 1
+    aux = api.sql("SELECT query_id, scorer, metric, value, note FROM aux_scores WHERE run_id = 'v'", workspace=ws)
+    cse = aux[aux["scorer"] == "vistar-cse"]
+    assert len(cse) == 6 and cse["value"].isna().all() and set(cse["query_id"]) == {"crisp/c-cse-1"}
+    assert cse["note"].str.startswith("not scored: weights for encoder 'clip-vit-b-32' are missing").all()
+    assert "fpr encoders fetch clip-vit-b-32" in cse["note"].iloc[0]
+    tr = aux[(aux["scorer"] == "vistar-tr") & (aux["metric"] == "score_robust")].set_index("query_id")["value"]
+    assert tr.to_dict() == {"crisp/c-sign-1": 1.0, "crisp/c-sign-2": 1.0}
+    li = aux[(aux["scorer"] == "vistar-li") & (aux["metric"] == "score")]
+    assert len(li) == 1 and li["value"].notna().all()
+    prov = json.loads(api.sql("SELECT provenance FROM runs WHERE run_id = 'v'", workspace=ws)["provenance"].iloc[0])
+    assert prov["scorers"]["vistar-cse"]["not_scored"] == cse["note"].iloc[0]
+    t = api.sql("SELECT aspect, score FROM vistar_tensor WHERE run_id = 'v' ORDER BY aspect", workspace=ws)
+    assert t["aspect"].tolist() == ["CSE", "LI", "TR", "TR"] and np.isnan(t["score"].iloc[0])
