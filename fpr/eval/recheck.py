@@ -194,12 +194,7 @@ class RecheckedGallery:
                 nq * self.ng_max < OVERFLOW_SAFE, rel.order, rel.start, rel.count, k, *out, top_rows,
                 top_scores, counts)
         if n and g:
-            if THREADS == 1 or n <= ROWS_PER_TASK:
-                K.block_rows(*args, 0, n)
-            else:
-                with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                    list(pool.map(lambda s: K.block_rows(*args, s, min(s + ROWS_PER_TASK, n)),
-                                  range(0, n, ROWS_PER_TASK)))
+            _over_rows(K.block_rows, args, n)
         elif n:
             out[0][:] = np.nan
             out[1][:] = out[2][:] = out[3][:] = 0
@@ -208,12 +203,7 @@ class RecheckedGallery:
                        nq * self.ng_max < OVERFLOW_SAFE, rel.order, rel.start, rel.count, rel_sum, best_other,
                        margin_counts)
         if n and g:
-            if THREADS == 1 or n <= ROWS_PER_TASK:
-                K.margin_rows(*margin_args, 0, n)
-            else:
-                with ThreadPoolExecutor(max_workers=THREADS) as pool:
-                    list(pool.map(lambda s: K.margin_rows(*margin_args, s, min(s + ROWS_PER_TASK, n)),
-                                  range(0, n, ROWS_PER_TASK)))
+            _over_rows(K.margin_rows, margin_args, n)
         if stats is not None:
             tot = counts.sum(axis=0)
             stats.add(RecheckStats(n * g, int(tot[0]), int(tot[3]), int(tot[1]), int(tot[2]),
@@ -221,6 +211,16 @@ class RecheckedGallery:
         return BlockResult(RetrievalMetrics(*out, top_margin=margin_from_parts(rel_sum, rel.count, best_other)),
                            top_rows, top_scores)
 
+
+
+def _over_rows(kernel, args: tuple, n: int) -> None:
+    """``kernel(*args, start, end)`` over rows [0, n): in one call, or in tasks of :data:`ROWS_PER_TASK` rows on
+    :data:`THREADS` threads (dynamic scheduling; each row is computed alone, so the bits do not depend on it)."""
+    if THREADS == 1 or n <= ROWS_PER_TASK:
+        kernel(*args, 0, n)
+        return
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        list(pool.map(lambda s: kernel(*args, s, min(s + ROWS_PER_TASK, n)), range(0, n, ROWS_PER_TASK)))
 
 __all__ = ["BlockResult", "KeyIndex", "RecheckStats", "RecheckedGallery", "Relevance", "auto_block",
            "available", "proposal_error_factor"]
