@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fpr.scorers.judges.scoring import COST_METRICS
+from fpr.scorers.judges.costs import COST_METRICS
 
 EMBED_COSINE = 0.999
 MIN_CONSTANT_QUERIES = 5

@@ -20,10 +20,10 @@ import pandas as pd
 
 from fpr import progress
 from fpr.scorers.judges import parse
+from fpr.scorers.judges.costs import COST_METRICS  # noqa: F401  (re-exported: the judge scorers' import)
 from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, for_each, image_part, text_part
 from fpr.scorers.judges.prompts import Template
 
-COST_METRICS = ("cached", "calls", "prompt_tokens", "completion_tokens", "missing")
 
 
 def template_messages(t: Template, images: list[ImageRef], *, request: str | None = None, **values) -> list[dict]:
