@@ -50,8 +50,9 @@ def build_context(config: ServeConfig, lock: ServerLock | None = None) -> ServeC
     jobs.on_damaged = lambda run, reason: log_line(event="job_record_damaged", run=run, reason=reason)
     dispatcher = Dispatcher(jobs, config.workspace, n_workers=config.workers, queue_size=config.queue_size,
                             device=config.device, lock_path=config.device_lock, log=log_line)
-    return ServeContext(config, jobs, TokenStore(config.tokens_file), dispatcher,
-                        lock or ServerLock(config.server_lock))
+    tokens = TokenStore(config.tokens_file,  # a malformed file: InputError here, at start, naming the line
+                        on_malformed=lambda message: log_line(event="token_file_malformed", error=message))
+    return ServeContext(config, jobs, tokens, dispatcher, lock or ServerLock(config.server_lock))
 
 
 def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:

@@ -41,8 +41,19 @@ def test_serve_refuses_open_host_without_tokens(monkeypatch, tmp_path):
     assert len(r.output.strip().splitlines()) == 1
 
 
+def _never_listen(monkeypatch) -> None:
+    """The refusals below come before the server listens: if one did not, fail at once instead of serving."""
+    import uvicorn
+
+    def run(*a, **kw):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(uvicorn, "run", run)
+
+
 def _serve_output(tmp_path, monkeypatch):
     monkeypatch.delenv("FPR_API_TOKENS_FILE", raising=False)
+    _never_listen(monkeypatch)
     return CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "serve", "--port", "1"], obj={})
 
 
@@ -83,3 +94,17 @@ def test_serve_lock_that_cannot_be_written_is_one_line(monkeypatch, tmp_path):
     assert r.exit_code == 2, r.output
     assert r.output.startswith("fpr: error: cannot open the server lock: permission denied (")
     assert len(r.output.strip().splitlines()) == 1
+
+
+def test_serve_refuses_a_malformed_token_file_at_start_naming_the_line(monkeypatch, tmp_path):
+    """Issue #35 item 7: 'tok alice scope=read # admin' was accepted (as name 'alice scope=read # admin', scope
+    'submit'); now the server does not start and says which line breaks the grammar."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# team\ntok-ops-0123456789 ops scope=admin\n\ntok-bob-0123456789 bob scope=read # admin\n")
+    monkeypatch.setenv("FPR_API_TOKENS_FILE", str(tokens))
+    _never_listen(monkeypatch)
+    r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "serve", "--port", "1"], obj={})
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"fpr: error: token file line 4: a comment must be a whole line starting with #, not "
+                               f"follow the fields ({tokens}); each line is 'token [name] [scope=read|submit|admin]'")
+    assert len(r.output.strip().splitlines()) == 1 and "tok-bob" not in r.output
