@@ -8,12 +8,15 @@ names or form, 401/403 auth, scope, Host or Origin, 404 not found, 409 conflict,
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 
 from fastapi import FastAPI
 
 import fpr
+from fpr import api
+from fpr.scorers import all_scorers
 from fpr.serve import handlers
 from fpr.serve.auth import TokenStore
 from fpr.serve.config import ServeConfig
@@ -77,6 +80,16 @@ def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:
     handlers.install(app)
     for module in (listings, submit, runs, docs):
         app.include_router(module.router)
+    static_openapi = app.openapi
+
+    def openapi() -> dict:
+        """The document with the index and scorer names accepted now (built afresh per request, never cached:
+        an index built since is a valid value at once)."""
+        doc = copy.deepcopy(static_openapi())
+        indices = [r["name"] for r in api.list_indices(workspace=ctx.ws)]
+        return submit.fill_openapi(doc, indices, sorted(all_scorers()))
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 
