@@ -8,12 +8,15 @@ names or form, 401/403 auth, scope, Host or Origin, 404 not found, 409 conflict,
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 
 from fastapi import FastAPI
 
 import fpr
+from fpr import api
+from fpr.scorers import all_scorers
 from fpr.serve import handlers
 from fpr.serve.auth import TokenStore
 from fpr.serve.config import ServeConfig
@@ -50,8 +53,9 @@ def build_context(config: ServeConfig, lock: ServerLock | None = None) -> ServeC
     jobs.on_damaged = lambda run, reason: log_line(event="job_record_damaged", run=run, reason=reason)
     dispatcher = Dispatcher(jobs, config.workspace, n_workers=config.workers, queue_size=config.queue_size,
                             device=config.device, lock_path=config.device_lock, log=log_line)
-    return ServeContext(config, jobs, TokenStore(config.tokens_file), dispatcher,
-                        lock or ServerLock(config.server_lock))
+    tokens = TokenStore(config.tokens_file,  # a malformed file: InputError here, at start, naming the line
+                        on_malformed=lambda message: log_line(event="token_file_malformed", error=message))
+    return ServeContext(config, jobs, tokens, dispatcher, lock or ServerLock(config.server_lock))
 
 
 def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:
@@ -76,6 +80,16 @@ def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:
     handlers.install(app)
     for module in (listings, submit, runs, docs):
         app.include_router(module.router)
+    static_openapi = app.openapi
+
+    def openapi() -> dict:
+        """The document with the index and scorer names accepted now (built afresh per request, never cached:
+        an index built since is a valid value at once)."""
+        doc = copy.deepcopy(static_openapi())
+        indices = [r["name"] for r in api.list_indices(workspace=ctx.ws)]
+        return submit.fill_openapi(doc, indices, sorted(all_scorers()))
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -1,5 +1,7 @@
 """Bearer tokens from ``FPR_API_TOKENS_FILE``: one ``token [name] [scope=read|submit|admin]`` per line.
 
+One strict grammar (:data:`GRAMMAR`): fields in that order, the name one word, comments only as whole
+lines; any other line refuses the whole file at start, naming the line (:func:`parse_tokens`).
 The file is re-read whenever it changes (mtime, size or inode), so removing a line
 revokes a token without a restart. Tokens are compared with :func:`hmac.compare_digest`
 against every known token (no early exit that would leak which prefix matched).
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import hmac
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from fpr import keys
+from fpr.errors import InputError
 
 ANONYMOUS = "anonymous"
 SCOPES = ("read", "submit", "admin")  # each includes the ones before it
@@ -58,8 +62,7 @@ LOCAL_USER = Caller(ANONYMOUS, "admin")
 class _Entry:
     token: bytes
     name: str
-    scope: str | None  # None: the line names an unknown scope; the token is refused, never guessed
-    raw_scope: str = ""
+    scope: str
 
 
 def token_id(token: str | bytes) -> str:
@@ -67,49 +70,107 @@ def token_id(token: str | bytes) -> str:
     return keys.sha256_hex(data)[:8]
 
 
-def parse_tokens(text: str) -> list[_Entry]:
-    entries = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
+TOKEN_RE = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 b64token: what a Bearer header may carry
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
+SCOPE_VALUE_RE = re.compile(r"[A-Za-z0-9_-]{1,20}")  # shown back in the error; anything else is not echoed
+GRAMMAR = ("each line is 'token [name] [scope=read|submit|admin]' (fields in that order, separated by spaces or "
+           "tabs; token: letters, digits and - . _ ~ + / then optional = padding; name: one word of letters, "
+           "digits and . _ @ - up to 64 characters), a blank line, or a comment line starting with #")
+
+
+def _line_problem(fields: list[str]) -> str | None:
+    """Why the fields of one non-comment line break the grammar, or None. Never quotes the token (a secret)."""
+    token, rest = fields[0], fields[1:]
+    if not TOKEN_RE.fullmatch(token):
+        return "its token (field 1) holds a character a Bearer token cannot carry"
+    if any("#" in f for f in rest):
+        return "a comment must be a whole line starting with #, not follow the fields"
+    if any(f.startswith("scope=") for f in rest[:-1]):
+        return "scope= must be the last field"
+    if rest and rest[-1].startswith("scope="):
+        value = rest.pop()[len("scope="):]
+        if value not in SCOPES:
+            shown = f" '{value}'" if SCOPE_VALUE_RE.fullmatch(value) else ""
+            return f"unknown scope{shown}; use one of {', '.join(SCOPES)}"
+    if len(rest) > 1:
+        return f"{len(rest)} name fields; a name is one word (the fields are token, name, scope=)"
+    if rest and not NAME_RE.fullmatch(rest[0]):
+        return "its name (field 2) must be one word of letters, digits and . _ @ - (up to 64, starting with a " \
+               "letter or digit)"
+    return None
+
+
+def parse_tokens(text: str, *, where: str = "FPR_API_TOKENS_FILE") -> list[_Entry]:
+    """The entries of a token file, or InputError naming the first line that breaks the one grammar (:data:`GRAMMAR`).
+
+    Lines end at \\n (a \\r before it is dropped); spaces and tabs around a line are ignored; any other control or
+    non-ASCII character is refused, as is a token that appears on two lines. A malformed line is never half-used:
+    the whole file is refused."""
+    entries: list[_Entry] = []
+    seen: dict[str, int] = {}
+    for n, raw in enumerate(text.split("\n"), 1):
+        body = (raw[:-1] if raw.endswith("\r") else raw).strip(" \t")
+        if not body or body.startswith("#"):
             continue
-        parts = line.split()
-        token, rest = parts[0], parts[1:]
-        raw_scope = ""
-        if rest and rest[-1].startswith("scope="):
-            raw_scope = rest.pop()[len("scope="):]
-        scope = raw_scope if raw_scope in SCOPES else (DEFAULT_SCOPE if not raw_scope else None)
-        name = " ".join(rest) or "token-" + token_id(token)
-        entries.append(_Entry(token.encode(), name, scope, raw_scope))
+        fields = re.split(r"[ \t]+", body)
+        if any(not (" " <= c <= "~" or c == "\t") for c in body):
+            problem = "a control or non-ASCII character"
+        else:
+            problem = _line_problem(list(fields))
+        if problem is None and fields[0] in seen:
+            problem = f"the same token as line {seen[fields[0]]}"
+        if problem is not None:
+            raise InputError(f"token file line {n}: {problem}", where=where, hint=GRAMMAR)
+        token = fields[0]
+        seen[token] = n
+        scope = fields[-1][len("scope="):] if len(fields) > 1 and fields[-1].startswith("scope=") else DEFAULT_SCOPE
+        name = fields[1] if len(fields) > 1 and not fields[1].startswith("scope=") else "token-" + token_id(token)
+        entries.append(_Entry(token.encode(), name, scope))
     return entries
 
 
 class TokenStore:
-    """``check(header)`` -> the :class:`Caller`, or :class:`AuthError` (401 missing, 403 wrong or revoked)."""
+    """``check(header)`` -> the :class:`Caller`, or :class:`AuthError` (401 missing, 403 wrong or revoked, 503 while
+    the token file breaks its grammar).
 
-    def __init__(self, path: Path | None):
+    At start a malformed file is refused (InputError naming the line). Edited into a malformed state while the
+    server runs, it refuses every token until it is fixed (one log line says which line): never a scope from a
+    line that breaks the grammar, and never the old file's tokens (an edit may have been a revocation)."""
+
+    def __init__(self, path: Path | None, *, on_malformed=None):
         self.path = path
         self._stamp: tuple | None = None
         self._entries: list[_Entry] = []
+        self._malformed: str | None = None
+        self._on_malformed = on_malformed or (lambda message: None)
         self._lock = threading.Lock()
         if path is not None:
-            self._reload()
+            self._reload(strict=True)
 
     @property
     def enabled(self) -> bool:
         return self.path is not None
 
-    def _reload(self) -> None:
+    def _reload(self, strict: bool = False) -> None:
         assert self.path is not None
         try:
             st = os.stat(self.path)
         except OSError:  # the file was removed: every token is revoked
-            self._entries, self._stamp = [], None
+            self._entries, self._stamp, self._malformed = [], None, None
             return
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp != self._stamp:
-            self._entries = parse_tokens(self.path.read_text(encoding="utf-8", errors="replace"))
-            self._stamp = stamp
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            self._entries = parse_tokens(self.path.read_text(encoding="utf-8", errors="replace"),
+                                         where=str(self.path))
+            self._malformed = None
+        except InputError as exc:
+            if strict:
+                raise
+            self._entries, self._malformed = [], exc.what
+            self._on_malformed(exc.one_line())
 
     def check(self, header: str | None) -> Caller:
         if self.path is None:
@@ -122,14 +183,14 @@ class TokenStore:
         given = token.strip().encode()
         with self._lock:
             self._reload()
-            entries = list(self._entries)
+            entries, malformed = list(self._entries), self._malformed
+        if malformed is not None:
+            raise AuthError(503, f"the server's token file is malformed ({malformed.split(':')[0]}); every token is "
+                                 "refused until its administrator fixes it")
         found = None
         for e in entries:
             if hmac.compare_digest(given, e.token) and found is None:
                 found = e
         if found is None:
             raise AuthError(403, "token not accepted (unknown or revoked)")
-        if found.scope is None:
-            raise AuthError(403, f"token '{found.name}' names an unknown scope '{found.raw_scope[:20]}' in the token "
-                                 f"file; use one of {', '.join(SCOPES)}")
         return Caller(found.name, found.scope, token_id(given))

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fpr.errors import BusyError
+from fpr.errors import BusyError, InputError
 
 
 @dataclass
@@ -29,8 +29,13 @@ class ServerLock:
         """Take the lock without waiting and write ``about`` (pid, host, port) into it; BusyError if held."""
         if self.fd is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a folder in its place, a read-only workspace, a file where a folder should be
+            raise InputError(f"cannot open the server lock: {_why(exc)}", where=str(self.path),
+                             hint="remove or fix what is at that path, or serve a --workspace this user can "
+                                  "write") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -38,8 +43,13 @@ class ServerLock:
             os.close(fd)
             raise BusyError(f"this workspace is already served by another 'fpr serve' ({_describe(holder)})",
                             hint="stop that server first, or serve another --workspace") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), **about}).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), **about}).encode())
+        except OSError as exc:  # a full disk: the lock would hold no holder to name
+            os.close(fd)
+            raise InputError(f"cannot write the server lock: {_why(exc)}", where=str(self.path),
+                             hint="free space on that disk, or serve another --workspace") from None
         self.fd = fd
 
     def release(self) -> None:
@@ -54,3 +64,14 @@ def _describe(holder: str) -> str:
         return f"pid {info['pid']}, {info.get('host')}:{info.get('port')}"
     except (ValueError, KeyError, TypeError):  # written by a server that was killed mid-write: say so
         return "holder unknown"
+
+
+def _why(exc: OSError) -> str:
+    """An OS error in words, without the path (the message names it once)."""
+    if isinstance(exc, IsADirectoryError):
+        return "it is a folder"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        return "a file stands where a folder of its path should be"
+    return exc.strerror or type(exc).__name__

@@ -29,6 +29,7 @@ from fpr.tables import TABLE_SUFFIXES, read_table
 TEXT_FIELDS = ("index", "run", "scorers", "scope")
 FILE_FIELDS = ("queries", "images", "archive")
 MAX_FIELD_BYTES = 64 * 1024
+FIELD_BLANKS = " \t\r\n"  # stripped around text fields (and scorer names); other characters stay and are checked
 MAX_PARTS = 100_000
 MAX_NAME_CHARS = 255
 MAX_PART_BYTES = 255
@@ -161,7 +162,7 @@ class Upload:
         if name in self.fields:
             raise UploadError(400, f"form field '{name}' given twice")
         try:
-            self.fields[name] = value.decode("utf-8").strip()
+            self.fields[name] = value.decode("utf-8").strip(FIELD_BLANKS)
         except UnicodeDecodeError:
             raise UploadError(400, f"form field '{name}' is not UTF-8 text") from None
 

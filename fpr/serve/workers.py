@@ -175,9 +175,16 @@ class Dispatcher:
         self._stopping = threading.Event()
         self._cancelled: dict[str, str] = {}  # run -> why its worker was killed on purpose
 
+    def waiting(self, besides: str | None = None) -> int:
+        """Runs in the queue whose record is still ``queued`` (``besides`` not counted): a run deleted or cancelled
+        while it waited leaves its id in the queue (the dispatcher skips it when it comes up) but no slot."""
+        with self.queue.mutex:  # a snapshot; the job records are read outside the queue's lock
+            runs = {r for r in self.queue.queue if r is not None and r != besides}
+        return sum(1 for r in runs if (job := self.jobs.get(r)) is not None and job.get("status") == QUEUED)
+
     def submit(self, run: str) -> None:
-        """Queue a run id; ``queue.Full`` when the queue is at its bound."""
-        if self.queue.qsize() >= self.queue_size:
+        """Queue a run id; ``queue.Full`` when ``queue_size`` runs already wait (see :meth:`waiting`)."""
+        if self.waiting(besides=run) >= self.queue_size:  # its record is written first: it may be in the queue
             raise queue.Full
         self.queue.put_nowait(run)
 

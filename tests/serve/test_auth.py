@@ -15,8 +15,8 @@ from tests.serve.conftest import TOKENS
 
 
 def test_parse_tokens_names_and_comments():
-    entries = parse_tokens("# team\nabc alice smith\n\n  def  \n")
-    assert [(e.token, e.name) for e in entries][0] == (b"abc", "alice smith")
+    entries = parse_tokens("# team\nabc alice.smith\n\n  def  \n")
+    assert [(e.token, e.name) for e in entries][0] == (b"abc", "alice.smith")
     assert entries[1].token == b"def" and entries[1].name.startswith("token-") and len(entries[1].name) == 14
     assert "def" not in entries[1].name
 
@@ -128,17 +128,19 @@ def test_listings_match_the_api(server):
 
 
 def test_token_lines_with_scopes(tmp_path):
-    entries = parse_tokens("abc alice smith scope=admin\ndef\nghi bob scope=read\njkl eve scope=write\n")
-    assert [(e.name, e.scope) for e in entries][:1] == [("alice smith", "admin")]
+    entries = parse_tokens("abc alice-smith scope=admin\ndef\nghi bob scope=read\n")
+    assert [(e.name, e.scope) for e in entries][:1] == [("alice-smith", "admin")]
     assert entries[1].scope == "submit"  # a line without a scope: today's token files keep submitting
-    assert entries[2].scope == "read" and entries[3].scope is None
+    assert entries[2].scope == "read"
+    with pytest.raises(InputError, match="^token file line 2: unknown scope 'write'"):  # refused at start now
+        parse_tokens("abc alice\njkl eve scope=write\n")
     f = tmp_path / "tokens"
-    f.write_text("abc alice scope=admin\ndef bob\nghi carol scope=read\njkl eve scope=write\n")
+    f.write_text("abc alice scope=admin\ndef bob\nghi carol scope=read\n")
     store = TokenStore(f)
     alice, bob, carol = (store.check(f"Bearer {t}") for t in ("abc", "def", "ghi"))
     assert alice.can("admin") and bob.can("submit") and not bob.can("admin") and not carol.can("submit")
     assert bob.token_id != alice.token_id and "def" not in bob.token_id
-    with pytest.raises(AuthError, match="unknown scope 'write'"):
+    with pytest.raises(AuthError, match="token not accepted"):
         store.check("Bearer jkl")
     with pytest.raises(AuthError, match="token 'carol' has scope 'read'; submitting needs scope 'submit'"):
         carol.require("submit", "submitting")

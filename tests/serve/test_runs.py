@@ -3,6 +3,7 @@ next proceeds; per-token limits; delete; restart recovery; schemathesis finds no
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from filelock import FileLock
 
 from fpr.render.result import RUN_RESULT
 from fpr.serve.jobs import DONE, FAILED, QUEUED, RUNNING, JobStore
-from fpr.serve.workers import recover
+from fpr.serve.workers import Dispatcher, recover
 from tests.result_schema import validate
 from tests.serve.conftest import INDEX, TOKENS, submission, wait_for
 
@@ -171,6 +172,33 @@ def test_recover_requeues_queued_and_fails_running(tmp_path):
     assert store.get("b")["error"] == "the server stopped while this run was running; resubmit it"
     assert store.get("c")["status"] == DONE and store.get("d")["status"] == DONE
     assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["a.json", "b.json", "c.json", "d.json", "e.json"]
+
+
+def test_deleted_or_cancelled_queued_runs_free_their_queue_slot(tmp_path):
+    """Issue #35 item 5: a queued run deleted (the DELETE route's ``jobs.delete``) or cancelled (its record set
+    failed) kept its slot, so after a few deletions every submission got 503 'queue full' until a restart."""
+    store = JobStore(tmp_path / "jobs")
+    d = Dispatcher(store, tmp_path, n_workers=1, queue_size=3, device="cpu", lock_path=tmp_path / "device.lock")
+
+    def queue_run(run: str) -> None:  # what POST /v1/runs does: the record first, then the queue
+        store.put({"run": run, "status": QUEUED, "created_at": run})
+        d.submit(run)
+
+    for run in ("r1", "r2", "r3"):
+        queue_run(run)
+    with pytest.raises(queue.Full):
+        queue_run("r4")
+    store.delete("r4")  # accept() removes the record of a refused run
+    assert d.waiting() == 3
+    store.delete("r1")
+    store.delete("r2")
+    store.update("r3", status=FAILED, error="cancelled by 'alice'")
+    assert d.waiting() == 0
+    for run in ("r5", "r6", "r1"):  # a deleted run's name may come back
+        queue_run(run)
+    assert d.waiting() == 3
+    with pytest.raises(queue.Full):
+        queue_run("r7")
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ def health(request: Request) -> dict:
     ctx: ServeContext = get_ctx(request)
     return {"status": "ok", "version": fpr.__version__, "device": request.app.state.device,
             "workers": ctx.config.workers, "workers_ready": ctx.dispatcher.ready,
-            "queued": ctx.dispatcher.queue.qsize()}
+            "queued": ctx.dispatcher.waiting()}
 
 
 @router.get("/v1/encoders", tags=["listings"])

@@ -36,7 +36,7 @@ def content_version(ctx: ServeContext, run: str) -> str | None:
     return api.run_content_version(run, workspace=ctx.ws)  # the workflow's, not SQL of the service's own
 
 
-@router.get("/v1/runs/{run}", tags=["runs"])
+@router.get("/v1/runs/{run}", tags=["runs"], operation_id="get_run")
 def run_status(run: str, request: Request, who: Caller = Depends(reader)) -> dict:
     """Status (queued, running with progress, done, failed or damaged with the error); when done, the report."""
     ctx = get_ctx(request)
@@ -62,7 +62,7 @@ def client_table(ctx: ServeContext, run: str, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-@router.get("/v1/runs/{run}/queries", tags=["runs"])
+@router.get("/v1/runs/{run}/queries", tags=["runs"], operation_id="get_run_queries")
 def run_queries(run: str, request: Request, format: str = Query("json", pattern="^(json|csv|parquet)$"),
                 who: Caller = Depends(reader)):
     """The per-query table (as 'fpr export'), as JSON records, CSV or Parquet."""
@@ -81,7 +81,8 @@ def run_queries(run: str, request: Request, format: str = Query("json", pattern=
                         headers={**headers, "Content-Disposition": f'attachment; filename="{run}.parquet"'})
 
 
-@router.get("/v1/runs/{run}/report.html", tags=["runs"], response_class=FileResponse)
+@router.get("/v1/runs/{run}/report.html", tags=["runs"], response_class=FileResponse,
+            operation_id="get_run_report")
 def run_report_html(run: str, request: Request, who: Caller = Depends(reader)):
     """The run's self-contained HTML report ('fpr report --run R --html'), written on the first request for each
     content version of the run; 404 while the run is not done."""
@@ -118,7 +119,7 @@ def _may_change(who: Caller, job: dict | None, run: str, action: str = "deleting
     who.require("admin", f"{action} run '{run}' ({owner})")
 
 
-@router.post("/v1/runs/{run}/cancel", tags=["runs"])
+@router.post("/v1/runs/{run}/cancel", tags=["runs"], operation_id="cancel_run")
 def cancel_run(run: str, request: Request, who: Caller = Depends(caller)) -> dict:
     """Cancel a queued or running run: it ends 'failed' with 'cancelled by <name>' and stores nothing; its record
     and uploads stay until DELETE. Own runs need scope 'submit'; anyone else's needs 'admin'."""
@@ -138,7 +139,7 @@ def cancel_run(run: str, request: Request, who: Caller = Depends(caller)) -> dic
     return {"run": run, "cancelled": True, "was": job["status"]}
 
 
-@router.delete("/v1/runs/{run}", tags=["runs"])
+@router.delete("/v1/runs/{run}", tags=["runs"], operation_id="delete_run")
 def delete_run(run: str, request: Request, who: Caller = Depends(caller)) -> dict:
     """Delete (or, while queued, cancel) a run: its results, job record, uploaded images and reports. A running
     run cannot be deleted. Own runs need scope 'submit'; anyone else's, or a CLI run, needs 'admin'."""

@@ -12,40 +12,95 @@ from starlette.requests import ClientDisconnect
 from fpr import api, keys
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
 from fpr.files import replace_file
-from fpr.scorers import parse_scorer_list
+from fpr.scorers import get_scorer
 from fpr.serve import multipart
 from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, get_ctx, submitter
 from fpr.serve.jobs import QUEUED, now
 from fpr.serve.log import log_line
-from fpr.serve.uploads import Upload, UploadError
-from fpr.store.records import check_name
+from fpr.images import IMAGE_SUFFIXES
+from fpr.serve.uploads import FIELD_BLANKS, MAX_FIELD_BYTES, Upload, UploadError
+from fpr.store.records import NAME_RE, check_name
 
 router = APIRouter()
 
-SUBMIT_SCHEMA = {
-    "type": "object",
-    "required": ["index"],
-    "properties": {
-        "index": {"type": "string", "description": "Index to query (as in 'fpr query --index')."},
-        "run": {"type": "string", "description": "Run id (default: generated)."},
-        "scope": {"type": "string", "enum": list(api.SCOPES), "default": "group"},
-        "scorers": {"type": "string", "description": "Comma-separated auxiliary scorers."},
-        "queries": {"type": "string", "format": "binary",
-                    "description": "CSV/TSV/Parquet with path,identity,group,method[,prompt,reference_paths,"
-                                   "query_id]; path values name uploaded images."},
-        "images": {"type": "array", "items": {"type": "string", "format": "binary"},
-                   "description": "The query images (repeat the field)."},
-        "archive": {"type": "string", "format": "binary",
-                    "description": "A zip with queries.csv at its root and the images (instead of the two above)."},
-    },
-}
+BLANK = "[ \\t\\r\\n]*"  # what the service strips around a text field (uploads.FIELD_BLANKS)
+NAME_BODY = NAME_RE.pattern.strip("^$")
+OP_SUBMIT = "submit_run"
+RUN_OPS = {"GetRun": ("get_run", "the run's status, then its report"),
+           "GetRunQueries": ("get_run_queries", "its per-query table"),
+           "GetRunReport": ("get_run_report", "its HTML report, once done"),
+           "CancelRun": ("cancel_run", "cancel it while queued or running"),
+           "DeleteRun": ("delete_run", "delete it (not while running)")}
+RUN_LINKS = {link: {"operationId": op, "parameters": {"run": "$response.body#/run"}, "description": what}
+             for link, (op, what) in RUN_OPS.items()}
 
 
-@router.post("/v1/runs", tags=["runs"], status_code=202,
+def _choice_pattern(choices, *, optional: bool = True, listed: bool = False) -> str:
+    """A pattern (the subset JSON Schema tools share with Python's re) for one of ``choices`` (or nothing, when
+    ``optional``), with the blanks the service strips; ``listed``: a comma-separated list, empty items allowed.
+    No choices and not optional: nothing matches (``(?!)``), as nothing is accepted."""
+    alt = "|".join(c.replace(".", "\\.") for c in sorted(choices))  # names: letters, digits, . _ -
+    one = f"(?:{alt})" if alt else "(?!)"
+    if listed:
+        return f"^{BLANK}(?:{one}{BLANK})?(?:,{BLANK}(?:{one}{BLANK})?)*$"
+    return f"^{BLANK}{one}{'?' if optional else ''}{BLANK}$"
+
+
+def submit_schema(indices: list[str] | None = None, scorers: list[str] | None = None) -> dict:
+    """The multipart body ``POST /v1/runs`` accepts, field by field exactly as :func:`check_fields` and the upload
+    checks decide it (``tests/serve/test_openapi.py`` compares them); ``indices`` and ``scorers``: the names this
+    workspace and install accept now (the document served at /openapi.json fills them in, see :func:`fill_openapi`).
+    What no schema can say is in the descriptions: the queries table must name only uploaded images, and every
+    image must decode."""
+    text = {"type": "string", "maxLength": MAX_FIELD_BYTES}
+    any_name = f"^{BLANK}{NAME_BODY}{BLANK}$"  # before fill_openapi knows the names
+    index = dict(text, description="Index to query (as in 'fpr query --index'); one of GET /v1/indices.",
+                 pattern=any_name if indices is None else _choice_pattern(indices, optional=False))
+    return {
+        "type": "object",
+        "required": ["index"],
+        "anyOf": [{"required": ["queries"]}, {"required": ["archive"]}],
+        "additionalProperties": False,
+        "properties": {
+            "index": index,
+            "run": dict(text, pattern=f"^{BLANK}(?:{NAME_BODY})?{BLANK}$",
+                        description="Run id (default, or empty: generated); a new name."),
+            "scope": dict(text, pattern=_choice_pattern(api.SCOPES), description="Ranking scope (default group)."),
+            "scorers": dict(text, description="Comma-separated auxiliary scorers (GET /v1/encoders lists encoders; "
+                                              "'fpr scorers' the scorers).",
+                            pattern="^[ -~\\t\\r\\n]*$" if scorers is None else _choice_pattern(scorers, listed=True)),
+            "queries": {"type": "string", "format": "binary",
+                        "description": "CSV/TSV/Parquet with path,identity,group,method[,prompt,reference_paths,"
+                                       "query_id]; path values name uploaded images."},
+            "images": {"type": "array", "items": {"type": "string", "format": "binary"},
+                       "description": f"The query images (repeat the field), named *{', *'.join(IMAGE_SUFFIXES)}."},
+            "archive": {"type": "string", "format": "binary",
+                        "description": "A zip with queries.csv at its root and the images (instead of the two "
+                                       "above)."},
+        },
+    }
+
+
+def fill_openapi(doc: dict, indices: list[str], scorers: list[str]) -> dict:
+    """Put the names accepted now into the served document's submission schema (a fuzzer then sends real ones)."""
+    body = doc["paths"]["/v1/runs"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    body["schema"] = submit_schema(indices, scorers)
+    return doc
+
+
+SUBMITTED = {"description": "Queued; poll the Location, or follow a link with the run's name.",
+             "content": {"application/json": {"schema": {
+                 "type": "object", "required": ["run", "status"],
+                 "properties": {"run": {"type": "string", "pattern": NAME_RE.pattern},
+                                "status": {"type": "string", "enum": [QUEUED]}}}}},
+             "links": RUN_LINKS}
+
+
+@router.post("/v1/runs", tags=["runs"], status_code=202, operation_id=OP_SUBMIT,
              openapi_extra={"requestBody": {"required": True,
-                                            "content": {"multipart/form-data": {"schema": SUBMIT_SCHEMA}}}},
-             responses={202: {"description": "Queued; poll the Location."}, 413: {"description": "Too large"},
+                                            "content": {"multipart/form-data": {"schema": submit_schema()}}}},
+             responses={202: SUBMITTED, 413: {"description": "Too large"},
                         422: {"description": "Unusable input"}, 429: {"description": "Too many queued runs"}})
 async def submit(request: Request, who: Caller = Depends(submitter)):
     """Queue a run: multipart fields index, run, scope, scorers; files queries + images, or archive."""
@@ -85,13 +140,22 @@ def _settings(ctx: ServeContext, up: Upload) -> tuple[str, str, list[str], str]:
     index = up.fields["index"]
     if index not in {r["name"] for r in api.list_indices(workspace=ctx.ws)}:
         raise NotFoundError(f"no index named '{index[:80]}'", hint="GET /v1/indices lists them")
-    scope = up.fields.get("scope") or "group"
+    scope, scorers, run = check_fields(up.fields)
+    return index, scope, scorers, run
+
+
+def check_fields(fields: dict[str, str]) -> tuple[str, list[str], str]:
+    """(scope, scorers, run) from the form's text fields (already stripped of FIELD_BLANKS), or the error."""
+    scope = fields.get("scope") or "group"
     if scope not in api.SCOPES:
         raise InputError(f"unknown scope '{scope[:40]}'", hint=f"valid: {', '.join(api.SCOPES)}")
-    scorers = parse_scorer_list(up.fields.get("scorers") or "")
-    run = up.fields.get("run") or keys.new_id("run", random_hex=6)
+    # as parse_scorer_list, but each name stripped of FIELD_BLANKS only: what the schema's pattern says
+    scorers = [n for n in (item.strip(FIELD_BLANKS) for item in (fields.get("scorers") or "").split(",")) if n]
+    for name in scorers:
+        get_scorer(name)
+    run = fields.get("run") or keys.new_id("run", random_hex=6)
     check_name(run[:200], "run")
-    return index, scope, scorers, run
+    return scope, scorers, run
 
 
 def accept(ctx: ServeContext, up: Upload, who: Caller) -> dict:
