@@ -118,6 +118,33 @@ def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float =
     return con
 
 
+def seal(key: str, code: str, entry: dict) -> dict:
+    """``entry`` (a JSON object kept as a file: a judge's reply) with its ``code`` key and ``checksum``: the
+    file-entry form of a :class:`SqliteStore` row's two columns, checked by :func:`unsealed_damage`."""
+    body = {k: v for k, v in entry.items() if k not in ("code", "checksum")}
+    body["key"], body["code"] = key, code
+    return {**body, "checksum": keys.row_checksum(key, code, keys.canonical_json(body))}
+
+
+def unsealed_damage(key: str, code: str, entry: Any) -> str | None:
+    """Why the file entry ``entry`` read for ``key`` cannot be served to ``code`` (None when it can): not an
+    object, made by other code, or a checksum that differs from its content. An entry of the previous
+    format (no checksum) is judged by its ``key`` field alone (the caller checks its shape): such files are
+    records that cannot be made again, so they are read, not dropped."""
+    if not isinstance(entry, dict):
+        return f"a JSON {type(entry).__name__}, not an object"
+    if entry.get("key") != key:
+        return "an entry of another request"
+    if "checksum" not in entry:
+        return None
+    if entry.get("code") != code:
+        return "made by other code"
+    body = {k: v for k, v in entry.items() if k != "checksum"}
+    if entry["checksum"] != keys.row_checksum(key, code, keys.canonical_json(body)):
+        return "checksum differs from its content"
+    return None
+
+
 class SqliteStore:
     """``get_many`` / ``put_many`` / ``delete`` of values by key in one shared SQLite table, under the
     failure policy above (thread-safe; one connection per store)."""
@@ -290,5 +317,5 @@ class SqliteStore:
                 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-__all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "set_aside",
-           "warn_unusable"]
+__all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "seal",
+           "set_aside", "unsealed_damage", "warn_unusable"]
