@@ -10,7 +10,7 @@ time, kept in ``$FPR_CACHE_DIR`` and deletable freely:
 
 The fourth, the model judges' replies (:mod:`fpr.scorers.judges.cache`), is a *record*: sampled from a
 remote model, not reproducible, kept in the workspace; a run that cannot store it fails (its values could
-not be given again).
+not be given again). Its entries carry the same two checks as a store's rows (:func:`seal`).
 
 **Key.** :func:`content_key` of a dict of everything the value depends on (code versions, options,
 library versions, input digests): :func:`fpr.keys.json_digest`; no path or name, so the same content hits

@@ -191,8 +191,8 @@ EMBED_DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", sorted(EMBED_DAMAGE))
-def test_an_embedding_damaged_in_place_is_one_warning_and_recomputed(tiny_encoder, images, tmp_path, capfd,  # noqa: F811
-                                                                     warnings_on, damage):
+def test_an_embedding_damaged_in_place_is_one_warning_and_recomputed(
+        tiny_encoder, images, tmp_path, capfd, warnings_on, damage):  # noqa: F811 (the imported fixtures)
     """Before #35: a flipped byte (a vector of the right size) and a row of another code key were served
     as the vector; a number or text where the bytes belong was removed but the warning did not say why
     (these two already gave the uncached values)."""
@@ -283,8 +283,9 @@ JUDGE_DAMAGE = {
 
 @pytest.mark.parametrize("damage", sorted(JUDGE_DAMAGE))
 def test_a_damaged_judge_reply_is_one_warning_and_asked_again(tmp_path, capfd, damage):
-    """Before #35: a number or an object was returned as the entry (the client then failed or asked again
-    silently), flipped bytes and another code's entry were served as the reply, not-JSON failed the run."""
+    """Before #35 (run with the old ``get(key)``/``put(key, entry)``): a number failed (TypeError), an object
+    without a reply failed (KeyError; the client asked again silently), flipped bytes, another request's
+    entry and another code's entry were served as the reply, not-JSON failed the run (InputError)."""
     cache, asked, key = JudgeCache(tmp_path / "jc"), [], "ab" + "c" * 62
     uncached = _ask(cache, key, asked)
     path = cache.path(key)
