@@ -128,15 +128,15 @@ def seal(key: str, code: str, entry: dict) -> dict:
 
 def unsealed_damage(key: str, code: str, entry: Any) -> str | None:
     """Why the file entry ``entry`` read for ``key`` cannot be served to ``code`` (None when it can): not an
-    object, made by other code, or a checksum that differs from its content. An entry of the previous
-    format (no checksum) is judged by its ``key`` field alone (the caller checks its shape): such files are
-    records that cannot be made again, so they are read, not dropped."""
+    object, of another key, made by other code, or a checksum that differs from its content. An entry of the
+    previous format (no checksum) is judged by its ``key`` field alone, where it has one (the caller checks
+    its shape): such files are records that cannot be made again, so they are read, not dropped."""
     if not isinstance(entry, dict):
         return f"a JSON {type(entry).__name__}, not an object"
+    if "checksum" not in entry:  # the previous format: a key field, where it has one, must be this key
+        return None if entry.get("key", key) == key else "an entry of another request"
     if entry.get("key") != key:
         return "an entry of another request"
-    if "checksum" not in entry:
-        return None
     if entry.get("code") != code:
         return "made by other code"
     body = {k: v for k, v in entry.items() if k != "checksum"}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from fpr.cache import seal, set_aside, unsealed_damage
 from fpr.errors import InputError
@@ -50,6 +51,26 @@ def read_json(path: Path):
                          hint="delete the file; the request is made again on the next run") from None
 
 
+def read_sealed(path: Path, key: str, code: str, check: Callable[[dict], str | None] | None = None) -> dict | None:
+    """The sealed entry (:func:`fpr.cache.seal`) in ``path`` for ``key`` made by ``code`` and passing
+    ``check`` (a reason when it does not); None when absent or damaged: then one warning and the file moved
+    aside as ``*.damaged``, the caller asking again."""
+    try:
+        entry = read_json(path)
+    except InputError as exc:
+        why = exc.what.removeprefix("damaged judge cache entry: ")
+    else:
+        if entry is None:
+            return None
+        why = unsealed_damage(key, code, entry)
+        if why is None and check is not None:
+            why = check(entry)
+        if why is None:
+            return entry
+    set_aside(path, "judge-cache entry", why, "the request is made again")
+    return None
+
+
 class JudgeCache:
     """``get``/``put`` of JSON entries by key under one root folder."""
 
@@ -62,21 +83,8 @@ class JudgeCache:
     def get(self, key: str, code: str = "") -> dict | None:
         """The entry of ``key`` made by ``code``; None when absent or damaged (then one warning, the file
         moved aside, and the request is made again)."""
-        path = self.path(key)
-        try:
-            entry = read_json(path)
-        except InputError as exc:
-            why = exc.what.removeprefix("damaged judge cache entry: ")
-        else:
-            if entry is None:
-                return None
-            why = unsealed_damage(key, code, entry)
-            if why is None and not isinstance(entry.get("reply"), dict):
-                why = "its reply is not an object"
-            if why is None:
-                return entry
-        set_aside(path, "judge-cache entry", why, "the request is made again")
-        return None
+        return read_sealed(self.path(key), key, code,
+                           lambda e: None if isinstance(e.get("reply"), dict) else "its reply is not an object")
 
     def put(self, key: str, entry: dict, code: str = "") -> None:
         write_json_atomic(self.path(key), seal(key, code, entry))
