@@ -10,7 +10,14 @@ one shard written directly. Interleaved rounds, order rotated (benchmarks/_timin
 median [min - max], ratios round by round, load printed. Physical limit: the fill's bytes per second
 against a large memcpy's bandwidth in the same run (the fill writes every vector once).
 
+Verification (issue #35, ``--verify-rows N``, ``--sizes ''`` to run it alone): every row carries the key of
+the code that made it and a checksum (:class:`fpr.cache.SqliteStore`); reading N cached rows of one store
+with the checks (the production path: code key compared, checksum recomputed, value decoded) and without
+them (``verify=False``: the value decoded only), on the same filled stores, interleaved rounds, ratio
+per round: the embedding cache (512-d float32 vectors) and the score cache (4 metrics per query).
+
     python benchmarks/bench_cache.py [--sizes 0,100000,1000000] [--dim 512] [--rounds 7] [--baseline TREE]
+                                     [--verify-rows 10000]
 """
 from __future__ import annotations
 
@@ -96,16 +103,59 @@ def contenders(folders: dict[str, tuple[type, Path]], floor: Path, n: int, dim: 
     return out
 
 
+def verify_table(n: int, dim: int, rounds: int) -> None:
+    """Reading ``n`` rows with and without the checks, per store, same filled stores, interleaved rounds."""
+    from fpr.scorers.cache import ScoreCache, decode_rows
+
+    with tempfile.TemporaryDirectory() as tmp:
+        emb = EmbeddingCache("k", dim, root=Path(tmp))
+        emb.add(hashes(0, n), np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32))
+        emb.compact()
+        scores = ScoreCache(Path(tmp) / "scores.sqlite")
+        scores.put_many({h: [["ratio", 0.1 * i, None], ["scaled", 0.2 * i, "x2"], ["missing", float("nan"),
+                                                                                    "no such signal"],
+                             ["sum", 0.1 + 0.2, None]] for i, h in enumerate(hashes(0, n))}, "v")
+        wanted = hashes(0, n)
+
+        def read(store, code, decode, verify):
+            def run():
+                got = store.get_many(wanted, code, decode, verify=verify)
+                if len(got) != n:
+                    raise SystemExit(f"{len(got)} of {n} rows read")
+            return run
+
+        t = T.interleaved({"embeddings checked": read(emb.store, "k", emb._decode, True),
+                           "embeddings unchecked": read(emb.store, "k", emb._decode, False),
+                           "scores checked": read(scores.store, "v", decode_rows, True),
+                           "scores unchecked": read(scores.store, "v", decode_rows, False)}, rounds)
+        print(f"\nreading {n} cached rows in one get_many, with the checks (code key, checksum) and without; "
+              f"milliseconds, median [min - max] of {rounds} interleaved rounds\n")
+        print("| store | rows | checked ms | unchecked ms | checked / unchecked per round | checked us per row |")
+        print("|---|---|---|---|---|---|")
+        for name in ("embeddings", "scores"):
+            a, b = t[f"{name} checked"], t[f"{name} unchecked"]
+            print(f"| {name} | {n} | {T.spread(a).fmt('.1f', scale=1e3)} | {T.spread(b).fmt('.1f', scale=1e3)} | "
+                  f"{T.ratios(a, b).fmt('.2f')} | {T.spread(a).median * 1e6 / n:.2f} |", flush=True)
+        emb.close()
+        scores.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="0,100000,1000000")
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--baseline", default=None)
+    ap.add_argument("--verify-rows", type=int, default=0, help="also time reading this many rows with and "
+                                                                "without the checks (issue #35)")
     args = ap.parse_args()
     old = load_baseline(Path(args.baseline)) if args.baseline else None
     bw = T.copy_gbps()
     print(f"before: {T.machine()}")
+    if not args.sizes:
+        verify_table(args.verify_rows or 10_000, args.dim, args.rounds)
+        print(f"\nload average after: {T.load()}")
+        return
     print(f"dim {args.dim}; per fresh cache object: lookup of 64 cached vectors, insert of 64 new ones; "
           f"milliseconds, median [min - max] of {args.rounds} interleaved rounds; memcpy {bw.fmt('.2f')} GB/s\n")
     cols = ["cached", "lookup ms", "insert ms", "floor: mmap rows ms", "lookup / floor per round", "fill s",
@@ -129,6 +179,8 @@ def main() -> None:
             if old:
                 cells += [ms["0.1 lookup"], ms["0.1 insert"], T.ratios(t["0.1 lookup"], t["this lookup"]).fmt(".1f")]
             print("| " + " | ".join(cells) + " |", flush=True)
+    if args.verify_rows:
+        verify_table(args.verify_rows, args.dim, args.rounds)
     print(f"\nload average after: {T.load()}")
 
 

@@ -10,16 +10,28 @@ time, kept in ``$FPR_CACHE_DIR`` and deletable freely:
 
 The fourth, the model judges' replies (:mod:`fpr.scorers.judges.cache`), is a *record*: sampled from a
 remote model, not reproducible, kept in the workspace; a run that cannot store it fails (its values could
-not be given again).
+not be given again). Its entries carry the same two checks as a store's rows (:func:`seal`).
 
 **Key.** :func:`content_key` of a dict of everything the value depends on (code versions, options,
 library versions, input digests): :func:`fpr.keys.json_digest`; no path or name, so the same content hits
 in any workspace.
 
-**Store shape.** One table ``<table>(<key> TEXT PRIMARY KEY, <value> BLOB|TEXT NOT NULL) WITHOUT ROWID``
+**Store shape.** One table ``<table>(<key> TEXT PRIMARY KEY, <value> BLOB|TEXT NOT NULL, code TEXT,
+checksum TEXT) WITHOUT ROWID``
 in a SQLite file that several processes share (WAL journal, a busy timeout, ``INSERT OR IGNORE`` so racing
 writers of one key agree, each batch one transaction: a killed process leaves it readable). The table and
 column names are each store's own (the files written by earlier versions stay valid).
+
+**Rows that verify themselves** (issue #35). Each row carries ``code``, the key of the code that made its
+value (the embedding key; a scorer's version, covering its own module and its subclasses' wherever they
+live), and ``checksum``, :func:`fpr.keys.row_checksum` of its key, that code key and its value's bytes. A
+read returns a row only when both match (and the store's ``decode`` accepts it); any other row found is
+one warning for the batch, deleted and recomputed, so an entry damaged in place (a number or an object
+where a value belongs, flipped bytes, a row of another length, a row of older code) is never served.
+Rows of the previous format (no ``checksum``: fpr before issue #35, or an older fpr sharing the file)
+are *misses*, deleted without a warning and recomputed: nothing tells such a row from one damaged in
+place, so serving it could serve a wrong value; the price is one recomputation. The two columns are
+added to a table of the previous shape when it is opened (an older fpr still reads and writes it).
 
 **Failure policy, the one rule:** a cache that cannot be written or read (an unwritable folder, a full
 disk, a lock held too long) is one warning on stderr naming it and what to do, and the run goes on
@@ -32,7 +44,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from fpr import keys, progress, settings
 from fpr.files import replace_file
@@ -106,6 +118,33 @@ def open_shared_db(path: str | Path, schema: str, table: str, timeout_s: float =
     return con
 
 
+def seal(key: str, code: str, entry: dict) -> dict:
+    """``entry`` (a JSON object kept as a file: a judge's reply) with its ``code`` key and ``checksum``: the
+    file-entry form of a :class:`SqliteStore` row's two columns, checked by :func:`unsealed_damage`."""
+    body = {k: v for k, v in entry.items() if k not in ("code", "checksum")}
+    body["key"], body["code"] = key, code
+    return {**body, "checksum": keys.row_checksum(key, code, keys.canonical_json(body))}
+
+
+def unsealed_damage(key: str, code: str, entry: Any) -> str | None:
+    """Why the file entry ``entry`` read for ``key`` cannot be served to ``code`` (None when it can): not an
+    object, of another key, made by other code, or a checksum that differs from its content. An entry of the
+    previous format (no checksum) is judged by its ``key`` field alone, where it has one (the caller checks
+    its shape): such files are records that cannot be made again, so they are read, not dropped."""
+    if not isinstance(entry, dict):
+        return f"a JSON {type(entry).__name__}, not an object"
+    if "checksum" not in entry:  # the previous format: a key field, where it has one, must be this key
+        return None if entry.get("key", key) == key else "an entry of another request"
+    if entry.get("key") != key:
+        return "an entry of another request"
+    if entry.get("code") != code:
+        return "made by other code"
+    body = {k: v for k, v in entry.items() if k != "checksum"}
+    if entry["checksum"] != keys.row_checksum(key, code, keys.canonical_json(body)):
+        return "checksum differs from its content"
+    return None
+
+
 class SqliteStore:
     """``get_many`` / ``put_many`` / ``delete`` of values by key in one shared SQLite table, under the
     failure policy above (thread-safe; one connection per store)."""
@@ -116,8 +155,8 @@ class SqliteStore:
         self.path = Path(path)
         self.what, self.hint, self.going_on, self.recompute = what, hint, going_on, recompute
         self.table, self.key, self.value = table, key, value
-        self.schema = (f"CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, {value} {value_type} NOT NULL)"
-                       " WITHOUT ROWID")
+        self.schema = (f"CREATE TABLE IF NOT EXISTS {table} ({key} TEXT PRIMARY KEY, {value} {value_type} NOT NULL,"
+                       " code TEXT, checksum TEXT) WITHOUT ROWID")
         self._con: sqlite3.Connection | None = None
         self._broken = False  # cannot be used: reported once, then bypassed
         self.lock = threading.RLock()
@@ -152,9 +191,21 @@ class SqliteStore:
                         raise
                     set_aside(self.path, f"{self._named} database", reason(exc), self.recompute)
                     self._con = open_shared_db(self.path, self.schema, self.table)
+                self._add_check_columns(self._con)
             except (sqlite3.DatabaseError, OSError) as exc:
                 self.fail(exc)
             return self._con
+
+    def _add_check_columns(self, con: sqlite3.Connection) -> None:
+        """Give a table of the previous shape (key, value) the ``code`` and ``checksum`` columns."""
+        have = {row[1] for row in con.execute(f"PRAGMA table_info({self.table})")}
+        for column in ("code", "checksum"):
+            if column not in have:
+                try:
+                    con.execute(f"ALTER TABLE {self.table} ADD COLUMN {column} TEXT")
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):  # another process added it first: fine
+                        raise
 
     def close(self) -> None:
         with self.lock:
@@ -164,19 +215,25 @@ class SqliteStore:
 
     # ------------------------------------------------------------------ reads and writes
 
-    def get_many(self, wanted: Iterable[str]) -> dict[str, Any]:
-        """The stored values of ``wanted`` (those present); {} when bypassed or damaged (then reported)."""
+    def get_many(self, wanted: Iterable[str], code: str = "", decode: Callable[[Any], Any] | None = None,
+                 *, verify: bool = True) -> dict[str, Any]:
+        """The verified values of ``wanted`` (those present); {} when bypassed or damaged (then reported).
+
+        A row is returned (through ``decode``, which raises ValueError or TypeError on a value it rejects)
+        only when it was made by ``code`` and its checksum matches; the other rows found are deleted: those
+        of the previous format (no checksum) quietly, damaged ones in one warning. ``verify=False`` skips
+        the checks (the benchmark's baseline only)."""
         wanted = list(dict.fromkeys(wanted))
         with self.lock:
             con = self.connect(create=False) if wanted else None
             if con is None:
                 return {}
-            out: dict[str, Any] = {}
+            rows: list[tuple] = []
             try:
                 for s in range(0, len(wanted), LOOKUP_CHUNK):
                     part = wanted[s:s + LOOKUP_CHUNK]
-                    out.update(con.execute(f"SELECT {self.key}, {self.value} FROM {self.table} WHERE {self.key} "
-                                           f"IN ({','.join('?' * len(part))})", part).fetchall())
+                    rows += con.execute(f"SELECT {self.key}, {self.value}, code, checksum FROM {self.table} WHERE "
+                                        f"{self.key} IN ({','.join('?' * len(part))})", part).fetchall()
             except sqlite3.DatabaseError as exc:
                 self.close()
                 if isinstance(exc, sqlite3.OperationalError):
@@ -184,35 +241,63 @@ class SqliteStore:
                 else:
                     set_aside(self.path, f"{self._named} database", reason(exc), self.recompute)
                 return {}
+            out: dict[str, Any] = {}
+            legacy: list[str] = []
+            bad: dict[str, str] = {}
+            for key, value, made_by, checksum in rows:
+                if not verify:
+                    out[key] = value if decode is None else decode(value)
+                elif checksum is None:
+                    legacy.append(key)
+                elif made_by != code:
+                    bad.setdefault(key, "made by other code")
+                elif checksum != keys.row_checksum(key, code, value):
+                    bad.setdefault(key, "checksum differs from its value")
+                elif decode is None:
+                    out[key] = value
+                else:
+                    try:
+                        out[key] = decode(value)
+                    except (ValueError, TypeError) as exc:
+                        bad.setdefault(key, str(exc) or type(exc).__name__)
+            if legacy:
+                self._remove(legacy)
+            if bad:
+                self.delete(list(bad), "; ".join(dict.fromkeys(bad.values())))
             return out
+
+    def _remove(self, gone: list[str]) -> None:
+        con = self.connect(create=False)
+        if con is None:
+            return
+        try:
+            con.executemany(f"DELETE FROM {self.table} WHERE {self.key} = ?", [(k,) for k in gone])
+        except sqlite3.DatabaseError as exc:
+            self.fail(exc)
 
     def delete(self, bad: list[str], why: str) -> None:
         """Remove damaged entries (reported in one line; they are recomputed)."""
         if not bad:
             return
         with self.lock:
-            con = self.connect(create=False)
-            if con is None:
-                return
-            try:
-                con.executemany(f"DELETE FROM {self.table} WHERE {self.key} = ?", [(k,) for k in bad])
-            except sqlite3.DatabaseError as exc:
-                self.fail(exc)
+            self._remove(bad)
+            if not self.usable:
                 return
         progress.warn(f"{len(bad)} damaged {self._named} entr{'y' if len(bad) == 1 else 'ies'} in {self.path} "
                       f"({why}, e.g. {bad[0]}); removed; {self.recompute}")
 
-    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
-        """Store ``(key, value)`` pairs in one transaction (the first writer of a key wins)."""
-        items = list(items)
+    def put_many(self, items: Iterable[tuple[str, Any]], code: str = "") -> None:
+        """Store ``(key, value)`` pairs made by ``code`` with their checksums, in one transaction (the first
+        writer of a key wins)."""
+        items = [(k, v, code, keys.row_checksum(k, code, v)) for k, v in items]
         with self.lock:
             con = self.connect(create=True) if items else None
             if con is None:
                 return
             try:
                 con.execute("BEGIN IMMEDIATE")
-                con.executemany(f"INSERT OR IGNORE INTO {self.table} ({self.key}, {self.value}) VALUES (?, ?)",
-                                items)
+                con.executemany(f"INSERT OR IGNORE INTO {self.table} ({self.key}, {self.value}, code, checksum) "
+                                "VALUES (?, ?, ?, ?)", items)
                 con.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 if con.in_transaction:
@@ -232,5 +317,5 @@ class SqliteStore:
                 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-__all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "set_aside",
-           "warn_unusable"]
+__all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "seal",
+           "set_aside", "unsealed_damage", "warn_unusable"]

@@ -40,6 +40,19 @@ def json_digest(obj: Any, *, default: Any = str) -> str:
     return sha256_hex(json.dumps(obj, sort_keys=True, separators=(",", ":"), default=default))
 
 
+def row_checksum(key: str, code: str, value: Any) -> str | None:
+    """A cache row's checksum: the first 32 hex characters of the SHA-256 of its key, the key of the code
+    that made it and its value's bytes (text as UTF-8); None for a value that is neither bytes nor text (a
+    row damaged into a number: it can match no checksum)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif not isinstance(value, (bytes, memoryview)):
+        return None
+    h = hashlib.sha256(f"{key}\0{code}\0".encode("utf-8"))
+    h.update(value)
+    return h.hexdigest()[:32]
+
+
 def hasher() -> Any:
     """An incremental SHA-256 (``update(bytes)``, ``hexdigest()``) for digests built piece by piece."""
     return hashlib.sha256()
@@ -103,4 +116,4 @@ def utc_now_log() -> str:
 
 
 __all__ = ["canonical_json", "file_sha256", "fingerprint", "hasher", "json_digest", "keyed_rng", "new_id", "query_set_key",
-           "random_hex", "sha256_hex", "utc_now", "utc_now_log", "utc_now_precise", "utc_stamp"]
+           "random_hex", "row_checksum", "sha256_hex", "utc_now", "utc_now_log", "utc_now_precise", "utc_stamp"]

@@ -18,7 +18,9 @@ arrays with our own index would re-implement what SQLite's B-tree and journal do
 
 The store is :class:`fpr.cache.SqliteStore` with :mod:`fpr.cache`'s one failure policy: damage is
 reported, never fatal (a database SQLite cannot read is reported once on stderr, renamed to ``*.damaged``
-and replaced by a fresh one; a row whose vector has the wrong size is reported, deleted and recomputed),
+and replaced by a fresh one; a row that fails its checks (its checksum, the embedding key that made it,
+its vector's size) is reported, deleted and recomputed; a row of the format before issue #35, without a
+checksum, is a quiet miss),
 and a cache folder that cannot be written is one warning naming it and ``FPR_CACHE_DIR``, the images
 being embedded without the cache (before issue #36 this one failed the run while the score and world
 caches warned). Caches written by earlier fpr versions (``shard-*.npz``) are imported on first use and
@@ -85,7 +87,8 @@ class EmbeddingCache:
                                                           f"expected (n,) and (n, {self.dim})", RECOMPUTE)
                 continue
             self.store.put_many(zip([h.decode() if isinstance(h, bytes) else str(h) for h in hashes.astype("S64")],
-                                    (v.tobytes() for v in np.ascontiguousarray(vectors, dtype=np.float32))))
+                                    (v.tobytes() for v in np.ascontiguousarray(vectors, dtype=np.float32))),
+                                self.key)
             if self.store.usable:
                 shard.unlink(missing_ok=True)
 
@@ -111,16 +114,12 @@ class EmbeddingCache:
         with self._lock:
             if not self._ready(create=False):
                 return {}
-            nbytes = 4 * self.dim
-            out: dict[str, np.ndarray] = {}
-            bad: list[str] = []
-            for h, blob in self.store.get_many(hashes).items():
-                if isinstance(blob, bytes) and len(blob) == nbytes:
-                    out[h] = np.frombuffer(blob, dtype=np.float32)
-                else:
-                    bad.append(h)
-            self.store.delete(bad, f"vector(s) not of {self.dim} float32 values")
-            return out
+            return self.store.get_many(hashes, self.key, self._decode)
+
+    def _decode(self, blob) -> np.ndarray:
+        if not isinstance(blob, bytes) or len(blob) != 4 * self.dim:
+            raise ValueError(f"vector(s) not of {self.dim} float32 values")
+        return np.frombuffer(blob, dtype=np.float32)
 
     def add(self, hashes: list[str], vectors: np.ndarray) -> None:
         """Insert a batch in one transaction (first writer of a hash wins; racing writers agree). A cache that
@@ -141,7 +140,7 @@ class EmbeddingCache:
                     self.store.fail(exc.what + (f" ({exc.where})" if exc.where else ""))
                     return
             if self._ready(create=True):
-                self.store.put_many(zip(hashes, (v.tobytes() for v in vectors)))
+                self.store.put_many(zip(hashes, (v.tobytes() for v in vectors)), self.key)
 
     def compact(self) -> None:
         """Fold the write-ahead log into the database (SQLite keeps itself compact otherwise)."""

@@ -18,7 +18,9 @@ batch-mates); a batch that misses everywhere returns the scorer's own table unch
 
 The store is :class:`fpr.cache.SqliteStore` (one shared SQLite table, as the embedding cache), with
 :mod:`fpr.cache`'s one failure policy: a database SQLite cannot read is reported once, set aside as
-``*.damaged`` and replaced; a row that does not parse is reported, deleted and recomputed; a cache that
+``*.damaged`` and replaced; a row that fails its checks (its checksum, the scorer version that made it,
+its shape: a list of ``[metric, value, note]``) is reported, deleted and recomputed, a row of the format
+before issue #35 (no checksum) is a quiet miss; a cache that
 cannot be written is one line on stderr and the values are computed as without it. ``FPR_SCORE_CACHE=0``
 turns it off.
 
@@ -63,13 +65,23 @@ def _module_digest(module: str) -> str:
     return keys.sha256_hex(f"{module}\0".encode() + path.read_bytes())
 
 
+def version_modules(scorer: Scorer) -> tuple[str, ...]:
+    """The modules whose source decides the scorer's values: those it declares (``version_modules``) and
+    the module of every scorer class in its class's MRO, whichever package it lives in (a third-party
+    subclass of a built-in scorer inherits its ``version_modules``; before issue #35 an edit of the
+    subclass's own module was not a new version and hit the rows of its old code)."""
+    from fpr.scorers import Scorer as Base
+
+    mro = [c.__module__ for c in type(scorer).__mro__ if isinstance(c, type) and issubclass(c, Base) and c is not Base]
+    return tuple(dict.fromkeys([*(getattr(scorer, "version_modules", ()) or ()), *mro]))
+
+
 def scorer_version(scorer: Scorer) -> str | None:
-    """The sha256 of the source of the modules that decide the scorer's values; None when it does not
-    declare itself deterministic (then it is never cached)."""
+    """The sha256 of the source of the modules that decide the scorer's values (:func:`version_modules`);
+    None when it does not declare itself deterministic (then it is never cached)."""
     if not getattr(scorer, "deterministic", False):
         return None
-    modules = tuple(getattr(scorer, "version_modules", ()) or (type(scorer).__module__,))
-    return keys.sha256_hex("\0".join(_module_digest(m) for m in modules))
+    return keys.sha256_hex("\0".join(_module_digest(m) for m in version_modules(scorer)))
 
 
 @functools.cache
@@ -144,16 +156,16 @@ def score_with_cache(scorer: Scorer, batch: QueryBatch, cache: ScoreCache | None
         return scorer.score(batch)
     cache = cache or ScoreCache.default()
     keys = query_keys(scorer, version, batch)
-    found = cache.get_many([k for k in keys if k is not None])
+    found = cache.get_many([k for k in keys if k is not None], version)
     missed = [i for i, k in enumerate(keys) if k not in found]
     if not found:
         df = scorer.score(batch)
-        cache.put_many(_rows_by_key(df, batch, keys, missed))
+        cache.put_many(_rows_by_key(df, batch, keys, missed), version)
         return df
     progress.log(f"{scorer.name}: {len(batch) - len(missed)} of {len(batch)} queries from the score cache")
     fresh = scorer.score(subset(batch, missed)) if missed else pd.DataFrame(columns=COLUMNS)
     computed = _rows_by_key(fresh, batch, keys, missed)
-    cache.put_many(computed)
+    cache.put_many(computed, version)
     rows_of = {**found, **computed}
     by_id = _group(fresh)
     out = []
@@ -203,16 +215,26 @@ class ScoreCache:
     def close(self) -> None:
         self.store.close()
 
-    def get_many(self, wanted: list[str]) -> dict[str, list]:
-        out: dict[str, list] = {}
-        bad = []
-        for key, text in self.store.get_many(wanted).items():
-            try:
-                out[key] = json.loads(text)
-            except ValueError:
-                bad.append(key)
-        self.store.delete(bad, "not JSON")
-        return out
+    def get_many(self, wanted: list[str], code: str = "") -> dict[str, list]:
+        """The verified rows of ``wanted`` made by the scorer version ``code`` (see :class:`SqliteStore`)."""
+        return self.store.get_many(wanted, code, decode_rows)
 
-    def put_many(self, rows: dict[str, list]) -> None:
-        self.store.put_many((k, json.dumps(v, allow_nan=True)) for k, v in rows.items())
+    def put_many(self, rows: dict[str, list], code: str = "") -> None:
+        self.store.put_many(((k, json.dumps(v, allow_nan=True)) for k, v in rows.items()), code)
+
+
+def decode_rows(text) -> list:
+    """A stored query's rows, ``[[metric, value, note], ...]`` (metric text, value a number or null, note
+    text, null or a number: pandas gives a missing note as NaN); ValueError or TypeError for anything else
+    (the row is damaged)."""
+    if not isinstance(text, str):
+        raise TypeError(f"a {type(text).__name__}, not JSON text")
+    rows = json.loads(text)
+    if not isinstance(rows, list):
+        raise ValueError(f"a JSON {type(rows).__name__}, not a list of rows")
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str)
+                and all(v is None or isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+                        for v in row[1:]) and not isinstance(row[1], str)):
+            raise ValueError("a row not [metric, value, note]")
+    return rows

@@ -10,7 +10,9 @@
    each level (within 1e-3). An invalid one is sent back with the error for a
    corrected one, at most ``hwpq.max_attempts`` (3) replies, then the prompt's
    queries are missing with the last error. Valid questionnaires are stored in
-   ``<workspace>/judge-cache/questionnaires/`` and reused by every run.
+   ``<workspace>/judge-cache/questionnaires/`` and reused by every run, sealed as the judge's replies
+   (:func:`fpr.cache.seal`): a stored one that fails its checks (checksum, template, validation) is one
+   warning, moved aside, and made again (from the cached replies where they hold).
 2. The judge answers each question about the query image ``hwpq.votes`` (3)
    times (seeds seed, seed+1, ...; temperature 0), ``Answer: True/False``; the
    majority decides. A pair scores 1 when P is True and N is False, else 0 (so
@@ -48,11 +50,12 @@ from importlib import resources
 
 import pandas as pd
 
+from fpr.cache import seal
 from fpr.errors import InputError
 from fpr.keys import fingerprint
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.judges import parse
-from fpr.scorers.judges.cache import read_json, write_json_atomic
+from fpr.scorers.judges.cache import read_sealed, write_json_atomic
 from fpr.scorers.judges.client import ImageRef, JudgeClient, JudgeFailure, Tally, image_part, text_part
 from fpr.scorers.judges.config import JudgeConfig, checked_base_url, client_options, judge_config, key_from_env
 from fpr.scorers.judges.prompts import load_template
@@ -152,8 +155,9 @@ class _Questionnaires:
 
     def _load_or_make(self, prompt: str, asp: Aspect | None, tally: Tally) -> dict:
         path = self.path(prompt, asp)
-        stored = read_json(path)
-        if stored is not None and validate_questionnaire(stored.get("questionnaire")) is None:
+        stored = read_sealed(path, path.stem, self.t.tag,
+                             lambda e: validate_questionnaire(e.get("questionnaire")))
+        if stored is not None:
             return stored["questionnaire"]
         msgs = [{"role": "system", "content": self.t.render("system")},
                 {"role": "user", "content": self.request_text(prompt, asp)}]
@@ -166,9 +170,9 @@ class _Questionnaires:
             except JudgeFailure as exc:
                 q, error = None, exc.reason
             if error is None:
-                write_json_atomic(path, {"prompt": prompt, "aspect": asp.code if asp else None,
-                                         "model": self.client.config.model, "template": self.t.tag,
-                                         "attempts": attempt, "questionnaire": q})
+                write_json_atomic(path, seal(path.stem, self.t.tag, {
+                    "prompt": prompt, "aspect": asp.code if asp else None, "model": self.client.config.model,
+                    "template": self.t.tag, "attempts": attempt, "questionnaire": q}))
                 return q
             msgs = msgs + [{"role": "assistant", "content": reply.content or ""},
                            {"role": "user", "content": self.t.render("invalid", error=error)}]

@@ -14,7 +14,9 @@ the world's code or another library build is a new key, never a stale hit.
   with its manifest and renamed to its key in one step, so a killed process leaves no half entry (only a
   ``.tmp-*`` folder, removed by a later store once a day old) and two processes storing one key agree
   (the second rename fails, its copy is dropped: the bytes are the same);
-- damage (a file missing, of another size or hash, a manifest that does not read): one line on stderr,
+- damage (a file missing, of another size or hash, a manifest that does not read, is not an object, lists
+  a file as anything but ``[size, sha256]``, or names another key or another source digest than this
+  code's): one line on stderr,
   the entry set aside and removed, the world rendered again and stored anew;
 - a cache folder that cannot be written: one line on stderr, the world rendered without storing (the
   run's files are right either way; a read-only cache another user filled still serves hits);
@@ -130,10 +132,16 @@ class WorldCache:
             raise Damaged("no manifest (an unfinished store)") from None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise Damaged(f"manifest unreadable: {type(exc).__name__}") from None
+        if manifest.get("key") != entry.name or not isinstance(manifest.get("material"), dict) \
+                or manifest["material"].get("source") != source_digest():
+            raise Damaged("manifest made by other code or for another key")
         if not isinstance(listed, dict) or sorted(listed) != sorted(files):
             raise Damaged("manifest lists other files than this world has")
         for rel in files:
             path = entry / FILES / rel
+            if not (isinstance(listed[rel], list) and len(listed[rel]) == 2 and type(listed[rel][0]) is int
+                    and isinstance(listed[rel][1], str)):
+                raise Damaged(f"manifest entry of {rel} is not [size, sha256]")
             try:
                 if path.stat().st_size != listed[rel][0]:
                     raise Damaged(f"{rel}: {path.stat().st_size} bytes, manifest says {listed[rel][0]}")

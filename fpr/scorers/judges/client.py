@@ -250,8 +250,9 @@ class JudgeClient:
         """One chat completion, from the cache when this exact request was answered before."""
         params = dict(params or {})
         key = self.key(messages, template, tools, params)
-        hit = self.cache.get(key)
-        if hit is not None and isinstance(hit.get("reply"), dict):
+        code = f"{template.id}@{template.version}"
+        hit = self.cache.get(key, code)
+        if hit is not None:
             reply = Reply(**{k: hit["reply"].get(k) for k in ("content", "refusal", "finish_reason",
                                                                "system_fingerprint")},
                           tool_calls=list(hit["reply"].get("tool_calls") or []),
@@ -265,7 +266,8 @@ class JudgeClient:
                                  "params": {**self.config.sampling(), **params},
                                  "request": key_messages(messages), "tools": tools or [],
                                  "reply": reply.as_json(), "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                         time.gmtime())})
+                                                                                         time.gmtime())},
+                           code)
         if reply.system_fingerprint:
             with self._lock:
                 self.fingerprints.add(str(reply.system_fingerprint))

@@ -214,7 +214,7 @@ def test_the_cache_key_covers_model_template_images_text_and_parameters(tmp_path
                                                                                 "max_tokens": None}})))
     cache = JudgeCache(tmp_path / "c")
     cache.put(k, {"reply": {"content": "x"}})
-    assert cache.get(k) == {"reply": {"content": "x"}} and not list((tmp_path / "c").rglob(".tmp-*"))
+    assert cache.get(k)["reply"] == {"content": "x"} and not list((tmp_path / "c").rglob(".tmp-*"))
 
 
 def test_refusal_detection():

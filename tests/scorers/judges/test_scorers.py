@@ -358,3 +358,30 @@ def test_hwpq_questionnaires_are_conditioned_on_the_aspect(tmp_path, judge_env):
 
 def _user_text(body: dict) -> str:
     return next(m["content"] for m in body["messages"] if m["role"] == "user")
+
+
+@pytest.mark.parametrize("damage", ["flipped bytes", "a JSON number", "a stale template"])
+def test_hwpq_a_damaged_stored_questionnaire_is_one_warning_and_made_again(tmp_path, judge_env, capfd, damage):
+    """Issue #35: a stored questionnaire damaged in place (a question's text changed, a JSON number, another
+    template's) is one warning, moved aside and made again from the cached replies: the values equal the
+    first run's and no request is made. Before #35 the changed question was served (new votes asked, other
+    values), the number ended in AttributeError and the template was not checked."""
+    batch = make_batch(tmp_path, ["a striped animal"], [10], [None], options={"hwpq.concurrency": "1"})
+    first = run_scorers(["hwpq"], batch)
+    (path,) = (tmp_path / "ws" / "judge-cache" / "questionnaires").glob("*.json")
+    entry = json.loads(path.read_text())
+    if damage == "flipped bytes":
+        path.write_text(path.read_text().replace("Is it daytime?", "Is it nighttime?"))
+    elif damage == "a JSON number":
+        path.write_text("5")
+    else:
+        path.write_text(json.dumps({**entry, "code": "hwpq-questionnaire@0"}))
+    judge_env.reset()
+    capfd.readouterr()
+    again = run_scorers(["hwpq"], batch)
+    err = [line for line in capfd.readouterr().err.splitlines() if "warning" in line]
+    assert len(err) == 1 and "damaged judge-cache entry" in err[0], err
+    assert judge_env.count() == 0
+    assert [metric(again, "q0", m)[0] for m in ("L1", "L2", "L3", "L4", "score")] == [
+        metric(first, "q0", m)[0] for m in ("L1", "L2", "L3", "L4", "score")]
+    assert json.loads(path.read_text())["questionnaire"] == QUESTIONNAIRE
