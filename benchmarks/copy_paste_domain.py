@@ -31,6 +31,18 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.calibrate_copy_paste import world_queries  # noqa: E402
 
 
+def demo_images(seeds, folder: Path) -> list[Path]:
+    """Every image of ``fpr demo --quick``'s world at each seed (gallery, references and queries)."""
+    from fpr.galleries.world import build_world
+    from fpr.workflows.demo import QUICK
+
+    out = []
+    for seed in seeds:
+        build = build_world(folder / f"demo-quick-{seed}", seed=seed, cache=True, **QUICK)
+        out += sorted({Path(r.path) for r in build.records} | {Path(q["path"]) for q in build.queries})
+    return out
+
+
 def world_images(seeds, identities: int, folder: Path) -> list[Path]:
     out = []
     for seed in seeds:
@@ -109,6 +121,9 @@ def main(argv=None) -> None:
                                                                              (201, 202))):
         rows.append(row(label, [Domain.of(Image.open(p).convert("RGB")) for p in world_images(seeds,
                                                                                             args.identities, tmp)]))
+    # the demo's own worlds (fpr demo --quick, seeds 0-2: the images every new user scores first) must be inside
+    rows.append(row("world, the quick demo's seeds 0 1 2", [Domain.of(Image.open(p).convert("RGB"))
+                                                             for p in demo_images((0, 1, 2), tmp)]))
     ims, labels = digits(args.digits)
     rows.append(row("sklearn digits (8x8) at 64 px", [Domain.of(im) for im in ims]))
     for name, group in photos().items():

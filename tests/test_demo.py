@@ -17,7 +17,7 @@ def quick_demo(tmp_path_factory):
     ws = tmp_path_factory.mktemp("demo") / "ws"
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick", "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
-    return ws, json.loads(r.output)
+    return ws, json.loads(r.stdout)
 
 
 def test_quick_demo_orders_methods_by_drift(quick_demo):
@@ -96,7 +96,7 @@ def test_demo_run_is_stored_like_any_run(quick_demo):
                             "SELECT count(*) AS n FROM query_results WHERE run_id = '" + out["run"] + "'",
                             "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)[0]["n"] == sum(row["n_queries"] for row in out["summary"] if row["group"] == "*")
+    assert json.loads(r.stdout)[0]["n"] == sum(row["n_queries"] for row in out["summary"] if row["group"] == "*")
 
 
 @pytest.mark.slow
@@ -305,7 +305,7 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--truth", "drift", "--general",
                                  gen_run, "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
-    again = json.loads(r.output)
+    again = json.loads(r.stdout)
     assert again["verdicts"] == out["claims"]["verdicts"]
     for key in ("cells", "effects", "decomposition", "variants", "regime"):
         assert again[key] == out["claims"][key], key

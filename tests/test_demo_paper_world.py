@@ -57,7 +57,7 @@ def test_cli_prints_one_verdict_block_per_world_and_the_json_lists_them(monkeypa
     for line, v in zip(verdict_lines, expected):
         assert f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]" in line
     r = CliRunner().invoke(cli, ["--workspace", str(tmp_path), "demo", "--format", "json"], obj={})
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert [(w["world"], w["config"]["lookalikes"]) for w in out["claims_worlds"]] == [("easy", 0.0), ("paper", 0.9)]
     assert out["claims"] == out["claims_worlds"][0]["claims"]
 
