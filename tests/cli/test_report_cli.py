@@ -50,6 +50,7 @@ def export(ws, run_id, tmp_path) -> pd.DataFrame:
     return pd.read_csv(out)
 
 
+@pytest.mark.slow
 def test_multi_encoder_run_equals_separate_runs_and_pivot_equals_sql(world, tmp_path):
     ws, queries = world
     res = run(ws, "query", "--gallery", "g", "--encoders", ",".join(ENCODERS), "--queries", str(queries),

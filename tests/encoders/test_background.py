@@ -115,6 +115,7 @@ def test_index_and_queries_record_and_apply_the_step(tmp_path, workspace):
     assert by_bg["remove:grabcut"]["generated_map"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_grabcut_finds_world_animals_against_their_true_masks():
     """The world renders know each view's visible animal: GrabCut must overlap it (mean IoU over nine views of
     three species): 0.59 here; before small images were enlarged to the working side, the same views gave 0.21."""

@@ -177,6 +177,7 @@ np.save(sys.argv[2], vecs)
 """
 
 
+@pytest.mark.slow
 def test_pipeline_bits_are_the_same_across_threads_paths_and_processes(tmp_path):
     """The built-in encoder through ``embed_paths``: the fused CPU pipeline (threads that decode and
     embed a micro-batch each) at 2 and 3 threads, the one-process path at 1 thread, the DataLoader path

@@ -98,6 +98,7 @@ FAULTS = {  # marker in the prompt -> (fault, reason prefix in the note, cached 
 }
 
 
+@pytest.mark.slow
 def test_per_query_faults_are_missing_values_with_reasons(tmp_path, judge_env):
     markers = list(FAULTS)
     judge_env.faults.update({m: f for m, (f, _, _) in FAULTS.items()})
