@@ -17,6 +17,9 @@
    copy-paste flag rates and the documented keep-rule (:data:`KEEP_RULE`) show that the filter
    keeps faithful generations (``new-scene@0``) and drops the copies.
 """
+# Over 500 lines by reason: one user operation (fpr demo) whose parts (the world, the background verdict seeds of
+# two worlds, validity, agreement) share its method sets and configs; the numbers it prints live in metrics/
+# (headroom, claims, agreement) and render/, so what is left here is orchestration.
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -60,7 +60,8 @@ query's drift redraws (drift hidden from any encoder).
 """
 # Over 500 lines by reason: the world's public face (config, identities, the build and its one writing path,
 # serial or forked) in one place; a tenth of it is the docstring above. The method set, patterns and rendering
-# are already their own modules (methods.py, patterns.py, render.py).
+# are already their own modules (methods.py, patterns.py, render.py). The look-alike families (issue #32) are
+# identity assignment, which is the World's own business, so they stay here; the drift truth is world/truth.py.
 from __future__ import annotations
 
 import multiprocessing as mp
