@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fpr.galleries.world import METHODS, World, WorldConfig  # noqa: E402
 from fpr.images import load_rgb  # noqa: E402
 from fpr.scorers import QueryBatch  # noqa: E402
-from fpr.scorers import copy_paste as cp  # noqa: E402
+from fpr.scorers.copy_paste import scorer as cp  # noqa: E402
 
 
 def world_batch(seed: int, identities: int, folder: Path, limit: int = 0) -> QueryBatch:

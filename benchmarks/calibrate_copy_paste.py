@@ -91,7 +91,7 @@ def auroc(neg: np.ndarray, pos: np.ndarray) -> float:
 def baseline_module(rev: str):
     """The copy-paste scorer module of git revision ``rev`` (loaded under another name: no registration clash)."""
     try:
-        src = subprocess.run(["git", "show", f"{rev}:fpr/scorers/copy_paste.py"], cwd=ROOT, check=True,
+        src = subprocess.run(["git", "show", f"{rev}:fpr/scorers/copy_paste/scorer.py"], cwd=ROOT, check=True,
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"baseline {rev} not available ({exc}); skipping the throughput ratio", file=sys.stderr)
@@ -143,7 +143,7 @@ def run_world(args) -> str:
     _, qps_after = score(sub)
     base = baseline_module(args.baseline_rev)
     qps_before = score(sub, base)[1] if base is not None else float("nan")
-    from fpr.scorers.copy_paste import DEFAULTS
+    from fpr.scorers.copy_paste.scorer import DEFAULTS
 
     lines = [
         "# copy-paste calibration and validation (built-in world)",
@@ -157,7 +157,7 @@ def run_world(args) -> str:
         "halfway to the next copy-like score.",
         "",
         f"**Calibrated threshold: {t:.3f}** (the `copy-paste.threshold` default in "
-        f"`fpr/scorers/copy_paste.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
+        f"`fpr/scorers/copy_paste/scorer.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
         "",
         f"**Validation AUROC(copy-like vs faithful): {a:.4f}** "
         f"(copy-like = {', '.join(COPY_LIKE)}; {len(pos)} vs {len(neg)} queries)",

@@ -8,7 +8,7 @@ from PIL import Image
 
 from fpr.galleries.world import World, WorldConfig
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers.copy_paste import DEFAULTS
+from fpr.scorers.copy_paste.scorer import DEFAULTS
 
 COPY_LIKE = ("paste", "paste-mirror", "paste-rescale", "edit")
 
@@ -104,7 +104,7 @@ def test_default_threshold_is_the_calibrated_one():
 def test_scores_do_not_depend_on_worker_processes(tmp_path, monkeypatch):
     """Large batches are matched in forked processes; every value must equal the in-process run's, bit for bit,
     in the input order."""
-    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import scorer as copy_paste
 
     build = World(WorldConfig(seed=31, identities=2, gallery=1, references=3, queries=2,
                               species=("zebra", "leopard"), methods=("faithful", "paste", "edit"))).write(tmp_path / "w")
@@ -126,7 +126,7 @@ def test_scores_do_not_depend_on_worker_processes(tmp_path, monkeypatch):
 def test_worker_processes_only_for_large_batches_from_the_main_thread(monkeypatch):
     import threading
 
-    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import scorer as copy_paste
 
     monkeypatch.setattr(copy_paste.os, "cpu_count", lambda: 4)
     monkeypatch.delitem(copy_paste.sys.modules, "ray", raising=False)
@@ -153,7 +153,7 @@ def test_queries_without_reference_paths_are_said_to_be_checked_only_against_ref
     """#27: copy-paste compares a query with its references; when the queries file gives none, the identity's
     reference set stands in, and its gallery images go unchecked: one warning line with the share, and the
     run's provenance records it. Queries with their own reference_paths give no warning."""
-    from fpr.scorers.copy_paste import reference_coverage
+    from fpr.scorers.copy_paste.scorer import reference_coverage
 
     refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
     gallery = [_noise(tmp_path / f"g{k}.png", 10 + k) for k in range(6)]
@@ -183,7 +183,7 @@ def test_a_query_or_reference_without_texture_is_nan_with_its_reason_and_the_bat
     import numpy as np
     from PIL import ImageFilter
 
-    from fpr.scorers.copy_paste import CopyPaste
+    from fpr.scorers.copy_paste.scorer import CopyPaste
 
     refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]
     flat = {"grey": Image.new("RGB", (64, 64), (128, 128, 128)), "black": Image.new("RGB", (96, 80), (0, 0, 0)),
@@ -224,7 +224,7 @@ def test_queries_outside_the_calibrated_domain_get_a_note_and_one_warning(tmp_pa
     and the run one warning line with their count; in-domain queries (noise, the world) get neither."""
     import numpy as np
 
-    from fpr.scorers.copy_paste import Domain
+    from fpr.scorers.copy_paste.scorer import Domain
 
     rng = np.random.default_rng(3)
     refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]

@@ -1,4 +1,4 @@
-"""copy-paste's compiled refinement (fpr/scorers/copy_paste_align.py) against the NumPy code it replaces,
+"""copy-paste's compiled refinement (fpr/scorers/copy_paste/align.py) against the NumPy code it replaces,
 bit for bit."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from fpr.scorers import copy_paste as cp
-from fpr.scorers import copy_paste_align as al
+from fpr.scorers.copy_paste import scorer as cp
+from fpr.scorers.copy_paste import align as al
 
 
 def _adversarial(rng, n):
@@ -29,7 +29,7 @@ SIZES = [0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 63, 64, 65, 66, 96, 127, 128, 12
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sums_and_means_are_numpys_bit_for_bit(seed):
     """np.sum is 0.0 + the ported pairwise sum, z.mean() its complex division by n: random and adversarial."""
-    from fpr.scorers.copy_paste_exact import compiled
+    from fpr.scorers.copy_paste.exact import compiled
 
     fsum, csum, cdiv = al.kernel("fsum"), al.kernel("csum"), compiled("cdiv")
     rng = np.random.default_rng(seed)

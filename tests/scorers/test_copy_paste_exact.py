@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fpr.scorers import copy_paste as cp
-from fpr.scorers import copy_paste_exact as ex
+from fpr.scorers.copy_paste import scorer as cp
+from fpr.scorers.copy_paste import exact as ex
 
 
 def _edge_values() -> np.ndarray:

@@ -28,7 +28,7 @@ def scorer_output(seed: int, folder: Path) -> dict[str, list]:
     """{query_id/metric: [float64 hex, note]} of copy-paste (in-process matching) on world ``seed``."""
     from fpr.galleries.world import World, WorldConfig
     from fpr.scorers import QueryBatch
-    from fpr.scorers.copy_paste import CopyPaste
+    from fpr.scorers.copy_paste.scorer import CopyPaste
 
     # world version 2's method set and paired views, which the golden file was written on (the shared_view
     # control renders them bit for bit on later world versions; near-copy, now an alias of ref-scene@0.25, is

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from fpr.scorers.copy_paste import PATCH, _local_ncc
+from fpr.scorers.copy_paste.scorer import PATCH, _local_ncc
 
 
 def _windows(rng, width, height):
@@ -75,7 +75,7 @@ def _offset_reference(lo, mid, hi):
 
 
 def _verify_reference(pred, x0, y0, inside, local, tol):
-    from fpr.scorers.copy_paste import DROP_MAX, NCC_MIN
+    from fpr.scorers.copy_paste.scorer import DROP_MAX, NCC_MIN
 
     local = np.where(inside, local, -np.inf)
     rows = np.arange(len(pred))
@@ -113,7 +113,7 @@ def _hard_case(seed, n=4000):
 
 
 def _patched_local(monkeypatch, local):
-    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import scorer as copy_paste
 
     real = copy_paste._local_ncc
 
@@ -126,7 +126,7 @@ def _patched_local(monkeypatch, local):
 
 @pytest.mark.parametrize("tol", [None, 2.0, 0.6, 0.3])
 def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
-    from fpr.scorers import copy_paste
+    from fpr.scorers.copy_paste import scorer as copy_paste
 
     local, centres, width, height = _hard_case(5)
     real = _patched_local(monkeypatch, local)
@@ -141,8 +141,8 @@ def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
 
 
 def test_support_matches_its_numpy_reference(monkeypatch):
-    from fpr.scorers import copy_paste
-    from fpr.scorers.copy_paste import NCC_MIN, QueryWindows
+    from fpr.scorers.copy_paste import scorer as copy_paste
+    from fpr.scorers.copy_paste.scorer import NCC_MIN, QueryWindows
 
     local, centres, width, height = _hard_case(6)
     real = _patched_local(monkeypatch, local)
@@ -157,7 +157,7 @@ def test_support_matches_its_numpy_reference(monkeypatch):
 
 def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
     """The search: each template's best window by the correctly rounded NCC, first on ties, whatever BLAS found."""
-    from fpr.scorers.copy_paste import _best_matches
+    from fpr.scorers.copy_paste.scorer import _best_matches
 
     rng = np.random.default_rng(8)
     windows = _windows(rng, 50, 9)
@@ -186,8 +186,8 @@ def test_window_rows_and_normalised_layouts_are_numpys(shape):
     transpose (odd and even sizes; flat windows under the floor, zeros of both signs, subnormals, a NaN)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from fpr.scorers.copy_paste import WINDOW_NORM_FLOOR
-    from fpr.scorers.copy_paste_kernels import kernel
+    from fpr.scorers.copy_paste.scorer import WINDOW_NORM_FLOOR
+    from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
     image = rng.random(shape, dtype=np.float32)
@@ -218,7 +218,7 @@ def test_prepared_images_equal_their_separate_preparation():
     """Sharing the working-size greyscale image between patches and windows changes no bit."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste import QueryWindows, ReferencePatches, _Prepared
+    from fpr.scorers.copy_paste.scorer import QueryWindows, ReferencePatches, _Prepared
 
     rng = np.random.default_rng(12)
     image = Image.fromarray(rng.integers(0, 256, (90, 140, 3), dtype=np.uint8))
@@ -239,7 +239,7 @@ def test_blocked_local_ncc_equals_the_definition_bit_for_bit(r):
     """The vectorised kernel (windows stored blocked) against ``_local_ncc_loops`` (the definition) on random
     unit windows, every border (rows and columns leaving the image on each side, images narrower than a row
     of windows) and adversarial components: zeros of both signs, subnormals, huge and cancelling values."""
-    from fpr.scorers.copy_paste_kernels import kernel
+    from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(40 + r)
     for width, height in ((30, 22), (3, 9), (1, 1), (2 * r + 1, 4)):
@@ -270,7 +270,7 @@ def test_query_windows_store_the_blocked_layout_of_the_row_major_windows():
     """QueryWindows.of keeps the blocked layout; through _local_ncc both layouts give the same values."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste import QueryWindows, _grey, _windows as row_major
+    from fpr.scorers.copy_paste.scorer import QueryWindows, _grey, _windows as row_major
 
     image = Image.fromarray(np.random.default_rng(13).integers(0, 256, (70, 101, 3), dtype=np.uint8))
     qw = QueryWindows.of(image)
@@ -292,8 +292,8 @@ def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
     """verify and _support on blocked windows (one compiled call each) against the step-by-step path (NumPy
     predictions, rint and offsets, the definition's local NCCs, the decision kernels) on row-major windows:
     the same masks, positions and counts, bit for bit, at half-integer predictions (rint's ties) and borders."""
-    from fpr.scorers import copy_paste as cp
-    from fpr.scorers.copy_paste_kernels import kernel
+    from fpr.scorers.copy_paste import scorer as cp
+    from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(21)
     width, height = 40, 31
@@ -327,7 +327,7 @@ def test_reference_patch_views_equal_the_mask_selections():
     """ReferencePatches.at_scale and .search (views and cached arrays) equal the boolean selections they replace."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste import SCALES, SEARCH_PATCHES, ReferencePatches
+    from fpr.scorers.copy_paste.scorer import SCALES, SEARCH_PATCHES, ReferencePatches
 
     image = Image.fromarray(np.random.default_rng(15).integers(0, 256, (60, 150, 3), dtype=np.uint8))
     ref = ReferencePatches.of(image.resize((20, 50)))  # small: the largest scales keep few patches, some none
@@ -351,7 +351,7 @@ def test_reference_patch_views_equal_the_mask_selections():
 def test_row_norms_are_numpys_bit_for_bit():
     """The compiled row norms against np.linalg.norm(axis=1): random rows over magnitudes whose squares
     underflow and overflow, signed zeros, subnormals, NaN and infinity; and the probe says the port is used."""
-    from fpr.scorers import copy_paste_kernels as ck
+    from fpr.scorers.copy_paste import kernels as ck
 
     rng = np.random.default_rng(16)
     x = rng.standard_normal((50_000, 64)).astype(np.float32)
@@ -373,7 +373,7 @@ def test_row_norms_are_numpys_bit_for_bit():
 def _textured_reference(t, tn, nx, width):
     """ReferencePatches.of's NumPy selection of one scale's patches before it was compiled (revision c3c6750):
     (templates, weights, centres, mirrored centres, ranks)."""
-    from fpr.scorers.copy_paste import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+    from fpr.scorers.copy_paste.scorer import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
 
     keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
     if len(keep) > MAX_PATCHES_PER_SCALE:
@@ -391,8 +391,8 @@ def test_textured_patch_selection_is_numpys(n):
     """The compiled selection against NumPy's: norms at float32(0.03) * 8 and its neighbours (the float32
     comparison NumPy makes with the Python float; a float64 one would differ), many equal norms (the stable
     sorts' index order), more than MAX_PATCHES_PER_SCALE, none kept."""
-    from fpr.scorers.copy_paste import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
-    from fpr.scorers.copy_paste_kernels import kernel
+    from fpr.scorers.copy_paste.scorer import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+    from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(n)
     edge = np.float32(TEXTURE_MIN) * np.float32(PATCH)
@@ -417,8 +417,8 @@ def test_textured_patch_selection_is_numpys(n):
 def test_grid_rows_are_the_strided_windows():
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from fpr.scorers.copy_paste import STRIDE
-    from fpr.scorers.copy_paste_kernels import kernel
+    from fpr.scorers.copy_paste.scorer import STRIDE
+    from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(3)
     for shape in ((8, 8), (9, 17), (45, 31), (128, 90)):

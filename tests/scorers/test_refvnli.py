@@ -86,7 +86,7 @@ def test_refvnli_on_a_tiny_checkpoint_matches_generate(tmp_path, tiny_checkpoint
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path, monkeypatch):
-    from fpr.scorers import refvnli_model
+    from fpr.scorers.refvnli import model as refvnli_model
 
     p = str(write_image(tmp_path / "a.png", seed=1))
     batch = QueryBatch(["q"], [p], ["x"], ["g"], ["a [V] dog"], [[p]], device="cpu",

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from fpr.errors import InputError
-from fpr.scorers import refvnli_data as rd
+from fpr.scorers.refvnli import data as rd
 from fpr.workflows import refvnli as wr
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import torch
 from fpr.errors import InputError, NotFoundError
 from fpr.metrics.separation import auroc, auroc_interval
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import refvnli_model as rm
+from fpr.scorers.refvnli import model as rm
 from fpr.workflows import refvnli as wr
 from fpr.workflows import refvnli_train as rt
 
@@ -190,7 +190,7 @@ def test_missing_data_and_existing_model_are_clear(tiny_model, tiny_data, tmp_pa
 
 
 def test_a_missing_model_folder_names_it_and_the_train_command(tmp_path):
-    from fpr.scorers import refvnli
+    from fpr.scorers.refvnli import scorer as refvnli
 
     missing = tmp_path / "nowhere"
     with pytest.raises(NotFoundError, match="no RefVNLI checkpoint folder") as e:
@@ -215,7 +215,7 @@ def test_cards_must_match_their_weights(tiny_model, tmp_path):
 # --------------------------------------------------------------------------- the shipped model
 
 def test_the_shipped_model_is_small_recorded_and_the_default():
-    from fpr.scorers import refvnli
+    from fpr.scorers.refvnli import scorer as refvnli
 
     folder = rm.builtin_dir()
     assert refvnli.model_source(None) == ("fpr", str(folder)) == refvnli.model_source("builtin")

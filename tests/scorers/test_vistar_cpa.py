@@ -13,7 +13,7 @@ from PIL import Image
 
 from fpr.errors import InputError, NotFoundError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import vistar_cpa as cp
+from fpr.scorers.vistar import cpa as cp
 from tests.scorers.known_answers import known_answers
 from tests.scorers.tiny_models import write_cpa_models
 

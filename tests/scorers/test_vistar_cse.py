@@ -14,7 +14,7 @@ from torchvision import transforms
 from fpr.encoders.preprocess import OPENAI_MEAN, OPENAI_STD
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers.vistar_cse import parse_panels
+from fpr.scorers.vistar.cse import parse_panels
 from tests.scorers.judges.conftest import tiny_owlv2  # noqa: F401 - the fixture
 from tests.scorers.test_scorers import tiny_clip  # noqa: F401 - the fixture
 
@@ -101,7 +101,7 @@ class _StubDetector:
 
 
 def test_grounding_leaves_out_panels_without_the_subject():
-    from fpr.scorers.vistar_cse import ground_subject
+    from fpr.scorers.vistar.cse import ground_subject
 
     red, blue = np.zeros((40, 40, 3), np.uint8), np.zeros((40, 40, 3), np.uint8)
     red[..., 0], blue[..., 2] = 200, 200
@@ -120,7 +120,7 @@ def test_cse_grounds_the_subject_when_the_detector_is_there(tmp_path, tiny_clip,
     from fpr.encoders.registry import load_encoder
     from fpr.images import load_rgb
     from fpr.scorers.judges.tools import Detector, box_pixels
-    from fpr.scorers.vistar_cse import consistency, split_panels
+    from fpr.scorers.vistar.cse import consistency, split_panels
 
     panels = [_panel(1), _panel(2), _panel(1), _panel(3), _panel(4), _panel(5)]
     path = _grid(tmp_path / "g.png", panels, 2, 3)

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import vistar_gc as gc
+from fpr.scorers.vistar import gc
 
 
 def _canvas(colour=(90, 110, 140)) -> Image.Image:

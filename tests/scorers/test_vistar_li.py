@@ -13,7 +13,7 @@ from PIL import Image
 
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import vistar_li as li
+from fpr.scorers.vistar import li
 from tests.scorers.known_answers import known_answers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def test_sixteen_named_directions_are_unit_vectors_at_their_angles():
         assert d.vector == pytest.approx(want, abs=1e-6)
         assert np.linalg.norm(d.vector) == pytest.approx(1.0, abs=1e-6)
     assert _direction("left")[0] < 0 and _direction("front")[2] > 0 and _direction("upper-back")[2] < 0
-    assert '"scorers/data/*"' in (ROOT / "pyproject.toml").read_text()  # shipped in the wheel
+    assert '"scorers/vistar/data/*"' in (ROOT / "pyproject.toml").read_text()  # shipped in the wheel
 
 
 def test_expected_direction_from_column_name_phrase_vector_or_prompt():

@@ -2,7 +2,7 @@
 import pytest
 
 from fpr.errors import InputError
-from fpr.scorers.vistar_prompts import PromptSyntaxError, StructuredPrompt, parse_prompt
+from fpr.scorers.vistar.prompts import PromptSyntaxError, StructuredPrompt, parse_prompt
 
 
 def test_routing_core_and_parameters():

@@ -15,7 +15,7 @@ from PIL import Image
 
 from fpr.errors import NotFoundError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import vistar_psc as vp
+from fpr.scorers.vistar import psc as vp
 from tests.scorers.known_answers import known_answers
 from tests.scorers.tiny_models import write_psc_models
 

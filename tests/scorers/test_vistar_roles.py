@@ -2,7 +2,7 @@
 import pytest
 
 from fpr.errors import InputError
-from fpr.scorers.vistar_roles import ASPECTS, ROLES, aspect, read_mask
+from fpr.scorers.vistar.roles import ASPECTS, ROLES, aspect, read_mask
 
 
 def test_seven_roles_nine_aspects_and_the_packaged_mask():

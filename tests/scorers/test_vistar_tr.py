@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers import vistar_tr as tr
+from fpr.scorers.vistar import tr
 
 
 def _font(size: int) -> ImageFont.FreeTypeFont:

@@ -33,7 +33,7 @@ its own seed.
 
 Aspect: a query's ``aspect`` column (a VISTAR aspect code, which ``fpr vistar run`` fills from
 the prompt's routing; else ``hwpq.aspect``) puts the aspect's name and focus
-(:mod:`fpr.scorers.vistar_roles`) into the questionnaire request, so Style Fusion, Cultural
+(:mod:`fpr.scorers.vistar.roles`) into the questionnaire request, so Style Fusion, Cultural
 Fidelity and Material Accuracy get their own questionnaires for one prompt; the aspect is part
 of the stored questionnaire's key.
 
@@ -61,7 +61,7 @@ from fpr.scorers.judges.config import JudgeConfig, checked_base_url, client_opti
 from fpr.scorers.judges.prompts import load_template
 from fpr.scorers.judges.scoring import COST_METRICS, score_with_judge
 from fpr.scorers.options import Option, resolve
-from fpr.scorers.vistar_roles import Aspect, aspect
+from fpr.scorers.vistar.roles import Aspect, aspect
 
 NAME = "hwpq"
 LEVELS = ("L1", "L2", "L3", "L4")

@@ -8,8 +8,8 @@ prompt marks the subject with ``<u>`` ... ``</u>``.
 ``refvnli.model`` picks the model:
 
 - ``builtin`` (the default): ``fpr-refvnli-world-v1``, shipped inside fpr
-  (``fpr/scorers/weights/``): a small model trained by ``fpr refvnli train`` on
-  triplets built from the world by the paper's rules (:mod:`fpr.scorers.refvnli_model`).
+  (``fpr/scorers/refvnli/weights/``): a small model trained by ``fpr refvnli train`` on
+  triplets built from the world by the paper's rules (:mod:`fpr.scorers.refvnli.model`).
   It is a RefVNLI-*recipe* model for world-like images, **not** the authors' model.
 - a folder written by ``fpr refvnli train`` (it holds ``fpr-refvnli.json``).
 - a fine-tuned PaliGemma checkpoint (the authors' setup): a folder in the Hugging
@@ -51,7 +51,7 @@ def model_source(value: str | None) -> tuple[str, str]:
     """(kind, where) of a ``refvnli.model`` value: ``("fpr", folder)`` or ``("paligemma", folder or repo id)``.
 
     A folder that does not exist is a one-line error naming it and how to make one."""
-    from fpr.scorers import refvnli_model as rm
+    from fpr.scorers.refvnli import model as rm
 
     if value in (None, "", BUILTIN):
         return "fpr", str(rm.builtin_dir())
@@ -138,7 +138,7 @@ def score_triplet(loaded, reference, target, prompt: str) -> tuple[float, float]
 
 def _fpr_scores(model: str, device: str):
     """A ``score(reference, target, prompt) -> (ta, sp)`` over a model written by ``fpr refvnli train``."""
-    from fpr.scorers import refvnli_model as rm
+    from fpr.scorers.refvnli import model as rm
 
     key = (model, device)
     if key not in _MODELS:
@@ -171,7 +171,7 @@ class RefVNLI(Scorer):
 
     def provenance(self, batch: QueryBatch) -> dict:
         """Which model made the values: its kind, place, and for fpr models the id and weights' SHA-256."""
-        from fpr.scorers import refvnli_model as rm
+        from fpr.scorers.refvnli import model as rm
 
         kind, model = model_source(self.option_values(batch.options)["model"])
         out = {"kind": kind, "model": model}

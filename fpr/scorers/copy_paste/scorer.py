@@ -112,8 +112,8 @@ from fpr import progress
 from fpr.encoders.embed import embed_paths
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
-from fpr.scorers.copy_paste_kernels import kernel as _kernel
-from fpr.scorers.copy_paste_kernels import row_norms
+from fpr.scorers.copy_paste.kernels import kernel as _kernel
+from fpr.scorers.copy_paste.kernels import row_norms
 from fpr.scorers.encoding import cached_encoder
 from fpr.scorers.options import Option
 
@@ -346,7 +346,7 @@ def best_transform(p: np.ndarray, q: np.ndarray, tol: float = 0.3,
     :func:`_best_transform_numpy` (the definition), which runs itself when the port cannot decide a
     comparison for it (a modulus or angle within 1e-13 of its threshold).
     """
-    from fpr.scorers.copy_paste_exact import best_transform_compiled
+    from fpr.scorers.copy_paste.exact import best_transform_compiled
 
     ep, eq = evaluate if evaluate is not None else (p, q)
     got = best_transform_compiled(np.ascontiguousarray(p, np.complex128), np.ascontiguousarray(q, np.complex128),
@@ -531,7 +531,7 @@ def _refine(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", a
     (``copy_paste_align.refine_loops``, the same bits), which hands back to the NumPy steps below (the
     definition) when a comparison is too close to call for NumPy's abs or angle."""
     if query.windows.ndim == 3 and _align_is_compiled():
-        from fpr.scorers import copy_paste_align
+        from fpr.scorers.copy_paste import align as copy_paste_align
 
         c = _ALIGN_CONSTANTS
         count = copy_paste_align.kernel("refine_loops")(
@@ -552,7 +552,7 @@ _ALIGN_CONSTANTS = np.array([PATCH / 2, NCC_MIN, DROP_MAX, HYPOTHESIS_TOLERANCE,
 
 
 def _align_is_compiled() -> bool:
-    from fpr.scorers.copy_paste_exact import modulus_is_ported
+    from fpr.scorers.copy_paste.exact import modulus_is_ported
 
     return modulus_is_ported()
 
@@ -624,8 +624,8 @@ class CopyPaste(Scorer):
     # per query a pure function of its image, its references (in order), the options and the appearance
     # encoder (tests/scorers/test_score_cache.py): kept in the score cache (fpr.scorers.cache)
     deterministic = True
-    version_modules = ("fpr.scorers.copy_paste", "fpr.scorers.copy_paste_kernels", "fpr.scorers.copy_paste_align",
-                       "fpr.scorers.copy_paste_exact")
+    version_modules = ("fpr.scorers.copy_paste.scorer", "fpr.scorers.copy_paste.kernels", "fpr.scorers.copy_paste.align",
+                       "fpr.scorers.copy_paste.exact")
 
     def cache_inputs(self, batch: QueryBatch) -> dict:
         """The appearance encoder's embedding key (weights, preprocessing, device class) and numba's version

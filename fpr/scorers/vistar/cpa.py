@@ -10,7 +10,7 @@ What the paper leaves open, and fpr's choice:
 
 - *Annotations* come from the structured prompt's control parameters ``count``, ``posture``,
   ``expression`` (columns ``expected_count``, ``expected_posture``, ``expected_expression``;
-  words from ``fpr/scorers/data/cpa_lexicon.json``, e.g. "smiling" is ``happy``).
+  words from ``fpr/scorers/vistar/data/cpa_lexicon.json``, e.g. "smiling" is ``happy``).
 - *Match scores*: ``S_count`` = 1 if the detected count equals the expected one, else 0;
   ``S_posture`` = min(k, N) / N with k the people classified in the expected posture and N the
   expected count (when given and > 0, else the detected count; nobody detected: 0); ``S_expression``
@@ -18,7 +18,7 @@ What the paper leaves open, and fpr's choice:
   over the annotated ones (an expected count of 0 leaves posture and expression out). Nothing
   annotated: NaN with the reason.
 - *Weights*: the paper prints none, so the default is equal thirds
-  (``fpr/scorers/data/cpa_weights.json``, with its provenance); ``benchmarks/fit_cpa_weights.py``
+  (``fpr/scorers/vistar/data/cpa_weights.json``, with its provenance); ``benchmarks/fit_cpa_weights.py``
   fits them on a labelled pairs file (grid over the simplex, step 0.05, maximising strict PPA;
   in place of Bayesian optimisation: exhaustive at that resolution, reproducible) and writes that
   file; ``vistar-cpa.weights=c,p,e`` overrides it per run.
@@ -79,7 +79,7 @@ L_SHOULDER, R_SHOULDER, L_HIP, R_HIP, L_KNEE, R_KNEE = 5, 6, 11, 12, 13, 14
 @lru_cache(maxsize=1)
 def lexicon() -> dict[str, dict[str, str]]:
     """{"postures": word -> canonical, "expressions": word -> canonical} from the package's data file."""
-    doc = json.loads(resources.files("fpr.scorers").joinpath("data/cpa_lexicon.json").read_text())
+    doc = json.loads(resources.files("fpr.scorers.vistar").joinpath("data/cpa_lexicon.json").read_text())
     return {kind: {w: canon for canon, words in doc[kind].items() for w in [canon, *words]}
             for kind in ("postures", "expressions")}
 
@@ -104,7 +104,7 @@ class Weights:
 
 
 def packaged_weights() -> tuple[Weights, dict]:
-    doc = json.loads(resources.files("fpr.scorers").joinpath("data/cpa_weights.json").read_text())
+    doc = json.loads(resources.files("fpr.scorers.vistar").joinpath("data/cpa_weights.json").read_text())
     return Weights(**{d: float(doc["weights"][d]) for d in DIMENSIONS}), doc["provenance"]
 
 
@@ -374,7 +374,7 @@ class VistarCPA(Scorer):
         Option("min_confidence", float, 0.5, "person detections below this confidence are not counted", minimum=0.0),
         Option("nms_iou", float, 0.7, "a detection overlapping a more confident one above this IoU is a duplicate",
                minimum=0.0),
-        Option("weights", str, "", "count,posture,expression weights (empty: fpr/scorers/data/cpa_weights.json)"),
+        Option("weights", str, "", "count,posture,expression weights (empty: fpr/scorers/vistar/data/cpa_weights.json)"),
     )
 
     def weights(self, opt: dict) -> tuple[Weights, dict]:

@@ -33,8 +33,8 @@ import threading
 import numpy as np
 
 # names bound to their compiled versions by kernel() (the plain functions until then: importable without numba)
-from fpr.scorers.copy_paste_exact import best_transform_loops, cabs, cdiv, cmul, near
-from fpr.scorers.copy_paste_kernels import _verify_near as verify_near
+from fpr.scorers.copy_paste.exact import best_transform_loops, cabs, cdiv, cmul, near
+from fpr.scorers.copy_paste.kernels import _verify_near as verify_near
 
 UNDECIDED = -2  # a comparison too close to call for NumPy's abs/angle: run NumPy's steps
 TOO_FEW = -1  # fewer than 3 patches collected where the proposal puts them: the proposal is skipped
@@ -261,8 +261,8 @@ def _compile(name: str) -> None:
     if not _COMPILED:
         from numba import njit
 
-        from fpr.scorers import copy_paste_exact as exact
-        from fpr.scorers import copy_paste_kernels as kernels
+        from fpr.scorers.copy_paste import exact
+        from fpr.scorers.copy_paste import kernels
 
         best_transform_loops = exact.compiled("best_transform_loops")
         cabs, cdiv, cmul, near = (exact.compiled(f) for f in ("cabs", "cdiv", "cmul", "near"))

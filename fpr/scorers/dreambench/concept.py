@@ -6,7 +6,7 @@ the query's first reference image and the query, reasons, and ends with
 mean of those that parse). Prompt: ``prompts/dreambench_concept.txt``, or any file in
 the same format with ``dreambench-concept.template=PATH`` (e.g. DreamBench++'s own, see
 ``docs/judges.md``); ``reply_format`` ``last-line`` or ``dreambench`` as in
-:mod:`fpr.scorers.dreambench_prompt`. Sampling and image encoding default to
+:mod:`fpr.scorers.dreambench.prompt`. Sampling and image encoding default to
 DreamBench++'s released settings (:data:`~fpr.scorers.judges.client.DREAMBENCH_PLUS_DEFAULTS`).
 
 ``mode=choice``, beyond the paper: the judge is shown the query and one image of

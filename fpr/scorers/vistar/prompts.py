@@ -143,7 +143,7 @@ def parse_prompt(text: str, *, where: str = "prompt") -> StructuredPrompt:
     """Parse ``[role|aspect] core {key="value", ...}``; role and aspect codes are upper-cased.
 
     Whether the role and aspect exist is not the grammar's business: the ontology
-    (:mod:`fpr.scorers.vistar_roles` and its relevance file) checks them, so a user's own roles parse.
+    (:mod:`fpr.scorers.vistar.roles` and its relevance file) checks them, so a user's own roles parse.
     """
     s = _Scanner(text, where)
     s.skip_ws()

@@ -1,7 +1,7 @@
 """``vistar-li``: lighting integrity (VISTAR's LI) -- does the light come from where the prompt says?
 
 The expected direction is one of fpr's 16 named light directions
-(``fpr/scorers/data/light_directions.json``: a phrase for the prompt, a unit vector for
+(``fpr/scorers/vistar/data/light_directions.json``: a phrase for the prompt, a unit vector for
 the score; frame x right, y up, z toward the viewer, pointing at the light). It is read
 from the query's ``light_direction`` column (a name such as ``upper-left-front``, a phrase,
 or ``x,y,z``), else from the first phrase found in the prompt (the longest one wins:
@@ -63,7 +63,7 @@ class LightDirection:
 @lru_cache(maxsize=1)
 def light_directions() -> tuple[LightDirection, ...]:
     """fpr's 16 named directions, from the package's data file."""
-    doc = json.loads(resources.files("fpr.scorers").joinpath("data/light_directions.json").read_text())
+    doc = json.loads(resources.files("fpr.scorers.vistar").joinpath("data/light_directions.json").read_text())
     return tuple(LightDirection(d["name"], d["phrase"], float(d["azimuth_deg"]), float(d["elevation_deg"]),
                                 tuple(float(x) for x in d["vector"])) for d in doc["directions"])
 

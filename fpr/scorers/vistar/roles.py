@@ -6,7 +6,7 @@ roles (Graphic Designer, Storyboard Artist, Marketing Specialist), the nine aspe
 (Table 3: TR LI CSE CPA PSC GC SF CUL MA; sec. 3.1 also writes CUL as "CC") and none of
 the mask beyond what its examples imply. The other four roles and 25 of the 28 pairs
 are fpr's assumption; every row of the packaged mask says where it comes from
-(``fpr/scorers/data/vistar_relevance.csv``) and users replace the file with their own.
+(``fpr/scorers/vistar/data/vistar_relevance.csv``) and users replace the file with their own.
 
 This module imports no scorer: an aspect names the scorer and metric that measure it.
 """
@@ -95,7 +95,7 @@ def read_mask(path: str | Path | None = None) -> pd.DataFrame:
     """
     where = str(path) if path is not None else f"fpr/scorers/{MASK_FILE}"
     if path is None:
-        with resources.files("fpr.scorers").joinpath(MASK_FILE).open("r", encoding="utf-8") as fh:
+        with resources.files("fpr.scorers.vistar").joinpath(MASK_FILE).open("r", encoding="utf-8") as fh:
             df = pd.read_csv(fh, dtype=str, keep_default_na=False)
     else:
         try:
