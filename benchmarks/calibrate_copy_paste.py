@@ -143,7 +143,7 @@ def run_world(args) -> str:
     _, qps_after = score(sub)
     base = baseline_module(args.baseline_rev)
     qps_before = score(sub, base)[1] if base is not None else float("nan")
-    from fpr.scorers.copy_paste.scorer import DEFAULTS
+    from fpr.scorers.copy_paste.patches import DEFAULTS
 
     lines = [
         "# copy-paste calibration and validation (built-in world)",

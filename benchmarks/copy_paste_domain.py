@@ -106,8 +106,7 @@ def digit_scores(ims, labels, folder: Path, n_queries: int) -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    from fpr.scorers.copy_paste.scorer import (DEFAULTS, DOMAIN_MIN_DETAIL, DOMAIN_MIN_SIDE, DOMAIN_MIN_TEXTURED,
-                                        Domain)
+    from fpr.scorers.copy_paste.patches import DEFAULTS, DOMAIN_MIN_DETAIL, DOMAIN_MIN_SIDE, DOMAIN_MIN_TEXTURED, Domain
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--identities", type=int, default=6, help="identities per species per world (as calibrated)")

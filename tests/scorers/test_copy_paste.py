@@ -8,7 +8,7 @@ from PIL import Image
 
 from fpr.galleries.world import World, WorldConfig
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers.copy_paste.scorer import DEFAULTS
+from fpr.scorers.copy_paste.patches import DEFAULTS
 
 COPY_LIKE = ("paste", "paste-mirror", "paste-rescale", "edit")
 
@@ -224,7 +224,7 @@ def test_queries_outside_the_calibrated_domain_get_a_note_and_one_warning(tmp_pa
     and the run one warning line with their count; in-domain queries (noise, the world) get neither."""
     import numpy as np
 
-    from fpr.scorers.copy_paste.scorer import Domain
+    from fpr.scorers.copy_paste.patches import Domain
 
     rng = np.random.default_rng(3)
     refs = [_noise(tmp_path / f"r{k}.png", k) for k in range(2)]

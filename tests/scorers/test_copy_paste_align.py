@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fpr.scorers.copy_paste import scorer as cp
+from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches
 from fpr.scorers.copy_paste import align as al
 
 
@@ -79,7 +79,7 @@ def test_refit_is_numpys_bit_for_bit(seed):
             p[:] = p[0] + rng.standard_normal(m) * 1e-7  # coincident: den below 1e-9
         a = complex(rng.uniform(0.85, 1.15), rng.uniform(-0.2, 0.2))
         q = a * p + complex(*rng.uniform(-20, 20, 2)) + (rng.standard_normal(m) + 1j * rng.standard_normal(m)) * 0.3
-        want = cp._refit(p, q)
+        want = cp_match._refit(p, q)
         out = np.empty(4)
         refit(p.real.copy(), p.imag.copy(), q.real.copy(), q.imag.copy(), out)
         assert np.array([out[0] + 1j * out[1], out[2] + 1j * out[3]]).tobytes() == np.array(want).tobytes()
@@ -96,7 +96,7 @@ def _scene(seed):
     query = Image.fromarray(np.full((200, 200, 3), 128, np.uint8))
     query.paste(moved, (14, 9))
     noisy = np.asarray(query, np.float64) + rng.normal(0, 2.0, (200, 200, 3))
-    return cp.QueryWindows.of(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))), cp.ReferencePatches.of(ref)
+    return cp_patches.QueryWindows.of(Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))), cp_patches.ReferencePatches.of(ref)
 
 
 @pytest.mark.parametrize("seed", [5, 6])
@@ -106,37 +106,37 @@ def test_refine_equals_verify_and_align_in_numpy(seed, monkeypatch):
     query, ref = _scene(seed)
     rng = np.random.default_rng(seed)
     cases, refined = [], 0
-    for si in range(len(cp.SCALES)):
+    for si in range(len(cp_patches.SCALES)):
         if ref.n_textured[si] < 3:
             continue
         t_at, c_at = ref.at_scale(si, False)
-        s = 1.08 / cp.SCALES[si]  # the query holds the reference 8% larger; scale si is the reference times SCALES[si]
+        s = 1.08 / cp_patches.SCALES[si]  # the query holds the reference 8% larger; scale si is the reference times SCALES[si]
         for _ in range(12):
             a = s * complex(math.cos(math.radians(5)), -math.sin(math.radians(5))) * complex(1 + rng.normal(0, 0.03),
                                                                                             rng.normal(0, 0.03))
             b = complex(*rng.uniform(-30, 60, 2))
             cases.append((t_at, c_at, a, b))
     for t_at, c_at, a, b in cases:
-        got = cp._refine(t_at, c_at, query, a, b)
+        got = cp_match._refine(t_at, c_at, query, a, b)
         with monkeypatch.context() as m:
-            m.setattr(cp, "_align_is_compiled", lambda: False)
-            want = cp._refine(t_at, c_at, query, a, b)
+            m.setattr(cp_match, "_align_is_compiled", lambda: False)
+            want = cp_match._refine(t_at, c_at, query, a, b)
         assert got == want, (a, b)
         refined += got is not None and got >= 3
     assert refined >= 1 and refined < len(cases)  # both outcomes exercised
-    got = cp.pixel_match(query, ref)
-    monkeypatch.setattr(cp, "_align_is_compiled", lambda: False)
-    assert got == cp.pixel_match(query, ref) and got[1] > 20  # the copy is found
+    got = cp_match.pixel_match(query, ref)
+    monkeypatch.setattr(cp_match, "_align_is_compiled", lambda: False)
+    assert got == cp_match.pixel_match(query, ref) and got[1] > 20  # the copy is found
 
 
 def test_an_undecided_refinement_runs_numpys_steps(monkeypatch):
     """When the kernel cannot decide (UNDECIDED), _refine's answer is NumPy's, not the kernel's."""
     query, ref = _scene(7)
     t_at, c_at = ref.at_scale(2, False)
-    monkeypatch.setattr(cp, "_align_is_compiled", lambda: False)
+    monkeypatch.setattr(cp_match, "_align_is_compiled", lambda: False)
     proposals = [(1.08 * complex(math.cos(0.087), -math.sin(0.087)), complex(b, c)) for b in range(0, 40, 4)
                  for c in range(0, 40, 4)]
-    want = [cp._refine(t_at, c_at, query, a, b) for a, b in proposals]
-    monkeypatch.setattr(cp, "_align_is_compiled", lambda: True)
+    want = [cp_match._refine(t_at, c_at, query, a, b) for a, b in proposals]
+    monkeypatch.setattr(cp_match, "_align_is_compiled", lambda: True)
     monkeypatch.setattr(al, "kernel", lambda name: lambda *args: al.UNDECIDED)
-    assert [cp._refine(t_at, c_at, query, a, b) for a, b in proposals] == want
+    assert [cp_match._refine(t_at, c_at, query, a, b) for a, b in proposals] == want

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fpr.scorers.copy_paste import scorer as cp
+from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches
 from fpr.scorers.copy_paste import exact as ex
 
 
@@ -117,7 +117,7 @@ def test_a_modulus_decision_with_libm_is_exact_or_undecided():
 
 
 def _reference(p, q, tol, evaluate):
-    return cp._best_transform_numpy(p, q, tol, evaluate)
+    return cp_match._best_transform_numpy(p, q, tol, evaluate)
 
 
 def _cases(seed: int):
@@ -158,11 +158,11 @@ def test_compiled_best_transform_is_the_numpy_formulations(seed, ported, monkeyp
     monkeypatch.setattr(ex, "modulus_is_ported", lambda: ported)
     decided = 0
     for p, q, tol, evaluate in _cases(seed):
-        got = cp.best_transform(p, q, tol, evaluate)
+        got = cp_match.best_transform(p, q, tol, evaluate)
         want = _reference(p, q, tol, evaluate)
         assert (got[0], complex(got[1]), complex(got[2])) == (want[0], complex(want[1]), complex(want[2]))
         assert np.array([got[1], got[2]]).tobytes() == np.array([want[1], want[2]]).tobytes()
         ep, eq = evaluate if evaluate is not None else (p, q)
-        decided += ex.best_transform_compiled(p, q, ep, eq, tol, 2.0 * cp.PATCH, cp.SCALE_SLACK,
-                                              float(cp.MAX_ROTATION)) is not None
+        decided += ex.best_transform_compiled(p, q, ep, eq, tol, 2.0 * cp_patches.PATCH, cp_patches.SCALE_SLACK,
+                                              float(cp_patches.MAX_ROTATION)) is not None
     assert decided > 200  # the compiled path decides nearly all of them (the rest fall back to NumPy)

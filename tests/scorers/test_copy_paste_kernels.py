@@ -6,7 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from fpr.scorers.copy_paste.scorer import PATCH, _local_ncc
+from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches
+from fpr.scorers.copy_paste.match import _local_ncc
+from fpr.scorers.copy_paste.patches import PATCH
 
 
 def _windows(rng, width, height):
@@ -75,7 +77,7 @@ def _offset_reference(lo, mid, hi):
 
 
 def _verify_reference(pred, x0, y0, inside, local, tol):
-    from fpr.scorers.copy_paste.scorer import DROP_MAX, NCC_MIN
+    from fpr.scorers.copy_paste.patches import DROP_MAX, NCC_MIN
 
     local = np.where(inside, local, -np.inf)
     rows = np.arange(len(pred))
@@ -113,27 +115,23 @@ def _hard_case(seed, n=4000):
 
 
 def _patched_local(monkeypatch, local):
-    from fpr.scorers.copy_paste import scorer as copy_paste
-
-    real = copy_paste._local_ncc
+    real = cp_match._local_ncc
 
     def fake(templates, windows, width, height, centres, a, b, r):
         pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, r)
         return pred, x0, y0, inside, np.where(inside, local[:, 2 - r:3 + r, 2 - r:3 + r], 0).astype(np.float32)
-    monkeypatch.setattr(copy_paste, "_local_ncc", fake)
+    monkeypatch.setattr(cp_match, "_local_ncc", fake)
     return real
 
 
 @pytest.mark.parametrize("tol", [None, 2.0, 0.6, 0.3])
 def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
-    from fpr.scorers.copy_paste import scorer as copy_paste
-
     local, centres, width, height = _hard_case(5)
     real = _patched_local(monkeypatch, local)
     windows = np.zeros((width * height, 64), np.float32)
     templates = np.zeros((len(centres), 64), np.float32)
     a, b = 1.03 + 0.04j, -0.37 + 0.21j
-    ok, pos = copy_paste.verify(templates, windows, width, height, centres, a, b, tol)
+    ok, pos = cp_match.verify(templates, windows, width, height, centres, a, b, tol)
     pred, x0, y0, inside, _ = real(templates, windows, width, height, centres, a, b, 2)
     want_ok, want_pos = _verify_reference(pred, x0, y0, inside, np.where(inside, local, 0).astype(np.float32), tol)
     assert ok.tobytes() == want_ok.tobytes() and pos.tobytes() == want_pos.tobytes()
@@ -141,14 +139,13 @@ def test_verify_matches_its_numpy_reference_bit_for_bit(monkeypatch, tol):
 
 
 def test_support_matches_its_numpy_reference(monkeypatch):
-    from fpr.scorers.copy_paste import scorer as copy_paste
-    from fpr.scorers.copy_paste.scorer import NCC_MIN, QueryWindows
+    from fpr.scorers.copy_paste.patches import NCC_MIN, QueryWindows
 
     local, centres, width, height = _hard_case(6)
     real = _patched_local(monkeypatch, local)
     query = QueryWindows(np.zeros((width * height, 64), np.float32), width, height, np.zeros((1, 64), np.float32), 1)
     templates = np.zeros((len(centres), 64), np.float32)
-    got = copy_paste._support(templates, query, centres, 0.97 - 0.02j, 1.5 + 0j)
+    got = cp_match._support(templates, query, centres, 0.97 - 0.02j, 1.5 + 0j)
     _, _, _, inside, _ = real(templates, query.windows, width, height, centres, 0.97 - 0.02j, 1.5 + 0j, 1)
     inner = np.where(inside, local[:, 1:4, 1:4], -1.0).astype(np.float32)
     assert got == int((inner.reshape(len(centres), 9).max(axis=1) >= NCC_MIN).sum())
@@ -157,7 +154,7 @@ def test_support_matches_its_numpy_reference(monkeypatch):
 
 def test_best_matches_is_the_fixed_expressions_argmax_over_all_windows():
     """The search: each template's best window by the correctly rounded NCC, first on ties, whatever BLAS found."""
-    from fpr.scorers.copy_paste.scorer import _best_matches
+    from fpr.scorers.copy_paste.match import _best_matches
 
     rng = np.random.default_rng(8)
     windows = _windows(rng, 50, 9)
@@ -186,7 +183,7 @@ def test_window_rows_and_normalised_layouts_are_numpys(shape):
     transpose (odd and even sizes; flat windows under the floor, zeros of both signs, subnormals, a NaN)."""
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from fpr.scorers.copy_paste.scorer import WINDOW_NORM_FLOOR
+    from fpr.scorers.copy_paste.patches import WINDOW_NORM_FLOOR
     from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(shape[0] * 1000 + shape[1])
@@ -218,7 +215,9 @@ def test_prepared_images_equal_their_separate_preparation():
     """Sharing the working-size greyscale image between patches and windows changes no bit."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste.scorer import QueryWindows, ReferencePatches, _Prepared
+    from fpr.scorers.copy_paste.patches import QueryWindows, ReferencePatches
+
+    from fpr.scorers.copy_paste.scorer import _Prepared
 
     rng = np.random.default_rng(12)
     image = Image.fromarray(rng.integers(0, 256, (90, 140, 3), dtype=np.uint8))
@@ -270,7 +269,7 @@ def test_query_windows_store_the_blocked_layout_of_the_row_major_windows():
     """QueryWindows.of keeps the blocked layout; through _local_ncc both layouts give the same values."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste.scorer import QueryWindows, _grey, _windows as row_major
+    from fpr.scorers.copy_paste.patches import QueryWindows, _grey, _windows as row_major
 
     image = Image.fromarray(np.random.default_rng(13).integers(0, 256, (70, 101, 3), dtype=np.uint8))
     qw = QueryWindows.of(image)
@@ -292,7 +291,6 @@ def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
     """verify and _support on blocked windows (one compiled call each) against the step-by-step path (NumPy
     predictions, rint and offsets, the definition's local NCCs, the decision kernels) on row-major windows:
     the same masks, positions and counts, bit for bit, at half-integer predictions (rint's ties) and borders."""
-    from fpr.scorers.copy_paste import scorer as cp
     from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(21)
@@ -312,13 +310,13 @@ def test_fused_verify_and_support_equal_their_step_by_step_form(tol):
         if 0 <= x < width and 0 <= y < height:
             templates[k] = windows[y * width + x]
     found = 0
-    query_rows = cp.QueryWindows(windows, width, height, np.zeros((1, 64), np.float32), 1)
-    query_blocked = cp.QueryWindows(blocked, width, height, np.zeros((1, 64), np.float32), 1)
+    query_rows = cp_patches.QueryWindows(windows, width, height, np.zeros((1, 64), np.float32), 1)
+    query_blocked = cp_patches.QueryWindows(blocked, width, height, np.zeros((1, 64), np.float32), 1)
     for a, b in ((1 + 0j, 0j), (1 + 0j, 0.5 - 0.5j), (0.97 + 0.04j, 1.3 - 0.2j), (1.05 - 0.02j, -2.5 + 0j)):
-        ok_r, pos_r = cp.verify(templates, windows, width, height, centres, a, b, tol)
-        ok_b, pos_b = cp.verify(templates, blocked, width, height, centres, a, b, tol)
+        ok_r, pos_r = cp_match.verify(templates, windows, width, height, centres, a, b, tol)
+        ok_b, pos_b = cp_match.verify(templates, blocked, width, height, centres, a, b, tol)
         assert ok_b.tobytes() == ok_r.tobytes() and pos_b.tobytes() == pos_r.tobytes()
-        assert cp._support(templates, query_blocked, centres, a, b) == cp._support(templates, query_rows, centres, a, b)
+        assert cp_match._support(templates, query_blocked, centres, a, b) == cp_match._support(templates, query_rows, centres, a, b)
         found += int(ok_r.sum())
     assert 0 < found < 4 * n
 
@@ -327,7 +325,7 @@ def test_reference_patch_views_equal_the_mask_selections():
     """ReferencePatches.at_scale and .search (views and cached arrays) equal the boolean selections they replace."""
     from PIL import Image
 
-    from fpr.scorers.copy_paste.scorer import SCALES, SEARCH_PATCHES, ReferencePatches
+    from fpr.scorers.copy_paste.patches import SCALES, SEARCH_PATCHES, ReferencePatches
 
     image = Image.fromarray(np.random.default_rng(15).integers(0, 256, (60, 150, 3), dtype=np.uint8))
     ref = ReferencePatches.of(image.resize((20, 50)))  # small: the largest scales keep few patches, some none
@@ -373,7 +371,7 @@ def test_row_norms_are_numpys_bit_for_bit():
 def _textured_reference(t, tn, nx, width):
     """ReferencePatches.of's NumPy selection of one scale's patches before it was compiled (revision c3c6750):
     (templates, weights, centres, mirrored centres, ranks)."""
-    from fpr.scorers.copy_paste.scorer import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+    from fpr.scorers.copy_paste.patches import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
 
     keep = np.flatnonzero(tn / PATCH >= TEXTURE_MIN)
     if len(keep) > MAX_PATCHES_PER_SCALE:
@@ -391,7 +389,7 @@ def test_textured_patch_selection_is_numpys(n):
     """The compiled selection against NumPy's: norms at float32(0.03) * 8 and its neighbours (the float32
     comparison NumPy makes with the Python float; a float64 one would differ), many equal norms (the stable
     sorts' index order), more than MAX_PATCHES_PER_SCALE, none kept."""
-    from fpr.scorers.copy_paste.scorer import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
+    from fpr.scorers.copy_paste.patches import MAX_PATCHES_PER_SCALE, STRIDE, TEXTURE_MIN
     from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(n)
@@ -417,7 +415,7 @@ def test_textured_patch_selection_is_numpys(n):
 def test_grid_rows_are_the_strided_windows():
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from fpr.scorers.copy_paste.scorer import STRIDE
+    from fpr.scorers.copy_paste.patches import STRIDE
     from fpr.scorers.copy_paste.kernels import kernel
 
     rng = np.random.default_rng(3)
