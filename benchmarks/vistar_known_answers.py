@@ -48,7 +48,7 @@ FONTS = ("DejaVuSans.ttf", "DejaVuSerif-Bold.ttf", "DejaVuSansMono.ttf")
 SIZES = (24, 40, 64)
 CONDITIONS = ("exact", "typo", "wrong", "none")
 # Sign vocabulary; a seed draws its strings from its own half so calibration and check never share a word.
-# The tests' held-out strings (tests/scorers/test_vistar_tr.py) use none of these words.
+# The tests' held-out strings (tests/scorers/vistar/test_tr.py) use none of these words.
 WORDS = ("OPEN", "DAILY", "PIZZA", "BREAD", "CINEMA", "TOWER", "BEACH", "PALACE", "THEATER", "SCHOOL", "HOTEL",
          "GARDEN", "MARKET", "STATION", "BAKERY", "SALE", "NORTH", "BRIDGE", "MUSEUM", "LIBRARY", "FERRY",
          "TICKETS", "RIVER", "SQUARE", "PHARMACY", "BOOKS", "SUMMER", "FESTIVAL", "WELCOME", "HOME", "SILVER",

@@ -3,7 +3,7 @@
 copy_paste.pixel_match refines each of its best proposals with about 40 NumPy calls (masks, means, sums,
 complex products, the strict and loose verifications); under a millisecond of arithmetic costs about 3 ms
 per query of per-call overhead. :func:`refine_loops` does the same steps in one call, each written as the
-NumPy expression it replaces computes it (tested against them in tests/scorers/test_copy_paste_align.py):
+NumPy expression it replaces computes it (tested against them in tests/scorers/test_align.py):
 
 * ``np.sum`` of a contiguous float64 or complex128 array is ``0.0 + pairwise_sum`` (the reduction starts
   from add's identity, then adds numpy/_core/src/umath/loops_utils.h.src's pairwise sum: under 8 elements
@@ -12,18 +12,18 @@ NumPy expression it replaces computes it (tested against them in tests/scorers/t
   split at a multiple of 8). A complex array is summed as its 2n interleaved doubles: four partial sums per
   part, ``(r0 + r2) + (r4 + r6)`` for the real one. :func:`fsum` and :func:`csum`.
 * ``z.mean()`` is that sum divided by ``complex(n)`` through NumPy's complex division (Smith's method with
-  a reciprocal: ``copy_paste_exact.cdiv``); so is a complex scalar over a Python float.
-* ``array * scalar`` and ``array * array`` (complex) are Highway's fused multiply (``copy_paste_exact.cmul``,
+  a reciprocal: ``exact.cdiv``); so is a complex scalar over a Python float.
+* ``array * scalar`` and ``array * array`` (complex) are Highway's fused multiply (``exact.cmul``,
   the scalar first when it comes first); a Python complex times a NumPy complex scalar is the scalar math's
   textbook product (no fused multiply-add): :func:`scalar_cmul`.
-* ``np.abs`` of complex is ``copy_paste_exact.cabs``: the caller runs this kernel only where
+* ``np.abs`` of complex is ``exact.cabs``: the caller runs this kernel only where
   ``modulus_is_ported()`` (NumPy's own steps otherwise). Python's ``abs(complex)`` (libm's hypot) and
   ``np.angle`` (SVML) are not ported: their comparisons with a threshold are decided with
-  ``copy_paste_exact.near``'s margin, and a comparison within it makes the call *undecided* (-2): the
+  ``exact.near``'s margin, and a comparison within it makes the call *undecided* (-2): the
   caller then runs NumPy's steps, the definition.
 
 Compiled with numba on first use (:func:`kernel`), like the other kernels. numba's cache is keyed on this
-file, so a change to a callee in copy_paste_exact or copy_paste_kernels needs this file touched too.
+file, so a change to a callee in exact or kernels needs this file touched too.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ differently from NumPy's loops (measured on NumPy 2.4, x86-64 with AVX-512):
 
 Addition and subtraction are componentwise IEEE operations in every implementation. The ports are tested
 against NumPy on random and edge-case inputs (zeros, infinities, NaN, huge and tiny exponents) in
-tests/scorers/test_copy_paste_exact.py. They are plain functions compiled by numba on first use
+tests/scorers/test_exact.py. They are plain functions compiled by numba on first use
 (numba's import stays out of fpr's import).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ MARGIN = 2e-15
 
 def fma(x: float, y: float, z: float) -> float:
     """x*y + z rounded once: a placeholder bound to LLVM's fma when the kernels compile (see compiled())."""
-    raise RuntimeError("copy_paste_exact.fma runs compiled only: call compiled('cmul')")
+    raise RuntimeError("exact.fma runs compiled only: call compiled('cmul')")
 
 
 def cdiv(ar: float, ai: float, br: float, bi: float) -> tuple[float, float]:

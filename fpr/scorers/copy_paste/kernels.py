@@ -4,7 +4,7 @@ Each kernel is a plain function compiled by numba on first use (``kernel(name)``
 compile stay out of fpr's import, ``cache=True`` keeps the machine code between processes: a fresh
 clone pays the compile once). The scorer's constants come in as arguments, so this module depends on
 nothing of copy_paste (which owns the algorithm and its definitions); what each kernel must reproduce is
-said in its docstring and tested against its NumPy formulation in tests/scorers/test_copy_paste_kernels.py.
+said in its docstring and tested against its NumPy formulation in tests/scorers/test_kernels.py.
 """
 from __future__ import annotations
 

@@ -214,25 +214,25 @@ def _refine(templates: np.ndarray, centres: np.ndarray, query: "QueryWindows", a
     """The strict inliers of proposal ``z -> a z + b`` after :func:`_align` (None: it collects fewer than 3).
 
     Blocked windows, where this machine's ``np.abs`` is ported: one compiled call
-    (``copy_paste_align.refine_loops``, the same bits), which hands back to the NumPy steps below (the
+    (``align.refine_loops``, the same bits), which hands back to the NumPy steps below (the
     definition) when a comparison is too close to call for NumPy's abs or angle."""
     if query.windows.ndim == 3 and _align_is_compiled():
-        from fpr.scorers.copy_paste import align as copy_paste_align
+        from fpr.scorers.copy_paste import align
 
         c = _ALIGN_CONSTANTS
-        count = copy_paste_align.kernel("refine_loops")(
+        count = align.kernel("refine_loops")(
             np.ascontiguousarray(templates, dtype=np.float32), query.windows.reshape(8, -1), query.width,
             query.height, np.ascontiguousarray(centres.real), np.ascontiguousarray(centres.imag), a.real, a.imag,
             b.real, b.imag, c)
-        if count != copy_paste_align.UNDECIDED:
-            return None if count == copy_paste_align.TOO_FEW else int(count)
+        if count != align.UNDECIDED:
+            return None if count == align.TOO_FEW else int(count)
     ok, pos = verify(templates, query.windows, query.width, query.height, centres, a, b, HYPOTHESIS_TOLERANCE)
     if ok.sum() < 3:
         return None
     return int(_align(templates, centres, query, ok, pos).sum())
 
 
-# copy_paste_align.CONSTANTS' values
+# align.CONSTANTS' values
 _ALIGN_CONSTANTS = np.array([PATCH / 2, NCC_MIN, DROP_MAX, HYPOTHESIS_TOLERANCE, REFINE_TOLERANCE, _MIDDLE_TOLERANCE,
                              TOLERANCE, SCALE_SLACK, float(MAX_ROTATION), 2.0 * PATCH, REFINE_POINTS])
 

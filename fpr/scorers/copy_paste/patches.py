@@ -134,7 +134,7 @@ class QueryWindows:
     """Every PATCH x PATCH window of the query, detrended, unit rows, at WORK_SIDE; and every second one."""
 
     # float32, positions row-major: (L, PATCH*PATCH), or (8, L, 8) blocked as .of stores them (the local
-    # NCC's vectorisable layout, copy_paste_kernels._to_blocks; either gives the same NCCs)
+    # NCC's vectorisable layout, kernels._to_blocks; either gives the same NCCs)
     windows: np.ndarray
     width: int  # windows per row
     height: int  # windows per column

@@ -17,7 +17,7 @@ from fpr.errors import InputError
 from fpr.scorers.refvnli import data as rd
 from fpr.workflows import refvnli as wr
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _frame(fid, scene, subject, *, set_id="s0", entity="dog", details=(("setting", "on grass"),), image=None,

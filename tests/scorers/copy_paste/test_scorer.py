@@ -94,7 +94,7 @@ def test_default_threshold_is_the_calibrated_one():
     import re
     from pathlib import Path
 
-    table = (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "copy_paste_calibration.md").read_text()
+    table = (Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "copy_paste_calibration.md").read_text()
     m = re.search(r"\*\*Calibrated threshold: ([0-9.]+)\*\*", table)
     assert m, "calibration table without its threshold line"
     assert DEFAULTS["threshold"] == pytest.approx(float(m.group(1)), abs=5e-4)

@@ -108,7 +108,7 @@ def test_the_all_caps_sign_of_the_issue():
 def _known_answers():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "vistar_known_answers.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "vistar_known_answers.py"
     spec = importlib.util.spec_from_file_location("vistar_known_answers", path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
@@ -179,5 +179,5 @@ def test_importing_the_cli_and_scorers_loads_no_heavy_optional_modules():
             "print(sorted(m for m in ('cv2', 'onnxruntime', 'transformers', 'rapidocr_onnxruntime', 'skimage') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])})
     assert out.stdout.strip() == "[]"

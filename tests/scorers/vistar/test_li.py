@@ -16,7 +16,7 @@ from fpr.scorers import QueryBatch, run_scorers
 from fpr.scorers.vistar import li
 from tests.scorers.known_answers import known_answers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _direction(name: str) -> np.ndarray:

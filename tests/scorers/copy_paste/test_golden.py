@@ -7,7 +7,7 @@ implementation must reproduce every value exactly (float64 bytes), note included
 unchanged. Regenerate only for an
 intended change of the scorer's definition:
 
-    PYTHONPATH=. python tests/scorers/test_copy_paste_golden.py
+    PYTHONPATH=. python tests/scorers/copy_paste/test_golden.py
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-GOLDEN = Path(__file__).parent / "golden" / "copy_paste_world.json"
+GOLDEN = Path(__file__).parents[1] / "golden" / "copy_paste_world.json"
 LEFT_OUT = ("near-copy/",)  # methods whose images world version 3 renders differently from version 2
 SEEDS = (0, 1)
 
@@ -74,7 +74,7 @@ def test_values_do_not_depend_on_the_blas_threads(threads, tmp_path):
 if __name__ == "__main__":
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     with tempfile.TemporaryDirectory() as tmp:
         out = {str(s): scorer_output(s, Path(tmp)) for s in SEEDS}
     GOLDEN.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")

@@ -18,7 +18,7 @@ from fpr.scorers.refvnli import model as rm
 from fpr.workflows import refvnli as wr
 from fpr.workflows import refvnli_train as rt
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------- pure parts
