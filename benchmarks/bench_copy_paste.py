@@ -26,7 +26,7 @@ Measured (one process, one BLAS thread, interleaved rounds whose order rotates, 
   a direction it does not try). Its bits are fixed by PIL (resize, blur) and the BLAS (detrending), so it
   can be moved but not compiled; it is not part of the floor, which is the search alone.
 * **baseline** (``--baseline-rev``, default a6d1d2f: the commit before issue #22's copy-paste work): that
-  revision's ``copy_paste.py`` loaded under another name, run the same way; its values must equal the
+  revision's copy-paste modules loaded under another name, run the same way; its values must equal the
   scorer's bit for bit (checked once), except ``appearance``, now the correctly rounded dot product
   (its last bits differ from that revision's BLAS dot).
 
@@ -58,10 +58,10 @@ from PIL import Image
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches
 from fpr.galleries.world import METHODS, World, WorldConfig  # noqa: E402
 from fpr.images import load_rgb  # noqa: E402
 from fpr.scorers import QueryBatch  # noqa: E402
+from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches  # noqa: E402
 from fpr.scorers.copy_paste import scorer as cp  # noqa: E402
 
 
