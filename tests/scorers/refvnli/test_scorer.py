@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fpr.errors import NotFoundError
-from fpr.scorers import QueryBatch, refvnli, run_scorers
+from fpr.scorers import QueryBatch, run_scorers
+from fpr.scorers.refvnli import scorer as refvnli
 from tests.conftest import write_image
 
 torch = pytest.importorskip("torch")
