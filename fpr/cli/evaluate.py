@@ -1,4 +1,5 @@
-"""``fpr evaluate GENERATIONS GALLERY``: two folders in, the report out (a verb of its own rather than more
+"""``fpr evaluate GENERATIONS GALLERY``: two folders in, the report out; ``fpr examples DIR``: example folders to
+try it on (a verb of its own rather than more
 ``fpr query`` options: query's contract is an index and a queries table, this one's is two folders, as
 clean-fid's ``compute_fid(dir1, dir2)``)."""
 from __future__ import annotations
@@ -53,3 +54,16 @@ def evaluate_cmd(ctx, generations, gallery, encoder, oracle, references, per_ide
     for line in out.notes():
         progress.log(line)
     print_paper_report([out.result.run_id], ws, fmt, width=width, wide=wide)
+
+
+@cli.command("examples")
+@click.argument("folder", type=click.Path(file_okay=False), default=".")
+@click.option("--overwrite", is_flag=True, help="Replace example files already in FOLDER.")
+def examples_cmd(folder, overwrite) -> None:
+    """Write the example inputs the README and docs use into FOLDER (default: here), from the built-in world
+    (offline): data/animals/<group>/<identity>/ (a gallery folder), generations/<method>/<group>/<identity>/
+    (what fpr evaluate reads), generated.csv and textual-inversion.csv (the same kind of images as queries
+    tables), queries.csv with a.png and b.png."""
+    out = api.write_examples(folder, overwrite=overwrite)
+    click.echo(f"{out.root}: {out.n_gallery_images} gallery images (data/animals), {out.n_generations} "
+               f"generations (generations/), generated.csv, textual-inversion.csv, queries.csv, a.png, b.png")
