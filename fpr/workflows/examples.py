@@ -24,14 +24,14 @@ import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError
-from fpr.files import ensure_dir
+from fpr.files import ensure_dir, new_temp_dir, replace_file, swap_in_dir
 from fpr.tables import write_table
 
 GENERATED_METHODS = ("new-scene@0", "new-scene@0.5", "paste")
 SECOND_METHODS = ("new-scene@0.1", "new-scene@1")  # textual-inversion.csv: a second run over other methods
 # the world of `fpr demo --quick` (fpr.workflows.demo.QUICK at seed 0): its files come from the same cache entry
 WORLD = dict(identities=5, gallery=6, references=2, queries=2, size=96)
-FILES = ("data", "generations", "generated.csv", "textual-inversion.csv", "queries.csv", "a.png", "b.png")
+FILES = ("data/animals", "generations", "generated.csv", "textual-inversion.csv", "queries.csv", "a.png", "b.png")
 QUERY_COLUMNS = ["query_id", "path", "identity", "group", "method", "prompt", "reference_paths", "drift"]
 
 
@@ -46,34 +46,60 @@ class Examples:
 
 
 def write_examples(out: str | Path = ".", *, seed: int = 0, overwrite: bool = False) -> Examples:
-    """Write the documents' example inputs into ``out`` (see the module docstring); an existing one of them is
-    refused unless ``overwrite``."""
+    """Write the documents' example inputs into ``out`` (see the module docstring). Files already there with
+    the same bytes are kept (the command can be run again); different ones are refused unless ``overwrite``.
+    Everything is built in a hidden folder beside them first, then moved in."""
     from fpr.galleries.world import World, WorldConfig
 
     root = ensure_dir(Path(out).expanduser().resolve())
-    taken = [name for name in FILES if (root / name).exists()]
-    if taken and not overwrite:
-        raise ConflictError(f"{', '.join(taken)} already exist(s)", where=str(root),
-                            hint="choose an empty folder or pass --overwrite")
     methods = GENERATED_METHODS + SECOND_METHODS
-    with tempfile.TemporaryDirectory(prefix="fpr-examples-") as tmp:
-        build = World(WorldConfig(seed=seed, methods=methods, **WORLD)).write(tmp, cache=True)
-        world = Path(tmp).resolve()
-        for name in ("data/animals", "generations"):
-            if (root / name).exists():
-                shutil.rmtree(root / name)
-        moved = _gallery(build.records, world, root) | _generations(build.queries, world, root)
-        queries = pd.DataFrame(build.queries)
-        queries["path"] = [moved[str(Path(p).resolve())] for p in queries["path"]]
-        queries["reference_paths"] = [";".join(moved[str(Path(r).resolve())] for r in refs.split(";") if r)
-                                      for refs in queries["reference_paths"]]
-        write_table(queries[queries["method"].isin(GENERATED_METHODS)][QUERY_COLUMNS], root / "generated.csv")
-        write_table(queries[queries["method"].isin(SECOND_METHODS)][QUERY_COLUMNS], root / "textual-inversion.csv")
-        _upload(queries, root)
-    n_gal = len(build.records)
-    progress.log(f"wrote {n_gal} gallery images under data/animals and {len(build.queries)} generations under "
+    stage = new_temp_dir(root / "examples")
+    try:
+        with tempfile.TemporaryDirectory(prefix="fpr-examples-") as tmp:
+            build = World(WorldConfig(seed=seed, methods=methods, **WORLD)).write(tmp, cache=True)
+            _stage(build, Path(tmp).resolve(), stage)
+        differ = [name for name in FILES if (root / name).exists() and not _same(stage / name, root / name)]
+        if differ and not overwrite:
+            raise ConflictError(f"{', '.join(differ)} already exist(s) with other content", where=str(root),
+                                hint="choose an empty folder or pass --overwrite")
+        kept = [name for name in FILES if (root / name).exists() and name not in differ]
+        for name in FILES:
+            if name in kept:
+                continue
+            if (stage / name).is_dir():
+                swap_in_dir(stage / name, ensure_dir((root / name).parent) / Path(name).name)
+            else:
+                replace_file(stage / name, root / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if kept:
+        progress.log(f"kept {', '.join(kept)} (already there, the same bytes)")
+    progress.log(f"{len(build.records)} gallery images under data/animals, {len(build.queries)} generations under "
                  f"generations/ in {root}")
-    return Examples(root, list(FILES), n_gal, len(build.queries))
+    return Examples(root, list(FILES), len(build.records), len(build.queries))
+
+
+def _stage(build, world: Path, stage: Path) -> None:
+    """Every example file of a rendered world into ``stage``."""
+    moved = _gallery(build.records, world, stage) | _generations(build.queries, world, stage)
+    queries = pd.DataFrame(build.queries)
+    queries["path"] = [moved[str(Path(p).resolve())] for p in queries["path"]]
+    queries["reference_paths"] = [";".join(moved[str(Path(r).resolve())] for r in refs.split(";") if r)
+                                  for refs in queries["reference_paths"]]
+    write_table(queries[queries["method"].isin(GENERATED_METHODS)][QUERY_COLUMNS], stage / "generated.csv")
+    write_table(queries[queries["method"].isin(SECOND_METHODS)][QUERY_COLUMNS], stage / "textual-inversion.csv")
+    _upload(queries, stage)
+
+
+def _same(new: Path, old: Path) -> bool:
+    """Whether ``old`` holds exactly ``new``'s files and bytes (a folder: the same relative paths)."""
+    if new.is_dir() != old.is_dir():
+        return False
+    if not new.is_dir():
+        return new.read_bytes() == old.read_bytes()
+    files = {p.relative_to(new) for p in new.rglob("*") if p.is_file()}
+    return files == {p.relative_to(old) for p in old.rglob("*") if p.is_file()} and all(
+        (new / f).read_bytes() == (old / f).read_bytes() for f in files)
 
 
 def _gallery(records, world: Path, root: Path) -> dict[str, str]:
