@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.defaults import EMBED_BATCH_SIZE
-from fpr.errors import ConflictError, InputError
+from fpr.errors import ConflictError, FprError, InputError
 from fpr.eval import inputs, pipeline
 from fpr.eval.oracle import append_oracle
 from fpr.eval.relevance import GalleryLabels, check_scope
@@ -40,6 +40,8 @@ from fpr.workflows.common import embedder
 from fpr.workflows.evaluate import ensure_gallery, ensure_index
 from fpr.workflows.runs import RunResult, run_query
 
+# the CLI flags an error of the pipeline may name, as this object's keyword arguments (Python errors speak Python)
+PYTHON_NAMES = {"--skip-missing-identities": "skip_missing_identities=True", "--overwrite": "overwrite=True"}
 MEMORY_PREFIX = "<memory>"  # the path that stands for an in-memory image (never a file)
 PNG_MODES = ("1", "L", "LA", "I", "I;16", "P", "RGB", "RGBA")  # modes PNG stores as they are
 
@@ -100,6 +102,16 @@ def _uint8_hwc(a: np.ndarray, where: str) -> np.ndarray:
         raise InputError(f"an array image must be (H, W) or (H, W, 3|4), not {a.shape}", where=where,
                          hint="a (C, H, W) array: pass a.transpose(1, 2, 0)")
     return np.ascontiguousarray(a)
+
+
+def pythonic(exc: FprError) -> FprError:
+    """The same error with the CLI flags it names as keyword arguments (``--overwrite`` -> ``overwrite=True``)."""
+    def fix(text: str | None) -> str | None:
+        for flag in sorted(PYTHON_NAMES, key=len, reverse=True):
+            text = text.replace(flag, PYTHON_NAMES[flag]) if text else text
+        return text
+
+    return type(exc)(fix(exc.what), where=exc.where, hint=fix(exc.hint))
 
 
 def _per_image(value: Any, n: int, name: str) -> list:
@@ -168,7 +180,14 @@ class Evaluator:
         several). ``oracle``: add the reference images as queries (method ``oracle``). Nothing is stored
         unless ``save_to`` names a workspace (``True``: this evaluator's); a stored ``run`` of that name is
         replaced only with ``overwrite=True``."""
-        images = list(images)
+        try:
+            return self._score(list(images), identities, method, groups, query_ids, prompts, oracle, scorers, seed,
+                               skip_missing_identities, save_to, run, overwrite)
+        except FprError as exc:
+            raise pythonic(exc) from None
+
+    def _score(self, images: list, identities, method, groups, query_ids, prompts, oracle: bool, scorers, seed: int,
+               skip_missing_identities: bool, save_to, run: str | None, overwrite: bool) -> Scores:
         qdf, data = self._queries(images, identities, method, groups, query_ids, prompts)
         names = [s.strip() for s in (scorers.split(",") if isinstance(scorers, str) else scorers) if s.strip()]
         if names and data:
@@ -237,4 +256,4 @@ class Evaluator:
         return Scores(res.per_query, res.summary, res.aux, res)
 
 
-__all__ = ["Evaluator", "Scores", "image_bytes"]
+__all__ = ["Evaluator", "Scores", "image_bytes", "pythonic"]

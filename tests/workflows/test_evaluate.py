@@ -181,5 +181,8 @@ def test_evaluator_refuses_what_it_cannot_use(folders):
         ev.score([np.zeros((8, 8, 3), np.uint8)], ["cats-0", "cats-1"], groups="cats")
     with pytest.raises(InputError, match="scorers read image files"):
         ev.score([np.zeros((8, 8, 3), np.uint8)], "cats-0", groups="cats", scorers="brightness")
+    with pytest.raises(InputError) as e:  # the pipeline's hint, in Python
+        ev.score([np.zeros((8, 8, 3), np.uint8)], "cats-9", groups="cats")
+    assert "skip_missing_identities=True" in str(e.value) and "--" not in str(e.value)
     with pytest.raises(InputError, match="neither a folder nor a stored gallery"):
         api.Evaluator("no-such-gallery", ENC)
