@@ -32,13 +32,15 @@ from fpr.galleries.curate import GallerySpec, curate
 from fpr.galleries.manifest import read_folder
 from fpr.galleries.records import GalleryItem
 from fpr.images import check_image
+from fpr.keys import file_sha256, fingerprint, sha256_hex
 from fpr.metrics.summary import aux_columns, summarize, with_aux
 from fpr.render.result import summary_frame
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 from fpr.workflows.common import embedder
-from fpr.workflows.evaluate import ensure_gallery, ensure_index
-from fpr.workflows.runs import RunResult, run_query
+from fpr.workflows.common import require_current_index
+from fpr.workflows.evaluate import DIGEST_CHARS, ensure_gallery, ensure_index
+from fpr.workflows.runs import RunResult, load_run, run_query
 
 # the CLI flags an error of the pipeline may name, as this object's keyword arguments (Python errors speak Python)
 PYTHON_NAMES = {"--skip-missing-identities": "skip_missing_identities=True", "--overwrite": "overwrite=True"}
@@ -178,8 +180,9 @@ class Evaluator:
 
         ``groups``: one per image or one for all; left out, the gallery's only group (an error when it has
         several). ``oracle``: add the reference images as queries (method ``oracle``). Nothing is stored
-        unless ``save_to`` names a workspace (``True``: this evaluator's); a stored ``run`` of that name is
-        replaced only with ``overwrite=True``."""
+        unless ``save_to`` names a workspace (``True``: this evaluator's): the run ``run``, replaced only with
+        ``overwrite=True``, or by default ``eval-<digest>`` named from the images, labels, index and settings, so
+        the same call again returns the stored run."""
         try:
             return self._score(list(images), identities, method, groups, query_ids, prompts, oracle, scorers, seed,
                                skip_missing_identities, save_to, run, overwrite)
@@ -249,6 +252,17 @@ class Evaluator:
                              where=str(ws.root), hint="save_to=True saves to the gallery's own workspace")
         index, _ = ensure_index(gallery, self.encoder.id, workspace=ws.root, device=str(self.encoder.device),
                                 batch_size=self.batch_size, workers=self.workers)
+        if run is None:  # named by content, as fpr evaluate names its runs: the same cell again reads it back
+            run = "eval-" + fingerprint({"images": [sha256_hex(data[p]) if p in data else file_sha256(p)
+                                                    for p in qdf["path"]],
+                                         "queries": qdf[["query_id", "method", "group", "identity", "prompt"]]
+                                         .values.tolist(), "index": index, "version": db.get_index(ws, index).version,
+                                         "settings": [self.scope, oracle, scorers, seed, skip_missing]},
+                                        length=DIGEST_CHARS)
+            if db.run_exists(ws, run) and not overwrite:
+                require_current_index(ws, db.get_run(ws, run))
+                res = load_run(run, workspace=ws.root)
+                return Scores(res.per_query, res.summary, res.aux, res)
         res = run_query(index, qdf, run=run, workspace=ws.root, scope=self.scope, scorers=scorers, seed=seed,
                         skip_missing_identities=skip_missing, device=str(self.encoder.device),
                         batch_size=self.batch_size, workers=self.workers, overwrite=overwrite, oracle=oracle,

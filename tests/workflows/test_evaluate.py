@@ -166,6 +166,13 @@ def test_evaluator_saves_only_when_asked_and_speaks_python(folders, tmp_path):
         ev.score([path], "cats-0", groups="cats", save_to=tmp_path / "ws", run="nb")
     assert "overwrite=True" in str(e.value) and "--" not in str(e.value)
     ev.score([path], "cats-0", groups="cats", save_to=tmp_path / "ws", run="nb", overwrite=True)
+    # unnamed: named by content, so the same cell again returns the stored run instead of failing
+    arr = np.asarray(Image.open(path).convert("RGB"))
+    a = ev.score([arr], "cats-0", groups="cats", save_to=tmp_path / "ws")
+    b = ev.score([arr], "cats-0", groups="cats", save_to=tmp_path / "ws")
+    assert a.run.run_id == b.run.run_id and a.run.run_id.startswith("eval-")
+    assert b.per_query["ap"].tolist() == a.per_query["ap"].tolist() == out.per_query["ap"].tolist()
+    assert len(api.list_runs(workspace=tmp_path / "ws")) == 2
 
 
 def test_evaluator_refuses_what_it_cannot_use(folders):
