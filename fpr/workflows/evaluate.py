@@ -145,8 +145,10 @@ def evaluate_folders(generations: str | Path, gallery: str | Path, encoder: str,
     if not encoder:
         raise InputError("no encoder given", hint="pass --encoder (offline: fpr-world-v3, fpr-general-v2)")
     from fpr.encoders.registry import get_spec
+    from fpr.encoders.weights import resolve_weights
 
-    get_spec(encoder)  # an unknown name is refused before any image is read
+    # an unknown name, or weights not on this machine, are refused before any image is read or stored
+    resolve_weights(encoder, get_spec(encoder).weights, required=True)
     scorer_names = parse_scorer_list(scorers)
     check_scorer_options(scorer_names, scorer_options)
     if run:

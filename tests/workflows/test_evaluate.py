@@ -109,6 +109,8 @@ def test_wrong_layouts_are_refused_naming_the_path(folders, tmp_path, workspace)
         api.evaluate_folders(tmp_path / "nope", gallery, ENC, workspace=workspace)
     res = run_cli(workspace, "evaluate", str(gen), str(gallery), "--encoder", "no-such-encoder", ok=False)
     assert res.exit_code == 2 and "unknown encoder" in res.output and len(res.output.strip().splitlines()) == 1
+    res = run_cli(workspace, "evaluate", str(gen), str(gallery), "--encoder", "miewid-msv2", ok=False)
+    assert res.exit_code == 2 and "fpr encoders fetch miewid-msv2" in res.output  # weights absent here (offline)
     assert not (workspace / "fpr.duckdb").exists()  # refused before anything was stored
 
 
