@@ -137,7 +137,7 @@ class Registry(Generic[T]):
         found = self.find(name)
         if found is not None:
             return found
-        raise NotFoundError(f"unknown {self.kind} '{name}'", hint=choices_hint(self.known_names(), self.plural))
+        raise NotFoundError(f"unknown {self.kind} '{name}'", hint=choices_hint(self.known_names(), self.plural, given=name))
 
 
 def load_group(group: str) -> list[str]:

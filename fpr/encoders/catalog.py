@@ -47,7 +47,7 @@ def check_encoder_id(encoder_id: str) -> str:
     known = known_ids()
     if encoder_id not in known:
         raise NotFoundError(f"unknown encoder '{encoder_id}'",
-                            hint=choices_hint(known, "encoders") + "; 'fpr encoders list' shows them")
+                            hint=choices_hint(known, "encoders", given=encoder_id) + "; 'fpr encoders list' shows them")
     return encoder_id
 
 
