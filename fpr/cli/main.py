@@ -134,13 +134,11 @@ def width_options():
     return decorate
 
 
-def table_width(width: int | None, wide: bool) -> int | None:
-    """The width a table folds to; None (whole cells) for ``--wide``."""
-    if wide:
-        return None
-    from fpr.render.cells import terminal_width
+def table_width(width: int | None, wide: bool) -> int:
+    """The width a table folds to; :data:`~fpr.render.cells.WHOLE` (every cell on one line) for ``--wide``."""
+    from fpr.render.cells import WHOLE, terminal_width
 
-    return terminal_width(width)
+    return WHOLE if wide else terminal_width(width)
 
 
 def device_option(what: str = "the encoder"):

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from fpr.render.cells import FALLBACK_WIDTH, MIN_WIDTH, clip, fold_columns, format_cell, render_rows, terminal_width
+from fpr.render.cells import (FALLBACK_WIDTH, MIN_WIDTH, WHOLE, clip, fold_columns, format_cell, render_rows,
+                              terminal_width, wrap_cell)
 
 
 def test_numbers_and_intervals_print_one_way():
@@ -23,18 +24,54 @@ def test_tables_show_checksums_short_and_machine_formats_keep_them_whole():
     assert digest in render_rows(rows, "csv") and digest in render_rows(rows, "json")
 
 
-def test_a_wide_table_cuts_long_text_with_an_ellipsis_and_keeps_numbers_and_the_key_whole():
-    rows = [{"name": "copy-paste", "n": 12345, "description": "x" * 60},
+def test_a_wide_table_wraps_long_text_and_keeps_numbers_and_the_key_whole():
+    rows = [{"name": "copy-paste", "n": 12345, "description": "flags generations that reproduce a reference"},
             {"name": "clip-t", "n": 7, "description": "short"}]
     got = render_rows(rows, "table", width=40).splitlines()
-    # natural: 10 + 2 + 5 + 2 + 60 = 79; the description gives 39 characters: 10 + 2 + 5 + 2 + 21 = 40
+    # natural: 10 + 2 + 5 + 2 + 44 = 63; the description gives 23 characters: 10 + 2 + 5 + 2 + 21 = 40
     assert got == ["name            n  description",
                    "----------  -----  ---------------------",
-                   "copy-paste  12345  " + "x" * 20 + "…",
+                   "copy-paste  12345  flags generations",
+                   "                   that reproduce a",
+                   "                   reference",
                    "clip-t          7  short"]
     assert max(map(len, got)) == 40
-    assert "x" * 60 in render_rows(rows, "table")  # no width: whole
-    assert "x" * 60 in render_rows(rows, "csv", width=40) and "x" * 60 in render_rows(rows, "json", width=40)
+    assert rows[0]["description"] in render_rows(rows, "table", width=WHOLE)  # --wide: whole, one line
+    assert len(render_rows(rows, "table", width=WHOLE).splitlines()) == 4
+    text = rows[0]["description"]
+    assert text in render_rows(rows, "csv", width=40) and text in render_rows(rows, "json", width=40)
+
+
+def test_wrapping_breaks_after_blanks_commas_semicolons_and_slashes_and_loses_nothing():
+    assert wrap_cell("a.metric,b.metric,c.metric", 18) == ["a.metric,b.metric,", "c.metric"]
+    assert wrap_cell("one two  three", 7) == ["one two", "three"]
+    assert wrap_cell("/data/animals/leopard/leo-017", 14) == ["/data/animals/", "leopard/", "leo-017"]
+    assert wrap_cell("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]  # one word longer than the column
+    assert wrap_cell("short", 10) == ["short"]
+    text = "model judge agent with tools (grounding, highlight, difference, scene graph): min of 0-10 sub-scores"
+    for width in (5, 9, 16, 33):
+        lines = wrap_cell(text, width)
+        assert max(map(len, lines)) <= width and "".join(lines).replace(" ", "") == text.replace(" ", "")
+
+
+def test_a_column_keeps_its_longest_name_whole_when_the_table_can_afford_it():
+    names = "s.prompt_following,s.edit_following,s.subject_consistency,s.x"
+    rows = [{"name": "s", "metrics": names, "options": names.replace("s.", "o.")}]
+    # at TEXT_FLOOR both lists would share one block of 4 + 2 + 16 + 2 + 16 = 40, splitting names; at their
+    # longest name (22) they fold into two blocks of 4 + 2 + 34 and each name stays whole
+    blocks = render_rows(rows, "table", width=40).split("\n\n")
+    assert [b.splitlines()[2:] for b in blocks] == [
+        ["s     s.prompt_following,", "      s.edit_following,", "      s.subject_consistency,s.x"],
+        ["s     o.prompt_following,", "      o.edit_following,", "      o.subject_consistency,o.x"]]
+
+
+def test_every_table_folds_to_the_terminal_unless_asked_whole(monkeypatch):
+    rows = [{"name": "n", "description": "word " * 60}]
+    monkeypatch.setenv("COLUMNS", "50")
+    assert max(map(len, render_rows(rows, "table").splitlines())) <= 50  # no width given: the terminal's
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr("os.get_terminal_size", lambda fd=1: (_ for _ in ()).throw(OSError("no terminal")))
+    assert max(map(len, render_rows(rows, "table").splitlines())) == FALLBACK_WIDTH
 
 
 def test_columns_that_cannot_be_cut_fold_into_blocks_repeating_the_key():
