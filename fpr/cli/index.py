@@ -58,6 +58,7 @@ def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers,
 @click.pass_context
 def list_cmd(ctx, width, wide, fmt) -> None:
     """List stored indices (the table folds to the terminal; --wide or --format csv: whole)."""
+    api.require_workspace(ctx.obj["workspace"])
     click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 

@@ -39,4 +39,19 @@ def test_listings_fold_to_the_width_and_lose_nothing_silently(args, tmp_path, mo
 
 
 def test_an_empty_listing_says_so(tmp_path):
-    assert run_cli(tmp_path / "ws", "runs", "--width", "50").stdout.strip() == "(no rows)"
+    from fpr.store.workspace import Workspace
+
+    with Workspace.open(tmp_path / "ws").write():  # a workspace with nothing stored yet
+        pass
+    for args in (["runs"], ["gallery", "list"], ["index", "list"]):
+        assert run_cli(tmp_path / "ws", *args, "--width", "50").stdout.strip() == "(no rows)"
+
+
+@pytest.mark.parametrize("args", (["runs"], ["gallery", "list"], ["index", "list"]), ids=" ".join)
+def test_a_misspelt_workspace_is_an_error_naming_the_path(args, tmp_path):
+    """``fpr runs`` on a misspelt workspace printed "(no rows)" and exited 0 (issue #33)."""
+    res = run_cli(tmp_path / "wokspace", *args, ok=False)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        f"fpr: error: no fpr workspace here ({(tmp_path / 'wokspace').resolve()}); check --workspace (or "
+        "FPR_WORKSPACE) for a typo; 'fpr gallery import' or 'fpr demo' creates one"]
