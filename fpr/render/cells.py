@@ -20,15 +20,16 @@ ELLIPSIS = "…"  # ends a cut name (clip): a cell is cut only where it cannot w
 
 def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None = math.nan, *,
                 latex: bool = False) -> str:
-    """A number as fpr prints it everywhere: ``0.512``, with its interval ``0.512 [0.40,0.61]``; ``-`` when
+    """A number as fpr prints it everywhere: ``0.512``, with its interval ``0.512 [0.401,0.615]`` (the ends at
+    the value's precision: ``0.999 [1.00,1.00]`` read as an interval the value lies outside); ``-`` when
     missing. The CLI, the paper tables, the HTML report and the demo all format through here."""
     if v is None or not math.isfinite(float(v)):
         return "-"
     if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
         return f"{v:.3f}"
     if latex:
-        return f"{v:.3f} {{\\scriptsize[{lo:.2f}, {hi:.2f}]}}"
-    return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
+        return f"{v:.3f} {{\\scriptsize[{lo:.3f}, {hi:.3f}]}}"
+    return f"{v:.3f} [{lo:.3f},{hi:.3f}]"
 
 
 def interval_footnote(summary: list[dict]) -> str | None:

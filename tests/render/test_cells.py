@@ -9,10 +9,10 @@ from fpr.render.cells import (FALLBACK_WIDTH, MIN_WIDTH, WHOLE, clip, fold_colum
 
 def test_numbers_and_intervals_print_one_way():
     assert format_cell(0.51234) == "0.512"
-    assert format_cell(0.51234, 0.4012, 0.6149) == "0.512 [0.40,0.61]"
+    assert format_cell(0.51234, 0.4012, 0.6149) == "0.512 [0.401,0.615]"
     assert format_cell(0.5, math.nan, 0.6) == "0.500"
     assert format_cell(None) == format_cell(math.nan) == format_cell(math.inf) == "-"
-    assert format_cell(0.5, 0.4, 0.6, latex=True) == "0.500 {\\scriptsize[0.40, 0.60]}"
+    assert format_cell(0.5, 0.4, 0.6, latex=True) == "0.500 {\\scriptsize[0.400, 0.600]}"
 
 
 def test_tables_show_checksums_short_and_machine_formats_keep_them_whole():
@@ -106,3 +106,10 @@ def test_blocks_can_repeat_several_key_columns():
     blocks = render_rows(rows, "table", width=40, keys=2).split("\n\n")
     assert len(blocks) > 1 and all(b.splitlines()[2].split()[:2] == ["a", "cats"] for b in blocks)
     assert fold_columns([6, 4, 5, 5, 5], 20, keys=2) == [[0, 1, 2], [0, 1, 3], [0, 1, 4]]  # 6+2+4 = 12, + 7
+
+
+def test_a_value_and_its_interval_print_at_one_precision():
+    """``0.999 [1.00,1.00]`` read as a value outside its own interval (issue #33): the ends now print at the
+    value's three decimals."""
+    assert format_cell(0.999, 0.9981, 0.9999) == "0.999 [0.998,1.000]"
+    assert format_cell(0.05, -0.0204, 0.1) == "0.050 [-0.020,0.100]"
