@@ -319,3 +319,18 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     assert "  variant, claim (ii) ties-half" in block and "  regime, specialist fpr-world-v3: oracle mAP" in block
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
     assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output
+
+
+def test_quick_demo_json_names_its_schema_and_follows_it(quick_demo):
+    """The demo's JSON had no ``schema`` field (issue #33): it is ``fpr.demo-result/1``, and the document
+    validates against the package's ``fpr/schemas/demo-result-v1.json``, as run results do against theirs."""
+    import jsonschema
+
+    from fpr.workflows.demo import DEMO_SCHEMA_FILE
+
+    _, out = quick_demo
+    assert out["schema"] == "fpr.demo-result/1"
+    schema = json.loads(DEMO_SCHEMA_FILE.read_text())
+    jsonschema.validate(out, schema, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**out, "extra": 1}, schema, cls=jsonschema.Draft202012Validator)

@@ -1,7 +1,7 @@
 """The prepared workspace the documented examples run in, built once per session.
 
-``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name),
-beside it the files the docs name: ``data/animals/<group>/<identity>/*.png`` (the demo world's gallery and
+``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name), with
+the index the full demo leaves (``world-demo-s0-fpr-world-v3``, built over the quick gallery), beside it the files the docs name: ``data/animals/<group>/<identity>/*.png`` (the demo world's gallery and
 reference images), ``generated.csv`` (three of the demo's methods as generated images, with the world's
 ``drift`` column), ``textual-inversion.csv`` (two other methods) and ``queries.csv`` with ``a.png``/``b.png``
 (two images, for the serve example's upload). Each document gets a copy of it as its working folder (see
@@ -22,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RUN = "demo-quick"
 DEMO_GALLERY = "world-demo-s0-quick"
+DEMO_INDEX = "world-demo-s0-fpr-world-v3"  # the full demo's index name, which README.md's serve example uses
 GENERATED_METHODS = ("new-scene@0", "new-scene@0.5", "paste")  # world version 3 names
 SECOND_RUN_METHODS = ("new-scene@0.1", "new-scene@1")  # docs/reports.md merges a second run
 FIRST_DOC = "README.md"
@@ -94,6 +95,11 @@ def docs_world(tmp_path_factory) -> DocsWorld:
     r = subprocess.run(["fpr", "--workspace", str(ws), "demo", "--quick", "--run", DEMO_RUN, "--no-copy-paste"],
                        cwd=world.base, env=world.env(world.base), capture_output=True, text=True, timeout=480,
                        check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # the index `make demo` leaves (README's serve example names it), here over the quick demo's gallery
+    r = subprocess.run(["fpr", "--workspace", str(ws), "index", "build", "--gallery", DEMO_GALLERY, "--encoder",
+                        "fpr-world-v3", "--name", DEMO_INDEX, "--no-difficulty"], cwd=world.base,
+                       env=world.env(world.base), capture_output=True, text=True, timeout=480, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     demo = ws / "demo" / DEMO_GALLERY
     _animals(demo, world.base / "data" / "animals")

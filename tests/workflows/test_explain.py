@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from fpr.files import safe_stem
 from fpr import api
+from fpr.files import safe_stem
 from fpr.galleries.curate import GallerySpec
 from fpr.render.overlay import blend
 from tests.conftest import run_cli
