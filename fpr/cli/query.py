@@ -1,8 +1,6 @@
 """``fpr query``, ``report``, ``runs``, ``export``, ``score``, ``compare``, ``embed``, ``sql``."""
 from __future__ import annotations
 
-import textwrap
-
 import click
 
 from fpr import api, progress
@@ -11,7 +9,7 @@ from fpr.cli.main import (batch_size_option, cli, device_option, engine_options,
                           workers_option)
 from fpr.defaults import DEFAULT_REPORT_METRICS, READABLE_REPORT_METRICS
 from fpr.errors import InputError
-from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width
+from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width, wrap_text
 
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -225,8 +223,8 @@ def _print_headroom(per_query, fmt: str, width: int | None) -> None:
 
 
 def _wrap(text: str, width: int | None) -> str:
-    """Prose at the table's width, continued lines indented; names (fpr-world-v3) never split at hyphens."""
-    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False) if width else text
+    """Prose at the table's width (None: a machine format, whole)."""
+    return wrap_text(text, width) if width else text
 
 
 @cli.group("runs", invoke_without_command=True)

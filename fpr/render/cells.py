@@ -63,6 +63,16 @@ def terminal_width(width: int | None = None) -> int:
     return max(MIN_WIDTH, int(width))
 
 
+def wrap_text(text: str, width: int | None = None) -> str:
+    """Prose (a note, a line under a table) at the tables' width (None: :func:`terminal_width`; :data:`WHOLE`: one
+    line), continued lines indented; names such as ``fpr-world-v3`` never split at their hyphens."""
+    import textwrap
+
+    if width == WHOLE:
+        return text
+    return textwrap.fill(text, terminal_width(width), subsequent_indent="  ", break_on_hyphens=False)
+
+
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, the last one an ellipsis when anything was cut."""
     return text if len(text) <= width else text[:max(0, width - 1)] + ELLIPSIS
