@@ -8,9 +8,12 @@ options. :mod:`fpr.encoders.registry` holds the specs.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+from pathlib import Path
 
-from fpr.encoders.weights import weights_dir
+from fpr.encoders.weights import WeightsSource, resolve_weights, verify_weights, weights_dir
 from fpr.errors import InputError, NotFoundError, choices_hint
 from fpr.registry import Registry
 
@@ -51,6 +54,55 @@ def check_encoder_id(encoder_id: str) -> str:
     return encoder_id
 
 
+# The built-in encoders' declarations `fpr encoders list` shows (family, dimension, input size, protocol name,
+# description, text tower, weights source), read instead of importing their modules (which import torch).
+# Written from the specs by fpr.workflows.encoders.write_catalog; tests/workflows/test_encoder_catalog.py checks it.
+CATALOG_FILE = Path(__file__).resolve().parent / "catalog.json"
+
+
+def stored_catalog() -> dict[str, dict]:
+    return json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+
+
+def weights_source(fields: dict) -> WeightsSource:
+    """A :class:`WeightsSource` from its JSON form (lists back to tuples)."""
+    return WeightsSource(**{k: tuple(tuple(x) if isinstance(x, list) else x for x in v) if isinstance(v, list) else v
+                            for k, v in fields.items()})
+
+
+def catalog_entry(entry: dict, source: WeightsSource) -> dict:
+    """One encoder's catalog entry: its shown fields and its weights source as JSON."""
+    return {**entry, "weights": json.loads(json.dumps(dataclasses.asdict(source)))}
+
+
+def builtin_only() -> bool:
+    """Whether the encoders fpr knows are the built-in ones only (no trained card, plugin or toy): then the
+    catalog lists them all without importing a module."""
+    return set(ENCODERS.known_names()) == set(BUILTIN) and not trained_ids()
+
+
+def describe_entry(encoder_id: str, entry: dict, source: WeightsSource) -> dict:
+    """One row of ``fpr encoders list`` from an encoder's shown fields and weights source: honest status (the
+    weights looked up on disk now), never raising."""
+    resolved = resolve_weights(encoder_id, source, required=False)
+    status = "available" if resolved.found else ("incomplete" if resolved.where == "incomplete" else "missing")
+    verification = verify_weights(encoder_id, source, resolved)
+    return {"id": encoder_id, "family": entry["family"], "dim": entry["dim"], "input": entry["input"],
+            "preprocessing": entry["preprocessing"], "status": status,
+            "weights": str(resolved.path) if resolved.path else None,
+            "found_in": resolved.where if resolved.found else None,
+            "checksum": resolved.checksum if resolved.found else None,
+            "verified": verification.status, "verification": verification.detail or None, "text": entry["text"],
+            "description": entry["description"],
+            "reason": _incomplete_reason(encoder_id, source) if status == "incomplete" else None}
+
+
+def _incomplete_reason(encoder_id: str, source: WeightsSource) -> str:
+    folder = weights_dir() / (source.folder_name or encoder_id)
+    missing = [n for n in source.extra_files if not (folder / n).is_file()]
+    return f"the weights folder {folder} lacks {', '.join(missing)}"
+
+
 VALID_DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
@@ -75,5 +127,6 @@ def check_workers(workers: int | None) -> int | None:
     return workers
 
 
-__all__ = ["BUILTIN", "CARD_NAME", "DISCOVERING_MODULES", "ENCODERS", "VALID_DEVICES", "check_batch_size",
-           "check_device", "check_encoder_id", "check_workers", "known_ids", "trained_ids"]
+__all__ = ["BUILTIN", "CARD_NAME", "CATALOG_FILE", "DISCOVERING_MODULES", "ENCODERS", "VALID_DEVICES", "builtin_only",
+           "catalog_entry", "check_batch_size", "check_device", "check_encoder_id", "check_workers", "describe_entry",
+           "known_ids", "stored_catalog", "trained_ids", "weights_source"]

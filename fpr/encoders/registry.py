@@ -23,7 +23,7 @@ import torch
 
 from fpr import keys
 from fpr.encoders.catalog import (BUILTIN, DISCOVERING_MODULES, ENCODERS, VALID_DEVICES, check_batch_size,
-                                  check_device, check_encoder_id, check_workers)
+                                  check_device, check_encoder_id, check_workers, describe_entry)
 from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched, forward_part
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
@@ -278,35 +278,15 @@ def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "
     return Encoder(spec, resolved, model, pick_device(device))
 
 
+def spec_entry(spec: EncoderSpec) -> dict:
+    """What ``fpr encoders list`` shows of a spec beside its weights (as :mod:`fpr.encoders.catalog` keeps it)."""
+    return {"family": spec.family, "dim": spec.dim, "input": spec.input_size, "preprocessing": spec.preprocessing.name,
+            "description": spec.description, "text": spec.build_text is not None}
+
+
 def describe(spec: EncoderSpec) -> dict:
     """One row of ``fpr encoders list``: honest status, never raising."""
-    resolved = resolve_weights(spec.id, spec.weights, required=False)
-    status = "available" if resolved.found else ("incomplete" if resolved.where == "incomplete" else "missing")
-    verification = verify_weights(spec.id, spec.weights, resolved)
-    return {
-        "id": spec.id,
-        "family": spec.family,
-        "dim": spec.dim,
-        "input": spec.input_size,
-        "preprocessing": spec.preprocessing.name,
-        "status": status,
-        "weights": str(resolved.path) if resolved.path else None,
-        "found_in": resolved.where if resolved.found else None,
-        "checksum": resolved.checksum if resolved.found else None,
-        "verified": verification.status,
-        "verification": verification.detail or None,
-        "text": spec.build_text is not None,
-        "description": spec.description,
-        "reason": _incomplete_reason(spec) if status == "incomplete" else None,
-    }
-
-
-def _incomplete_reason(spec: EncoderSpec) -> str:
-    from fpr.encoders.weights import weights_dir
-
-    folder = weights_dir() / (spec.weights.folder_name or spec.id)
-    missing = [n for n in spec.weights.extra_files if not (folder / n).is_file()]
-    return f"the weights folder {folder} lacks {', '.join(missing)}"
+    return describe_entry(spec.id, spec_entry(spec), spec.weights)
 
 
 def describe_broken(broken: BrokenEncoder) -> dict:

@@ -140,12 +140,17 @@ def test_report_computes_each_interval_once(tmp_path, tiny_tree, monkeypatch):
 
 
 def test_listing_commands_import_no_torch(tmp_path):
-    """`fpr scorers list`/`show` read the scorers' catalog (tests/workflows/test_scorer_catalog.py), not their
-    modules, most of which import torch (issue #33 item 5)."""
+    """`fpr scorers list`/`show` and `fpr encoders list` read catalogs (tests/workflows/test_scorer_catalog.py,
+    test_encoder_catalog.py), not their modules, most of which import torch (issue #33 item 5)."""
+    from fpr.store.workspace import Workspace
+
+    with Workspace.open(tmp_path / "ws").write():
+        pass
     ws = ["--workspace", str(tmp_path / "ws")]
-    for args in (["scorers", "list"], ["scorers", "show", "copy-paste"], ["--help"], [*ws, "runs"]):
+    for args in (["scorers", "list"], ["scorers", "show", "copy-paste"], ["encoders", "list"], ["--help"],
+                 [*ws, "runs"]):
         heavy, proc = _heavy(*args)
-        assert heavy == "", (args, heavy)
+        assert proc.returncode == 0 and heavy == "", (args, heavy, proc.stderr)
     listed, _ = _heavy("scorers", "list", "--format", "json")
     assert {r["name"] for r in json.loads(_.stdout)} == set(__import__("fpr.scorers").scorers.BUILTIN)
 
