@@ -35,7 +35,12 @@ RUN = [b for b in BLOCKS if b.kind != "output"]
 
 def why_skipped(block: Block) -> str | None:
     """Why a block cannot run here as written (its marker's reason, a name that needs a download, a judge
-    endpoint this machine has not), or None: it runs, exactly as written (nothing in it is rewritten)."""
+    endpoint this machine has not, a run or gallery only a block skipped for a download makes), or None: it
+    runs, exactly as written (nothing in it is rewritten)."""
+    return SKIPPED.get(block.id)
+
+
+def _own_reason(block: Block) -> str | None:
     if block.skip_marker:
         return block.skip_reason or "marked docs-test: skip"
     for name, why in UNAVAILABLE:
@@ -50,6 +55,29 @@ def why_skipped(block: Block) -> str | None:
     return None
 
 
+MADE = re.compile(r"--(?:run|name) ([\w@.-]+)")  # the runs, galleries and indices a block stores
+
+
+def _skipped(blocks: list[Block]) -> dict[str, str]:
+    """Each skipped block's reason, in reading order: a block that uses a run, gallery or index that only a block
+    skipped for a download would store is skipped too, naming that block (it would fail, not test the docs)."""
+    out: dict[str, str] = {}
+    missing: dict[str, str] = {}  # name -> the skipped block that stores it
+    for b in blocks:
+        why = _own_reason(b)
+        if why is None:
+            used = [n for n in missing if re.search(rf"(?<![\w.@-]){re.escape(n)}(?![\w@-])", b.text)]
+            if used:
+                why = f"uses {used[0]}, which {missing[used[0]]} stores (skipped there)"
+        if why is None:
+            continue
+        out[b.id] = why
+        if not b.skip_marker:  # a download or endpoint this machine lacks: what the block stores does not exist
+            for name in MADE.findall(b.text):
+                missing.setdefault(name, b.id)
+    return out
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -57,6 +85,9 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+SKIPPED = _skipped(RUN)
 
 
 def _free_port() -> int:
