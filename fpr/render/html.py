@@ -146,20 +146,13 @@ class Reference:
 
 TICK_STEP = 0.25  # 0, 0.25, 0.5, 0.75, 1: more than the two ends, few enough to read at 390 px
 CHAR_PX = 6.2  # the mean width of a character of the 11 px labels (the legend's spacing)
-# An upper bound on each glyph's width in an 11 px sans-serif font (wide letters and '@' reach 10 px), so a
-# label column is never narrower than its longest method's name: its first letters were cut off the chart
-# (`ew-scene@0.25`) when 6.2 px a character sized it.
-_WIDE, _NARROW = set("mwMW@%&"), set("ijlft.,:;|!'()[]I ")
-
-
-def text_px(text: str) -> float:
-    """The most pixels ``text`` takes in the charts' 11 px labels."""
-    return sum(10.0 if c in _WIDE else 4.0 if c in _NARROW else 8.0 if c.isupper() else 7.0 for c in text)
+_PX = {**dict.fromkeys("mwMW@%&", 10.0), **dict.fromkeys("ijlft.,:;|!'()[]I ", 4.0)}  # 11 px glyphs' widths, at most
 
 
 def label_width(names: Sequence[str]) -> int:
-    """The label column of a chart: its longest name (at least 4 characters' worth) and 8 px of margin."""
-    return int(8 + max([text_px(n) for n in names] + [4 * 7.0]))
+    """The label column: its longest name at the glyphs' widest (at least 4 characters), + 8 px; sized by the mean
+    width it cut first letters off (`ew-scene@0.25`). Labels start at the left edge: never off the chart."""
+    return int(8 + max([28.0] + [sum(_PX.get(c, 8.0 if c.isupper() else 7.0) for c in n) for n in names]))
 
 
 def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence[tuple[str, Sequence[Bar]]],
@@ -202,8 +195,6 @@ def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence
                  f"{_e(axis_label)}</text>")
     for mi, (method, bars) in enumerate(rows):
         y0 = top + mi * row_h
-        # anchored at the left edge: a name a font draws wider than estimated runs into the plot, never off
-        # the chart's left side
         items.append(f'<text x="4" y="{y0 + row_h / 2 + 3:.1f}" class="s">{_e(method)}</text>')
         for b in bars:
             if not np.isfinite(b.value):
