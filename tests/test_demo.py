@@ -185,7 +185,7 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     assert len(out["validity"]["agreement"]) == 6  # 2 method sets x mAP, Sim, top margin
     for row, text in zip(out["validity"]["agreement"], body, strict=True):
         assert text.startswith(row["methods"]) and f" {row['metric']} " in text
-        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
+        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.3f},{row['ppa_hi']:.3f}]" in text
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
     # the headroom table: per method the AP = 1 share (the validity's) and the AP tie share of its identity's pairs
     head = lines.index(f"headroom under {out['encoder']}: can this gallery tell the best methods apart?")

@@ -190,12 +190,16 @@ def _block(cols: Sequence[str], cells: Sequence[Sequence[str]], widths: dict[int
     return "\n".join(lines)
 
 
+_INTERVAL = re.compile(r"-?\d+\.\d+ \[-?\d+\.\d+,-?\d+\.\d+\]")  # format_cell's value with its interval
+
+
 def _looks_numeric(s: str) -> bool:
+    """A number, ``-`` (missing) or a number with its interval: right-aligned, never wrapped."""
     try:
         float(s)
         return True
     except ValueError:
-        return s == "-"
+        return s == "-" or bool(_INTERVAL.fullmatch(s))
 
 
 def to_jsonable(v: Any) -> Any:

@@ -189,14 +189,14 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
     qdf = inputs.normalize_queries(queries)
-    if not skip_unreadable:
-        inputs.check_query_files(qdf, queries)
     opened = relevance.open_index(ws, index, encoder=encoder)
     if oracle:
         qdf = append_oracle(qdf, opened.items)
-    # Missing identities are an error before any model is loaded.
+    # Missing identities and missing image files are errors before any model is loaded.
     relevance.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
+    if not skip_unreadable:
+        inputs.check_query_files(qdf, queries)
     # on Ray the model is shipped to the actors from here, which place it on their own device
     enc = index_encoder(opened, weights, "cpu" if ray_opts else device)
     engine_info = None

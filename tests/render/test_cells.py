@@ -113,3 +113,10 @@ def test_a_value_and_its_interval_print_at_one_precision():
     value's three decimals."""
     assert format_cell(0.999, 0.9981, 0.9999) == "0.999 [0.998,1.000]"
     assert format_cell(0.05, -0.0204, 0.1) == "0.050 [-0.020,0.100]"
+
+
+def test_a_value_with_its_interval_never_wraps():
+    rows = [{"methods": "generations", "metric": "mAP", "ppa": format_cell(0.664, 0.594, 0.793),
+             "note": "a long note " * 8}]
+    got = render_rows(rows, "table", width=60)
+    assert "0.664 [0.594,0.793]" in got  # whole on its line (a comma is no place to break a number)
