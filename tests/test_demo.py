@@ -175,6 +175,7 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
                           out["validity"], out["timings"], out["world"])
     monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
+    monkeypatch.setenv("COLUMNS", "160")  # the whole table on one block (at 100 it folds, repeating the methods)
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
