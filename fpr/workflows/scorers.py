@@ -1,7 +1,7 @@
 """``fpr scorers list`` and ``fpr scorers show``: the registered scorers, their metrics and declared options.
 
 Listing imports no scorer module: most import torch, which costs seconds to a minute before a name is
-shown. The built-in scorers' declarations are read from ``fpr/scorers/data/catalog.json``, written from the
+shown. The built-in scorers' declarations are read from ``fpr/scorers/catalog.json``, written from the
 modules themselves by :func:`write_catalog` (``tests/workflows/test_scorer_catalog.py`` fails, naming this
 command, when a module's declarations and the file differ). A scorer already imported, or a plugin's, is
 described from its object.
@@ -14,7 +14,7 @@ from pathlib import Path
 from fpr.files import atomic_write_text
 from fpr.scorers import BUILTIN, SCORERS, Scorer, all_scorers, get_scorer
 
-CATALOG = Path(__file__).resolve().parents[1] / "scorers" / "data" / "catalog.json"
+CATALOG = Path(__file__).resolve().parents[1] / "scorers" / "catalog.json"
 
 
 def describe(sc: Scorer) -> dict:

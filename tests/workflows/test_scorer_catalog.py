@@ -1,4 +1,4 @@
-"""``fpr scorers list``/``show`` read the built-in scorers' declarations from ``fpr/scorers/data/catalog.json``
+"""``fpr scorers list``/``show`` read the built-in scorers' declarations from ``fpr/scorers/catalog.json``
 (no scorer module, no torch imported); the file must say what the modules declare."""
 from __future__ import annotations
 
