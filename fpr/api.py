@@ -30,7 +30,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.memory": ("Evaluator", "Scores"),
     "fpr.workflows.examples": ("Examples", "write_examples"),
     "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
-    "fpr.workflows.listing": ("list_runs", "run_content_version"),
+    "fpr.workflows.listing": ("list_runs", "require_workspace", "run_content_version"),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
                               "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
@@ -91,7 +91,7 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
     from fpr.workflows.plan import plan
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
-    from fpr.workflows.listing import list_runs, run_content_version
+    from fpr.workflows.listing import list_runs, require_workspace, run_content_version
     from fpr.workflows.reports import (
         ReportData, compare, export_document, export_run, html_report, paper_report, report_data, report_document)
     from fpr.workflows.scoring import score_from_table, score_run

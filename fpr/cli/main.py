@@ -20,6 +20,15 @@ COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query",
                    "refvnli", "vistar", "serve", "trajectories", "explain", "plan")
 
 
+# `fpr --help` lists the commands in these sections, in this order (a command in none: "other commands")
+COMMAND_SECTIONS = {
+    "evaluate": ("demo", "evaluate", "query", "score", "compare", "filter", "ablate", "plan", "explain"),
+    "galleries & indices": ("gallery", "index", "encoders", "embed"),
+    "scorers & judges": ("scorers", "vistar", "refvnli", "meta", "export-trajectories"),
+    "reports": ("report", "runs", "export", "sql"),
+    "service & admin": ("serve",),
+}
+
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
 GLOBAL_VALUED = ("--workspace",)
 
@@ -54,6 +63,22 @@ class FprGroup(click.Group):
         if ctx.parent is None:  # the top-level group sees the whole command line
             args = hoist_global_options(list(args))
         return super().parse_args(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The top-level commands by what they are for (:data:`COMMAND_SECTIONS`), not alphabetically."""
+        if ctx.parent is not None:
+            return super().format_commands(ctx, formatter)
+        names = [n for n in self.list_commands(ctx) if not getattr(self.get_command(ctx, n), "hidden", False)]
+        placed = {n for members in COMMAND_SECTIONS.values() for n in members}
+        sections = [(title, [n for n in members if n in names]) for title, members in COMMAND_SECTIONS.items()]
+        sections.append(("other commands", [n for n in names if n not in placed]))
+        width = max((len(n) for n in names), default=0)
+        for title, members in sections:
+            if members:
+                rows = [(n, self.get_command(ctx, n).get_short_help_str(max(formatter.width - width - 6, 20)))
+                        for n in members]
+                with formatter.section(title.capitalize()):
+                    formatter.write_dl(rows)
 
     def main(self, *args, **kwargs):
         """Usage errors (bad option values, unknown commands) as one line too, exit 2."""
@@ -134,13 +159,11 @@ def width_options():
     return decorate
 
 
-def table_width(width: int | None, wide: bool) -> int | None:
-    """The width a table folds to; None (whole cells) for ``--wide``."""
-    if wide:
-        return None
-    from fpr.render.cells import terminal_width
+def table_width(width: int | None, wide: bool) -> int:
+    """The width a table folds to; :data:`~fpr.render.cells.WHOLE` (every cell on one line) for ``--wide``."""
+    from fpr.render.cells import WHOLE, terminal_width
 
-    return terminal_width(width)
+    return WHOLE if wide else terminal_width(width)
 
 
 def device_option(what: str = "the encoder"):

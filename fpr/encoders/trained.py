@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from fpr.encoders.catalog import CARD_NAME
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.registry import BrokenEncoder, EncoderSpec, register_discoverer
 from fpr.encoders.weights import ResolvedWeights, WeightsSource, weights_dir
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 
-CARD_NAME = "fpr-encoder.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_FORMAT = 1
 

@@ -35,7 +35,7 @@ import pandas as pd
 from PIL import Image
 
 from fpr.errors import InputError
-from fpr.files import atomic_write_dir
+from fpr.files import atomic_write_dir, safe_stem
 from fpr.keys import fingerprint, keyed_rng
 from fpr.scorers.refvnli import data as rd
 
@@ -241,10 +241,6 @@ def _png(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _safe(frame_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in frame_id)
-
-
 def triplet_table(triplets: list[rd.Triplet], frames: dict[str, rd.Frame],
                   corruptions: dict[str, rd.Corruption]) -> pd.DataFrame:
     """One row per triplet with paths relative to the output folder."""
@@ -252,8 +248,8 @@ def triplet_table(triplets: list[rd.Triplet], frames: dict[str, rd.Frame],
     for n, t in enumerate(triplets):
         corrupted = t.target.endswith("#corrupted")
         base = t.target.split("#", 1)[0]
-        rows.append({"triplet_id": f"t{n:07d}", "reference_path": f"crops/{_safe(t.reference)}.png",
-                     "target_path": f"{'corrupted' if corrupted else 'frames'}/{_safe(base)}.png",
+        rows.append({"triplet_id": f"t{n:07d}", "reference_path": f"crops/{safe_stem(t.reference)}.png",
+                     "target_path": f"{'corrupted' if corrupted else 'frames'}/{safe_stem(base)}.png",
                      "prompt": t.prompt, "sp": t.sp, "ta": t.ta, "pair_kind": t.pair_kind,
                      "prompt_kind": t.prompt_kind, "prompt_source": t.prompt_source, "reference_frame": t.reference,
                      "target_frame": t.target, "entity": frames[base].entity,
@@ -303,8 +299,6 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
     else:
         frames = manifest_frames(source)
         described = {"source": "manifest", "path": str(Path(source).resolve())}
-    if len({_safe(f.frame_id) for f in frames}) != len(frames):
-        raise InputError("two frames would share a file name", hint="give frames distinct set, scene and file names")
     triplets, corruptions = rd.build_triplets(frames, settings)
     by_id = {f.frame_id: f for f in frames}
     table = triplet_table(triplets, by_id, corruptions)
@@ -323,11 +317,11 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
         for sub in ("frames", "crops", "corrupted"):
             (tmp / sub).mkdir()
         for f in frames:
-            (tmp / "frames" / f"{_safe(f.frame_id)}.png").write_bytes(_png(f.image))
+            (tmp / "frames" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(f.image))
             box = rd.subject_box(f.mask, settings.box_margin)
-            (tmp / "crops" / f"{_safe(f.frame_id)}.png").write_bytes(_png(rd.crop(f.image, box)))
+            (tmp / "crops" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(rd.crop(f.image, box)))
             if f.frame_id in corruptions:
-                (tmp / "corrupted" / f"{_safe(f.frame_id)}.png").write_bytes(_png(corruptions[f.frame_id].image))
+                (tmp / "corrupted" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(corruptions[f.frame_id].image))
         if manifest_format == "parquet":
             table.to_parquet(tmp / name, index=False)
         else:
