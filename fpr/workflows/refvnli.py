@@ -39,6 +39,8 @@ from fpr.files import atomic_write_dir
 from fpr.keys import fingerprint, keyed_rng
 from fpr.scorers import refvnli_data as rd
 
+DATA_CARD = "refvnli-data.json"  # the card of a data folder (read back by `fpr refvnli train`)
+DATA_FORMAT = "fpr-refvnli-data/1"
 MANIFEST_COLUMNS = ("path", "entity", "subject", "scene", "set", "details")  # + mask or box
 TRIPLET_COLUMNS = ["triplet_id", "reference_path", "target_path", "prompt", "sp", "ta", "pair_kind", "prompt_kind",
                    "prompt_source", "reference_frame", "target_frame", "entity", "corruption_mse"]
@@ -310,7 +312,7 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
     table = triplet_table(triplets, by_id, corruptions)
     counts = table.groupby(["pair_kind", "prompt_kind"]).size()
     counts = {f"{a}/{b}": int(v) for (a, b), v in counts.items()}
-    card = {"format": "fpr-refvnli-data/1", "source": described,
+    card = {"format": DATA_FORMAT, "source": described,
             "settings": {k: v for k, v in asdict(settings).items() if k != "slots"},
             "slots": {k: list(v) for k, v in sorted(settings.slots.items())},
             "inpainting": "harmonic (Laplace) fill; the paper used a generative inpainter",
@@ -332,11 +334,11 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
             table.to_parquet(tmp / name, index=False)
         else:
             table.to_csv(tmp / name, index=False)
-        (tmp / "refvnli-data.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        (tmp / DATA_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
     atomic_write_dir(out, fill, hint="choose an output folder in a writable place")
     return RefvnliData(out, out / name, len(table), len(frames), counts, time.perf_counter() - start)
 
 
-__all__ = ["RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view", "folder_frames", "manifest_frames",
-           "triplet_table", "world_frames", "world_slots"]
+__all__ = ["DATA_CARD", "DATA_FORMAT", "RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view",
+           "folder_frames", "manifest_frames", "triplet_table", "world_frames", "world_slots"]
