@@ -6,7 +6,8 @@ functions included).
 - ``hashlib``, ``uuid``, ``datetime.now``: fpr/keys.py (hash recipes, random suffixes, ids, timestamps);
 - ``os.environ`` / ``os.getenv``: fpr/settings.py (every variable declared with type, default and doc);
 - ``os.replace``: fpr/files.py (the one writer);
-- ``importlib.import_module`` / ``__import__``: fpr/registry.py (registries, the lazy facade, command modules).
+- ``importlib.import_module`` / ``__import__``: fpr/registry.py (registries, the lazy facade, command modules);
+- ``numba.njit`` / ``numba.jit``: fpr/compiled.py (kept in numba's cache where it can write, else compiled in memory).
 
 Each rule is proven by a probe module that breaks it, written into a temporary package the checker reads.
 """
@@ -28,15 +29,18 @@ OWNERS = {
     "os.environ": ("settings.py", "fpr.settings (get, flag, raw)"),
     "os.replace": ("files.py", "fpr.files (atomic_write*, replace_file)"),
     "importlib.import_module": ("registry.py", "fpr.registry (Registry, import_module, import_object)"),
+    "numba.njit": ("compiled.py", "fpr.compiled.njit"),
 }
 # dotted uses -> the mechanism they are
 ATTRIBUTES = {"os.environ": "os.environ", "os.getenv": "os.environ", "os.putenv": "os.environ",
               "os.unsetenv": "os.environ", "os.replace": "os.replace", "datetime.now": "datetime.now",
               "datetime.utcnow": "datetime.now", "datetime.datetime.now": "datetime.now",
-              "datetime.datetime.utcnow": "datetime.now", "importlib.import_module": "importlib.import_module"}
+              "datetime.datetime.utcnow": "datetime.now", "importlib.import_module": "importlib.import_module",
+              "numba.njit": "numba.njit", "numba.jit": "numba.njit"}
 # `from X import Y` -> the mechanism
 FROM_IMPORTS = {("os", "environ"): "os.environ", ("os", "getenv"): "os.environ", ("os", "replace"): "os.replace",
-                ("importlib", "import_module"): "importlib.import_module"}
+                ("importlib", "import_module"): "importlib.import_module", ("numba", "njit"): "numba.njit",
+                ("numba", "jit"): "numba.njit"}
 MODULES = {"sqlite3": "sqlite3", "hashlib": "hashlib", "uuid": "uuid"}
 
 
@@ -109,6 +113,8 @@ PROBES = {
     "importlib.import_module": "import importlib\n\nM = importlib.import_module('json')\n",
     "from importlib import import_module": "from importlib import import_module\n",
     "__import__": "M = __import__('json')\n",
+    "numba.njit": "import numba\n\n\n@numba.njit(cache=True)\ndef f(x):\n    return x\n",
+    "from numba import njit": "def f():\n    from numba import njit\n    return njit\n",
 }
 EXPECTED = {
     "sqlite3": "eval/probe.py:1 uses sqlite3 (owner: fpr/cache.py",
@@ -122,6 +128,8 @@ EXPECTED = {
     "importlib.import_module": "eval/probe.py:3 uses importlib.import_module (owner: fpr/registry.py",
     "from importlib import import_module": "eval/probe.py:1 uses importlib.import_module (owner: fpr/registry.py",
     "__import__": "eval/probe.py:1 uses importlib.import_module (owner: fpr/registry.py",
+    "numba.njit": "eval/probe.py:4 uses numba.njit (owner: fpr/compiled.py",
+    "from numba import njit": "eval/probe.py:2 uses numba.njit (owner: fpr/compiled.py",
 }
 
 

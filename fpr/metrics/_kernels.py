@@ -16,7 +16,7 @@ scheduling: numba's static ``prange`` split stalls on a machine whose cores are 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
 # A row with m <= PASSES_MAX distinct relevant values is counted with one vectorised pass per distinct
@@ -27,7 +27,7 @@ PASSES_MAX = 64
 PASS_COST = 48
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _row(s, rel, u, hist):
     """(ap, first, last, n_rel, bad) of one row; ``u``/``hist`` are scratch arrays of len(row)."""
     g = s.shape[0]
@@ -42,7 +42,7 @@ def _row(s, rel, u, hist):
     return _finish(s, u, r, hist)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _row_idx(s, idx, u, hist):
     """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
     r = idx.shape[0]
@@ -54,7 +54,7 @@ def _row_idx(s, idx, u, hist):
     return _finish(s, u, r, hist)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _finish(s, u, r, hist):
     """AP and ranks from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
     g = s.shape[0]
@@ -88,7 +88,7 @@ def _finish(s, u, r, hist):
     return walk(hist, m, r)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def count_ge(s, x):
     """How many of ``s`` are >= x (NaN never): a branchless pass the compiler vectorises."""
     c = 0
@@ -97,7 +97,7 @@ def count_ge(s, x):
     return c
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def distinct(u, r, hist):
     """Sort the relevant scores ``u[:r]``: their distinct values ascending into ``u[:m]``, multiplicities
     into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step)."""
@@ -118,7 +118,7 @@ def distinct(u, r, hist):
     return m
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bin_of(u, m, v):
     """Index of the highest of the m distinct relevant values ``u[:m]`` that is <= v (v >= u[0])."""
     lo = 0
@@ -131,7 +131,7 @@ def bin_of(u, m, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def walk(hist, m, r):
     """(ap, first, last, n_rel, False) from the counts ``hist[:m]`` (items whose score falls at or above
     each distinct relevant value and below the next) and the multiplicities ``hist[m:2m]``."""
@@ -150,7 +150,7 @@ def walk(hist, m, r):
     return ap / r, first, n_ge, r, False
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
     """Rows [start, end) with a boolean relevance mask; returns True if a relevant score is NaN."""
     g = scores.shape[1]
@@ -163,7 +163,7 @@ def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
     return bad
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, start, end):
     """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
     ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
