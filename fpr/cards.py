@@ -9,11 +9,17 @@ leading out). Every failure is one :class:`~fpr.errors.InputError` naming the fi
 field, so a user knows which file to rebuild or fix; nothing is written before these checks.
 
 Images the files name are read by :mod:`fpr.images` (its decompression-bomb limit), never here.
+
+Names: fpr keeps paths, identities and groups as UTF-8 text (hashed into keys, stored in DuckDB and
+Parquet), so a file or folder name holding bytes that are not UTF-8 (``b"\\xff"``, which Python carries
+as a lone surrogate) is refused by :func:`utf8_path` in one line showing the bytes, before anything is
+stored, rather than failing later inside a hash or the database.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -139,4 +145,20 @@ def confined(base: str | Path, value: Any, *, name: str, where: str) -> Path:
     return target
 
 
-__all__ = ["Field", "binary_labels", "check_fields", "confined", "finite", "read_card"]
+def shown_path(path: str | Path) -> str:
+    """A path as printable text: bytes that are not UTF-8 shown as ``\\xff`` escapes."""
+    return os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+
+
+def utf8_path(path: str | Path, *, what: str = "file name", hint: str | None = None) -> str:
+    """``path`` as text when its name is UTF-8; else one InputError showing its bytes."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{what} is not UTF-8 text", where=shown_path(text),
+                         hint=hint or "rename it with UTF-8 characters (fpr stores names as UTF-8 text)") from None
+    return text
+
+
+__all__ = ["Field", "binary_labels", "check_fields", "confined", "finite", "read_card", "shown_path", "utf8_path"]

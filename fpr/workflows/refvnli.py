@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from fpr.cards import utf8_path
 from fpr.errors import InputError
 from fpr.files import atomic_write_dir
 from fpr.keys import fingerprint, keyed_rng
@@ -217,7 +218,8 @@ def folder_frames(path: str | Path, entity: str | None = None) -> list[rd.Frame]
     each identity one scene) or video frames ``<folder>/<scene>/<entity>/*.png`` (each scene's entity one
     subject; scenes of an entity paired into sets)."""
     root = Path(path).expanduser()
-    images = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    images = sorted(Path(utf8_path(p, what="frame file name")) for p in root.rglob("*")
+                    if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     depths = sorted({len(p.relative_to(root).parts) for p in images})
     if not images:
         raise InputError("no images in the folder", where=str(root),
