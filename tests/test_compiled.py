@@ -59,11 +59,16 @@ def _values(proc: subprocess.CompletedProcess) -> dict:
     return got
 
 
-def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once(tmp_path):
-    site = _install(tmp_path)
-    blocker = tmp_path / "a-file"
-    blocker.write_text("caches cannot be made below a file\n")
-    proc = _run(site, blocker / "numba", blocker / "xdg")
+@pytest.fixture
+def blocker(tmp_path) -> Path:
+    """A regular file: no folder can be made below it, not even by root."""
+    path = tmp_path / "a-file"
+    path.write_text("caches cannot be made below a file\n")
+    return path
+
+
+def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once(tmp_path, blocker):
+    proc = _run(_install(tmp_path), blocker / "numba", blocker / "xdg")
     _values(proc)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     said = [ln for ln in lines if "numba kernel cache" in ln]
@@ -71,11 +76,8 @@ def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
 
-def test_a_writable_numba_cache_dir_is_used_and_nothing_is_said(tmp_path):
-    site = _install(tmp_path)
-    blocker = tmp_path / "a-file"
-    blocker.write_text("caches cannot be made below a file\n")
-    proc = _run(site, tmp_path / "numba-cache", blocker / "xdg")
+def test_a_writable_numba_cache_dir_is_used_and_nothing_is_said(tmp_path, blocker):
+    proc = _run(_install(tmp_path), tmp_path / "numba-cache", blocker / "xdg")
     _values(proc)
     assert "numba kernel cache" not in proc.stderr
     kept = {p.name.split(".")[0] for p in (tmp_path / "numba-cache").rglob("*.nbi")}

@@ -223,3 +223,61 @@ def test_schemathesis_finds_no_server_error(server, tmp_path):
     statuses = [json.loads(l)["status"] for l in server.log.read_text().splitlines()[start:]
                 if l.startswith("{") and '"event": "request"' in l]
     assert len(statuses) > 100 and max(s for s in statuses if s is not None) < 500
+
+
+def _archive(rows: list[dict]) -> bytes:
+    """A zip of a real submission: ``queries.csv`` at its root and every image under the name it lists."""
+    import io
+    import zipfile
+    from pathlib import Path
+
+    from tests.serve.conftest import queries_csv, upload_name
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("queries.csv", queries_csv(rows))
+        for r in rows:
+            zf.writestr(upload_name(r["path"]), Path(r["path"]).read_bytes())
+    return buf.getvalue()
+
+
+@pytest.mark.slow
+def test_a_stateful_fuzzer_follows_submissions_to_real_runs(server, world):
+    """Issue #35 (stateful phase): a schemathesis state machine whose submissions carry a real archive follows the
+    OpenAPI links from ``POST /v1/runs`` to the run routes with the run's real name: GET /v1/runs/{run} answers
+    200 (before the links it only ever saw 404), and no step is a server error."""
+    schemathesis = pytest.importorskip("schemathesis")
+    import json
+    import re
+
+    from hypothesis import HealthCheck, settings
+
+    _ws, queries = world
+    archive = _archive(queries[:2])
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    base = schema.as_state_machine()
+
+    class Machine(base):  # type: ignore[misc, valid-type]
+        def before_call(self, case) -> None:
+            if case.method.upper() == "POST" and case.path == "/v1/runs":
+                scope = case.body.get("scope") if isinstance(case.body, dict) else None
+                # realistic data in the producer only: every consumer's run name comes from its response (links)
+                case.body = {"index": INDEX, "archive": archive, **({"scope": scope} if scope else {})}
+
+        def get_call_kwargs(self, case) -> dict:
+            return {"headers": {"Authorization": f"Bearer {TOKENS['bob']}"}, "timeout": 20}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs) -> None:
+            assert response.status_code < 500, (case.method, case.path, response.status_code)
+
+    start = len(server.log.read_text().splitlines())
+    Machine.run(settings=settings(max_examples=15, stateful_step_count=6, deadline=None, database=None,
+                                  derandomize=True, suppress_health_check=list(HealthCheck)))
+    requests = [json.loads(ln) for ln in server.log.read_text().splitlines()[start:]
+                if ln.startswith("{") and '"event": "request"' in ln]
+    accepted = [r for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs" and r["status"] == 202]
+    run_reads = [r for r in requests if r["method"] == "GET" and re.fullmatch(r"/v1/runs/[^/]+", r["path"])
+                 and r["status"] == 200]
+    assert accepted and run_reads, sorted({(r["method"], r["path"].split("/")[3] if r["path"].count("/") > 2 else
+                                           r["path"], r["status"]) for r in requests})
+    assert max(r["status"] for r in requests if r["status"] is not None) < 500
