@@ -84,7 +84,7 @@ def check_fields(card: dict, fields: Iterable[Field], *, where: str, what: str, 
     for f in fields:
         if f.name not in card:
             if f.required:
-                raise InputError(f"{what} lacks the field '{f.name}'", where=where, hint=hint)
+                raise InputError(f"{what} lacks {f.name}", where=where, hint=hint)
             continue
         value = card[f.name]
         if not f.accepts(value):

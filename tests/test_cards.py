@@ -27,7 +27,7 @@ def test_a_sound_card_is_returned_as_written(tmp_path):
     ('{"name": "x", "di', "not valid JSON"),
     ("[1, 2]", "must be a JSON object, found list"),
     ('"text"', "must be a JSON object, found str"),
-    ('{"name": "x", "lr": 1.0}', "lacks the field 'dim'"),
+    ('{"name": "x", "lr": 1.0}', "lacks dim"),
     ('{"name": "x", "dim": "3", "lr": 1.0}', "field 'dim' must be an integer"),
     ('{"name": "x", "dim": true, "lr": 1.0}', "field 'dim' must be an integer"),
     ('{"name": "x", "dim": 3, "lr": NaN}', "field 'lr' must be a finite number"),

@@ -4,6 +4,7 @@ trained silently, before fpr/cards.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,7 @@ CASES = {
     "truncated card": (lambda d: _edit_card(d, lambda t: t[:40]), (CARD, "not valid JSON")),
     "non-object card": (lambda d: _edit_card(d, lambda t: "[1, 2]"), (CARD, "must be a JSON object")),
     "manifest-less card": (lambda d: _edit_card(d, lambda t: json.dumps(
-        {k: v for k, v in json.loads(t).items() if k != "manifest"})), (CARD, "'manifest'")),
+        {k: v for k, v in json.loads(t).items() if k != "manifest"})), (CARD, "lacks manifest")),
     "card naming a manifest outside": (lambda d: _edit_card(d, lambda t: json.dumps(
         {**json.loads(t), "manifest": "../elsewhere.parquet"})), (CARD, "'manifest' leads outside")),
     "text file named .png": (lambda d: _first_frame(d).write_text("not an image"), (".png", "not a readable image")),
@@ -132,3 +133,28 @@ def test_a_sound_folder_still_reads_with_its_labels(data):
     # every reference crop, every target and every reference's whole frame, each once
     want = set(table.reference_path) | set(table.target_path) | {"frames/" + Path(p).name for p in table.reference_path}
     assert set(files.paths) == want
+
+
+def _frames_folder(root: Path) -> Path:
+    """``<root>/<identity>/*.png``: two identities (scenes) of two frames, seeded noise."""
+    from tests.conftest import write_image
+
+    for i, ident in enumerate(("a", "b")):
+        for k in range(2):
+            write_image(root / ident / f"{k}.png", seed=10 * i + k, size=32)
+    return root
+
+
+@pytest.mark.parametrize("case,damage,words", [
+    ("text file named .png", lambda r: (r / "a" / "0.png").write_text("not an image"), "not a readable image"),
+    ("empty file named .png", lambda r: (r / "a" / "0.png").write_bytes(b""), "empty (0 bytes)"),
+    ("decompression bomb", lambda r: (r / "a" / "0.png").write_bytes(bomb_png()), "decompression bomb"),
+    ("a name that is not UTF-8", lambda r: (r / "b").rename(Path(os.fsdecode(os.fsencode(str(r)) + b"/\xff"))),
+     "frame file name is not UTF-8 text"),
+])
+def test_the_data_command_refuses_a_bad_frame_in_one_line_and_writes_nothing(case, damage, words, tmp_path):
+    source = _frames_folder(tmp_path / "src")
+    out = tmp_path / "out"
+    wr.build_refvnli_data(tmp_path / "sound", source=str(source))  # the folder before the damage builds
+    damage(source)
+    _refused(lambda: wr.build_refvnli_data(out, source=str(source)), (words,), out)
