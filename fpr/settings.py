@@ -91,6 +91,8 @@ OTHER: dict[str, str] = {
     "COLUMNS": "the width of printed tables",
     "PYTHONPATH": "passed on to a local Ray runtime's workers",
     "RAY_BACKEND_LOG_LEVEL": "set to `fatal` under `--quiet` before Ray starts",
+    "NUMBA_CACHE_DIR": "where numba keeps compiled kernels (read by numba; with it, the package's `__pycache__` "
+                       "and the user cache all unwritable, fpr compiles them in memory and says so once)",
 }
 
 
