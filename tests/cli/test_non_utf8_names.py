@@ -39,7 +39,7 @@ def test_a_gallery_folder_with_a_non_utf8_name_is_one_line_and_stores_nothing(tm
     line = one_line_error(run_cli(ws, "gallery", "import", "--name", "g", "--folder", str(tiny_tree), ok=False),
                           "gallery image name is not UTF-8 text", "cats/\\xffcat/")
     assert "\udcff" not in line  # the byte shown as an escape, not as a lone surrogate
-    assert '"g"' not in _gallery_names(ws)
+    assert not ws.exists() or '"g"' not in _gallery_names(ws)  # refused before the workspace was made, or empty
 
 
 def test_a_query_folder_with_a_non_utf8_name_is_one_line_and_stores_no_run(tmp_path, indexed):
