@@ -45,6 +45,10 @@ class BusyError(FprError):
     exit_code = 3
 
 
+class LimitError(FprError):
+    """A limit per caller is reached (the service's daily submissions): try again after the time it names."""
+
+
 def choices_hint(valid: list[str] | tuple[str, ...], noun: str = "choices") -> str:
     shown = ", ".join(valid) if valid else "(none)"
     return f"valid {noun}: {shown}"
