@@ -17,7 +17,7 @@ from fpr.registry import import_module
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
-                   "refvnli", "vistar", "serve", "trajectories", "explain", "plan")
+                   "refvnli", "vistar", "serve", "trajectories", "explain", "plan", "benchmark")
 
 
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
