@@ -4,9 +4,9 @@ are scored by :func:`fpr.workflows.runs.run_query` (what ``fpr query`` calls) an
 The gallery never leaves the server: nothing here returns a gallery path or image, only the gallery's
 fingerprint, the encoder's checksum and the scores. A submission is pinned by its **submission hash**
 (:func:`submission_hash`): the SHA-256 of the canonical JSON of the sorted ``(relative path, image sha256)``
-list, the gallery fingerprint, the encoder checksum and fpr's version, so anyone holding the images recomputes it
-(:func:`verify_submission`). A withdrawn row is hidden from the leaderboard and kept in the history with who,
-when and why. The per-token daily limit (:func:`take_submission_slot`) is counted in the store.
+list of the images its queries table names, the gallery fingerprint, the encoder checksum and fpr's version,
+so anyone holding the images recomputes it (:func:`verify_submission`). A withdrawn row is hidden from the
+leaderboard and kept in the history with who, when and why. The per-token daily limit (:func:`take_submission_slot`) is counted in the store.
 """
 from __future__ import annotations
 
@@ -54,11 +54,11 @@ class MethodCard:
     params: dict = field(default_factory=dict)
 
 
-def _text(value: str, name: str, limit: int) -> str:
+def _text(value: str, name: str, limit: int, what: str = "method card field") -> str:
     if len(value) > limit:
-        raise InputError(f"method card field '{name}' is longer than {limit} characters")
+        raise InputError(f"{what} '{name}' is longer than {limit} characters")
     if any(ord(c) < 32 and c not in "\t" for c in value):
-        raise InputError(f"method card field '{name}' holds a control character (one line of text)")
+        raise InputError(f"{what} '{name}' holds a control character (one line of text)")
     return value
 
 
@@ -124,17 +124,29 @@ def sealed_names(*, workspace: str | Path | None = None) -> dict[str, set[str]]:
 
 # --------------------------------------------------------------------------- images and their hash
 
-def image_hashes(folder: str | Path) -> list[tuple[str, str]]:
-    """Every image file under ``folder`` (by suffix, hidden parts skipped) as sorted (relative POSIX path, sha256)."""
+def image_hashes(folder: str | Path, names: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """Sorted (name, sha256) of the images ``names`` (relative to ``folder``, or absolute); without ``names``, of
+    every image file under ``folder`` (by suffix, hidden parts skipped). A named file that is missing has the
+    sha256 ``''`` (it can match no published hash)."""
     root = Path(folder)
     if not root.is_dir():
         raise NotFoundError("no such folder of images", where=str(root))
+    if names is None:
+        rel = [p.relative_to(root) for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+        names = [r.as_posix() for r in rel if not any(part.startswith(".") for part in r.parts)]
     out = []
-    for p in root.rglob("*"):
-        rel = p.relative_to(root)
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not any(s.startswith(".") for s in rel.parts):
-            out.append((rel.as_posix(), keys.file_sha256(p)))
-    return sorted(out)
+    for name in sorted(set(names)):
+        path = root / name
+        out.append((name, keys.file_sha256(path) if path.is_file() else ""))
+    return out
+
+
+def table_images(df) -> list[str]:
+    """The images a queries table names (``path`` and every ``reference_paths`` entry), as written."""
+    names = [str(v).strip() for v in df["path"]]
+    if "reference_paths" in df.columns:
+        names += [p.strip() for v in df["reference_paths"].fillna("") for p in str(v).split(";") if p.strip()]
+    return sorted(set(names))
 
 
 def submission_hash(images: Sequence[Sequence[str]], gallery_fingerprint: str, weights_checksum: str,
@@ -156,7 +168,8 @@ def verify_submission(submission: str | dict, folder: str | Path, *, workspace: 
     if missing:
         raise InputError(f"the submission row lacks {', '.join(missing)}", hint="pass the JSON of GET "
                                                                                 "/v1/submissions/<id>")
-    images = image_hashes(folder)
+    published = [p for p, _ in row.get("images") or []] or None  # a row without its list: every image there
+    images = image_hashes(folder, published)
     computed = submission_hash(images, row["gallery_fingerprint"], row["weights_checksum"], row["fpr_version"])
     out = {"submission_id": row.get("submission_id"), "expected": row["submission_hash"], "computed": computed,
            "match": computed == row["submission_hash"], "n_images": len(images)}
@@ -200,9 +213,9 @@ def take_submission_slot(holder: str, limit: int, *, workspace: str | Path | Non
     return used
 
 
-def _queries(queries: str | Path, method: str, images_root: Path) -> "object":
+def _queries(df, method: str, images_root: Path):
     """The submitted queries table with the card's method and paths resolved against ``images_root``."""
-    df = read_table(Path(queries), required=QUERY_COLUMNS, what="queries file")
+    df = df.copy()
     df["method"] = method
     df["path"] = [resolve_path(str(v).strip(), images_root) for v in df["path"]]
     if "reference_paths" in df.columns:
@@ -231,7 +244,7 @@ def submit_to_benchmark(benchmark: str, queries: str | Path, *, card: MethodCard
                         workspace: str | Path | None = None, device: str = "auto") -> dict:
     """Score generations on a sealed benchmark with :func:`run_query` and store the submission; returns its public
     row. ``queries``: path, identity, group[, prompt, reference_paths, query_id] (the card names the method); image
-    paths are relative to ``images_root`` (default: the table's folder), and every image there is hashed."""
+    paths are relative to ``images_root`` (default: the table's folder); the images it names are hashed."""
     card = card if isinstance(card, MethodCard) else check_card(card)
     ws = Workspace.open(workspace)
     bench = bdb.get_benchmark(ws, benchmark)
@@ -244,8 +257,13 @@ def submit_to_benchmark(benchmark: str, queries: str | Path, *, card: MethodCard
     root = Path(images_root) if images_root is not None else Path(queries).resolve().parent
     sid = check_name(submission, "submission") if submission else keys.new_id("sub", random_hex=6)
     run_id = run or f"bench-{sid}"
-    images = image_hashes(root)
-    res = run_query(bench["index_name"], _queries(queries, card.method, root), run=run_id, workspace=ws.root,
+    table = read_table(Path(queries), required=QUERY_COLUMNS, what="queries file")
+    images = image_hashes(root, table_images(table))
+    missing = [name for name, digest in images if not digest]
+    if missing:
+        raise InputError(f"the queries table names {len(missing)} image(s) that are not there, e.g. "
+                         f"'{missing[0][:120]}'", where=str(queries), hint="paths are relative to the images folder")
+    res = run_query(bench["index_name"], _queries(table, card.method, root), run=run_id, workspace=ws.root,
                     scope=bench["scope"], scorers=bench["scorers"], device=device)
     version = fpr.__version__
     row = {"submission_id": sid, "benchmark": benchmark, "run_id": res.run_id, "method": card.method,
@@ -316,7 +334,7 @@ def submission_history(benchmark: str, *, workspace: str | Path | None = None) -
 def withdraw_submission(submission_id: str, *, reason: str, by: str = "local",
                         workspace: str | Path | None = None) -> dict:
     """Hide a row from the leaderboard; it stays in the history with ``by``, the time and ``reason``."""
-    reason = _text(str(reason or "").strip(), "reason", MAX_DESCRIPTION)
+    reason = _text(str(reason or "").strip(), "reason", MAX_DESCRIPTION, what="withdrawal")
     if not reason:
         raise InputError("a withdrawal needs a reason", hint="say why in one line (--reason)")
     ws = Workspace.open(workspace)
