@@ -22,7 +22,7 @@ from fpr.serve.context import ServeContext, caller, get_ctx, reader, submitter
 from fpr.serve.jobs import PUBLIC_JOB_KEYS, QUEUED
 from fpr.serve.log import log_line
 from fpr.serve.routes.submit import BLANK, NAME_BODY, enqueue, receive
-from fpr.serve.uploads import FIELD_BLANKS, MAX_FIELD_BYTES, Upload
+from fpr.serve.uploads import MAX_FIELD_BYTES, Upload
 from fpr.store.records import NAME_RE
 from fpr.workflows.benchmarks import CARD_FIELDS, QUERY_COLUMNS
 
@@ -168,9 +168,9 @@ def history(benchmark: str, request: Request, who: Caller = Depends(reader)) -> 
 
 
 def _check_id(submission: str) -> str:
-    if not NAME_RE.match(submission):
+    if not NAME_RE.fullmatch(submission):
         raise NotFoundError(f"no submission named '{submission[:80]}'")
-    return submission.strip(FIELD_BLANKS)
+    return submission
 
 
 @router.get("/v1/submissions/{submission}", tags=TAGS, operation_id="get_submission")
