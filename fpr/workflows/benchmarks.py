@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import fpr
 from fpr import keys
@@ -28,7 +28,10 @@ from fpr.store import records as db
 from fpr.store.records import check_name
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table, resolve_path
-from fpr.workflows.runs import run_query
+from fpr.workflows.runs import RunResult, run_query
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COPY_PASTE = "copy-paste"
 CARD_FIELDS = ("method", "description", "link", "params")
@@ -141,7 +144,7 @@ def image_hashes(folder: str | Path, names: Sequence[str] | None = None) -> list
     return out
 
 
-def table_images(df) -> list[str]:
+def table_images(df: pd.DataFrame) -> list[str]:
     """The images a queries table names (``path`` and every ``reference_paths`` entry), as written."""
     names = [str(v).strip() for v in df["path"]]
     if "reference_paths" in df.columns:
@@ -213,7 +216,7 @@ def take_submission_slot(holder: str, limit: int, *, workspace: str | Path | Non
     return used
 
 
-def _queries(df, method: str, images_root: Path):
+def _queries(df: pd.DataFrame, method: str, images_root: Path) -> pd.DataFrame:
     """The submitted queries table with the card's method and paths resolved against ``images_root``."""
     df = df.copy()
     df["method"] = method
@@ -224,7 +227,7 @@ def _queries(df, method: str, images_root: Path):
     return df
 
 
-def results_row(result, method: str, copy_paste: bool) -> dict:
+def results_row(result: RunResult, method: str, copy_paste: bool) -> dict:
     """The leaderboard numbers of a run: its summary row of ``method`` over every group (as ``fpr query`` prints it),
     the share of evaluated queries with AP = 1 and, when the benchmark runs it, the copy-paste flag rate."""
     rows = [r for r in result.summary_records() if r["method"] == method and r["group"] == "*"]
