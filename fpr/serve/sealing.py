@@ -36,7 +36,7 @@ def require_visible_run(ctx: ServeContext, who: Caller, run: str, job: dict | No
         return
     if cards:
         raise AuthError(403, f"run '{run}' is scored on a sealed benchmark: its retrieval cards (gallery images) are "
-                             "not served; GET /v1/benchmarks/<name>/leaderboard has its numbers")
+                             "not served; GET /v1/submissions/<id>/cards has a submission's cards without them")
     if not _own(job, who):
         raise NotFoundError(f"no run named '{run}'", hint="GET /v1/runs lists them")
 

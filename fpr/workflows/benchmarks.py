@@ -6,7 +6,9 @@ fingerprint, the encoder's checksum and the scores. A submission is pinned by it
 (:func:`submission_hash`): the SHA-256 of the canonical JSON of the sorted ``(relative path, image sha256)``
 list of the images its queries table names, the gallery fingerprint, the encoder checksum and fpr's version,
 so anyone holding the images recomputes it (:func:`verify_submission`). A withdrawn row is hidden from the
-leaderboard and kept in the history with who, when and why. The per-token daily limit (:func:`take_submission_slot`) is counted in the store.
+leaderboard and kept in the history with who, when and why. The per-token daily limit
+(:func:`take_submission_slot`) is counted in the store. Retrieval cards are served redacted
+(:func:`submission_cards`: identities, ranks and scores, no gallery path or image).
 """
 from __future__ import annotations
 
@@ -309,6 +311,24 @@ def get_submission(submission_id: str, *, workspace: str | Path | None = None) -
 def submission_run(submission_id: str, *, workspace: str | Path | None = None) -> str:
     """The run id that holds a submission's per-query rows."""
     return _submission(Workspace.open(workspace), submission_id)["run_id"]
+
+
+def submission_cards(submission_id: str, *, workspace: str | Path | None = None) -> list[dict]:
+    """A submission's retrieval cards, redacted: per query its id, identity, group, AP and its stored top-k as
+    (rank, identity, score, relevant). Never a gallery path, file name, item id or image."""
+    from fpr.eval.relevance import gallery_items
+
+    ws = Workspace.open(workspace)
+    sub = _submission(ws, submission_id)
+    gallery = bdb.get_benchmark(ws, sub["benchmark"])["gallery"]
+    identity = {it.item_id: it.identity for it in gallery_items(ws, gallery)}
+    stored, _ = db.run_tables(ws, sub["run_id"])
+    ranks = db.run_rankings(ws, sub["run_id"])
+    top = {qid: [{"rank": int(r.rank), "identity": identity.get(int(r.item_id)), "score": float(r.score),
+                  "relevant": bool(r.relevant)} for r in g.itertuples()] for qid, g in ranks.groupby("query_id")}
+    return [{"query_id": q.query_id, "identity": q.identity, "group": q.group_name, "status": q.status,
+             "ap": None if q.ap != q.ap else float(q.ap), "top": top.get(q.query_id, [])}
+            for q in stored.itertuples()]
 
 
 def _rank_key(row: dict) -> tuple:

@@ -135,6 +135,9 @@ def test_sealed_benchmark_end_to_end(sealed):
     assert alice.get(f"/v1/runs/{own}").status_code == 200
     assert alice.get(f"/v1/runs/{own}/queries").status_code == 200
     assert alice.get(f"/v1/runs/{own}/report.html").status_code == 403
+    cards = alice.get(f"/v1/submissions/{sids['faithful']}/cards")
+    assert cards.status_code == 200 and cards.json()[0]["top"][0]["identity"]  # identities and ranks show
+    assert bob.get(f"/v1/submissions/{sids['faithful']}/cards").status_code == 404
     assert bob.get(f"/v1/runs/{own}").status_code == 404  # another caller's sealed run
     assert bob.get("/v1/runs/cli-faithful/queries").status_code == 404
     for path in ("/v1/benchmarks", "/v1/galleries", "/v1/indices", "/v1/runs", "/v1/jobs", "/openapi.json",

@@ -128,7 +128,7 @@ def test_benchmark_submission_links_to_every_submission_route(doc):
 
     sub_ops = {op["operationId"]: path for path, ops in doc["paths"].items() for op in ops.values()
                if path.startswith("/v1/submissions/{submission}")}
-    assert sorted(sub_ops) == ["get_submission", "withdraw_submission"]
+    assert sorted(sub_ops) == ["get_submission", "get_submission_cards", "withdraw_submission"]
     accepted = doc["paths"]["/v1/benchmarks/{benchmark}/submissions"]["post"]["responses"]["202"]
     assert accepted["links"] == SUBMISSION_LINKS
     assert sorted(link["operationId"] for link in accepted["links"].values()) == sorted(sub_ops)

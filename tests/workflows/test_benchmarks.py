@@ -129,3 +129,21 @@ def test_method_cards_are_checked_at_the_door(fields, message):
 def test_a_benchmark_name_is_registered_once(bench):
     with pytest.raises(ConflictError, match="already exists"):
         api.register_benchmark("world-sealed", INDEX, workspace=bench["ws"])
+
+
+def test_retrieval_cards_are_redacted_and_true(bench):
+    ws, sub = bench["ws"], bench["subs"]["faithful"]
+    cards = api.submission_cards(sub["submission_id"], workspace=ws)
+    assert leaks(json.dumps(cards), bench["gallery"]) == []
+    run = api.submission_run(sub["submission_id"], workspace=ws)
+    per_query = api.load_run(run, workspace=ws, summary=False).per_query.set_index("query_id")
+    items = {it.item_id: it for it in api.gallery_items("sealed", workspace=ws)}
+    assert sorted(c["query_id"] for c in cards) == sorted(per_query.index)
+    for card in cards:
+        assert card["ap"] == pytest.approx(per_query.loc[card["query_id"], "ap"])
+        top = card["top"]
+        assert [t["rank"] for t in top] == list(range(1, len(top) + 1)) and len(top) >= 2
+        assert all(a["score"] >= b["score"] for a, b in zip(top, top[1:]))
+        assert all(t["relevant"] == (t["identity"] == card["identity"]) for t in top)
+        assert {t["identity"] for t in top} <= {it.identity for it in items.values() if it.group == card["group"]}
+        assert set(top[0]) == {"rank", "identity", "score", "relevant"}  # no path, no item id

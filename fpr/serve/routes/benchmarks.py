@@ -30,6 +30,7 @@ router = APIRouter()
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 TAGS = ["benchmarks"]
 SUBMISSION_OPS = {"GetSubmission": ("get_submission", "the submission's status, then its row and hash"),
+                  "GetSubmissionCards": ("get_submission_cards", "its redacted retrieval cards (own or admin)"),
                   "WithdrawSubmission": ("withdraw_submission", "withdraw it (admin)")}
 SUBMISSION_LINKS = {link: {"operationId": op, "parameters": {"submission": "$response.body#/submission"},
                            "description": what} for link, (op, what) in SUBMISSION_OPS.items()}
@@ -187,6 +188,19 @@ def submission(submission: str, request: Request, who: Caller = Depends(reader))
             raise
         return ctx.scrub_obj(to_jsonable({k: job.get(k) for k in PUBLIC_JOB_KEYS}))
     return to_jsonable({"status": "withdrawn" if row.get("withdrawn_at") else "scored", **row})
+
+
+@router.get("/v1/submissions/{submission}/cards", tags=TAGS, operation_id="get_submission_cards")
+def cards(submission: str, request: Request, who: Caller = Depends(reader)) -> list[dict]:
+    """The submission's retrieval cards, redacted: per query its identity, AP and top-k as (rank, identity, score,
+    relevant), never a gallery path or image. The submitter's own, or any for an admin."""
+    ctx = get_ctx(request)
+    sid = _check_id(submission)
+    row = api.get_submission(sid, workspace=ctx.ws)
+    if row["submitter"] != who.name and not who.can("admin"):
+        raise NotFoundError(f"no submission named '{sid}' of '{who.name}'", hint="the cards of another caller's "
+                                                                                 "submission are not shown")
+    return to_jsonable(api.submission_cards(sid, workspace=ctx.ws))
 
 
 @router.post("/v1/submissions/{submission}/withdraw", tags=TAGS, operation_id="withdraw_submission")
