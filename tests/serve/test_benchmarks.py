@@ -139,6 +139,8 @@ def test_sealed_benchmark_end_to_end(sealed):
     assert cards.status_code == 200 and cards.json()[0]["top"][0]["identity"]  # identities and ranks show
     assert bob.get(f"/v1/submissions/{sids['faithful']}/cards").status_code == 404
     assert bob.get(f"/v1/runs/{own}").status_code == 404  # another caller's sealed run
+    r = alice.delete(f"/v1/runs/{own}")
+    assert r.status_code == 409 and "an admin withdraws the submission" in r.json()["error"]
     assert bob.get("/v1/runs/cli-faithful/queries").status_code == 404
     for path in ("/v1/benchmarks", "/v1/galleries", "/v1/indices", "/v1/runs", "/v1/jobs", "/openapi.json",
                  "/v1/benchmarks/world-sealed/history", f"/v1/submissions/{sids['generic']}"):

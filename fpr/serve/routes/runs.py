@@ -155,6 +155,10 @@ def delete_run(run: str, request: Request, who: Caller = Depends(caller)) -> dic
         if job is None and not ctx.run_exists(run):
             raise NotFoundError(f"no run named '{run}'", hint="GET /v1/runs lists them")
         _may_change(who, job, run)
+        if job is not None and job.get("benchmark") and job["status"] == DONE and not who.can("admin"):
+            raise ConflictError(f"run '{run}' holds the per-query rows of submission '{job.get('submission')}' to "
+                                f"benchmark '{job['benchmark']}'", hint="an admin withdraws the submission (the run "
+                                                                        "stays as its evidence)")
         if job is not None and job["status"] == RUNNING:
             raise ConflictError(f"run '{run}' is running", hint=f"cancel it first (POST /v1/runs/{run}/cancel)")
         if job is not None:
