@@ -45,6 +45,10 @@ class BusyError(FprError):
     exit_code = 3
 
 
+class LimitError(FprError):
+    """A limit per caller is reached (the service's daily submissions): try again after the time it names."""
+
+
 def choices_hint(valid: list[str] | tuple[str, ...], noun: str = "choices", *, given: str | None = None) -> str:
     """``valid <noun>: a, b, c``; with ``given`` (a name that was not found), led by the closest valid one."""
     shown = ", ".join(valid) if valid else "(none)"

@@ -68,6 +68,8 @@ _DECLARED = [
     Setting("FPR_MAX_QUEUED_PER_TOKEN", "int", 8, "`fpr serve`: runs one token may have queued or running",
             minimum=1),
     Setting("FPR_SERVE_QUEUE", "int", 64, "`fpr serve`: runs the queue holds", minimum=1),
+    Setting("FPR_BENCHMARK_DAILY_SUBMISSIONS", "int", 5,
+            "`fpr serve`: submissions to sealed benchmarks one token may make per UTC day", minimum=1),
     Setting("FPR_SERVE_ORIGINS", "list", (), "`fpr serve`: web origins (`scheme://host[:port]`) allowed to call the API"),
     # tests
     Setting("FPR_RAY_CRASH_ONCE", "text", "", "tests: a file holding the shard number at which one Ray worker crashes once"),

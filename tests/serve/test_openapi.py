@@ -137,3 +137,22 @@ def test_the_root_leads_to_the_documentation_page(tmp_path):
     page = client.get("/", follow_redirects=True)
     assert page.status_code == 200 and page.text.lstrip().lower().startswith("<!doctype html")
     assert not (tmp_path / "ws").exists()
+
+
+def test_benchmark_submission_links_to_every_submission_route(doc):
+    from fpr.serve.routes.benchmarks import SUBMISSION_LINKS
+
+    sub_ops = {op["operationId"]: path for path, ops in doc["paths"].items() for op in ops.values()
+               if path.startswith("/v1/submissions/{submission}")}
+    assert sorted(sub_ops) == ["get_submission", "get_submission_cards", "withdraw_submission"]
+    accepted = doc["paths"]["/v1/benchmarks/{benchmark}/submissions"]["post"]["responses"]["202"]
+    assert accepted["links"] == SUBMISSION_LINKS
+    assert sorted(link["operationId"] for link in accepted["links"].values()) == sorted(sub_ops)
+    assert accepted["content"]["application/json"]["schema"]["required"] == ["submission", "run", "status"]
+    for path in sub_ops.values():
+        params = [p for op in doc["paths"][path].values() for p in op.get("parameters", []) if p["in"] == "path"]
+        assert {p["name"] for p in params} == {"submission"}
+    body = doc["paths"]["/v1/benchmarks/{benchmark}/submissions"]["post"]["requestBody"]["content"]
+    schema = body["multipart/form-data"]["schema"]
+    assert set(schema["properties"]) == {"method", "description", "link", "params", "queries", "images", "archive"}
+    assert schema["required"] == ["method", "description"]
