@@ -15,10 +15,13 @@ the functions the filter calls for it, summed over chunks (wrappers installed in
 
 Then, in the same child, two pieces of the fused embed stage on one thread over the first 5,000 queries:
 ``decode_paths`` alone (read, hash, decode, protocol) and ``embed_decoded`` of those pixels (the forward).
-And the copy-paste scorer (the only pixel-level scorer a default keep-rule uses) on 300 queries, since at its
-measured ~7 img/s 100k would take hours: its rate is printed as measured on 300.
+And the copy-paste scorer (the only pixel-level scorer a default keep-rule uses) on ``--copy-paste N`` queries
+(default 300), since at tens of images/s per core 100k would take hours: its rate is printed as measured on N.
+``--decode-only N``: only the decode stage's CPU cost per image at generated-image sizes (512 and 1024 px
+JPEG) into the MiewID (440 px) and CLIP (224 px) protocols, for the GPU-node plan in docs/scale.md.
 
-    python benchmarks/bench_filter_scale.py [--sizes 10000,30000,100000] [--chunk-size 1000]
+    python benchmarks/bench_filter_scale.py [--sizes 10000,30000,100000] [--chunk-size 1000] [--copy-paste 300]
+    python benchmarks/bench_filter_scale.py --decode-only 200
 """
 from __future__ import annotations
 
@@ -94,6 +97,40 @@ def pieces(root: Path, n: int) -> dict:
     return {"n": n, "decode": t1 - t0, "forward": t2 - t1}
 
 
+def decode_rates(root: Path, n: int) -> list[str]:
+    """``decode_paths`` (read, SHA-256, decode, protocol) on one thread for generated-image sizes (512 and
+    1024 px JPEG, quality 90, smooth content as a generator's) into the MiewID (440 px squash) and CLIP
+    (224 px shortest side + centre crop) protocols: the CPU cost per image of the decode stage."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from fpr.encoders.clip import CLIP_PREPROCESSING
+    from fpr.encoders.embed import decode_paths
+    from fpr.encoders.miewid import PREPROCESSING as MIEWID
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    lines = []
+    for px in (512, 1024):
+        paths = []
+        for i in range(n):
+            low = rng.uniform(0, 255, size=(px // 32, px // 32, 3)).astype(np.uint8)  # smooth, compressible
+            img = Image.fromarray(low).resize((px, px), Image.BICUBIC)
+            p = root / f"dec{px}" / f"{i}.jpg"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            img.save(p, quality=90)
+            paths.append(str(p))
+        mb = sum(Path(p).stat().st_size for p in paths) / n / 1024
+        for name, prep in (("miewid 440", MIEWID), ("clip 224", CLIP_PREPROCESSING)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            decode_paths(prep, paths)
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            lines.append(f"| {px} px JPEG ({mb:.0f} KiB) | {name} | {n} | {1000 * dt / n:.1f} | {1000 * cpu / n:.1f} "
+                         f"| {n / cpu:.0f} |")
+    return lines
+
+
 def run_child(args: list[str]) -> dict:
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
     if out.returncode != 0:
@@ -137,7 +174,17 @@ def main() -> None:
     ap.add_argument("--copy-paste", type=int, default=300)
     ap.add_argument("--child", nargs=4, metavar=("ROOT", "N", "RULE", "TAG"), help=argparse.SUPPRESS)
     ap.add_argument("--pieces-child", nargs=2, metavar=("ROOT", "N"), help=argparse.SUPPRESS)
+    ap.add_argument("--decode-only", type=int, default=0, metavar="N",
+                    help="only the decode stage at 512 and 1024 px into the MiewID and CLIP protocols, N images")
     args = ap.parse_args()
+    if args.decode_only:
+        print(f"{T.machine()}; decode_paths on one thread\n\n"
+              "| source | protocol | images | wall ms/image | CPU ms/image | img/s per core (CPU) |\n"
+              "|---|---|---|---|---|---|")
+        with tempfile.TemporaryDirectory() as tmp:
+            print("\n".join(decode_rates(Path(tmp), args.decode_only)))
+        print(f"\nload average after: {T.load()}")
+        return
     if args.child:
         root, n, rule, tag = args.child
         print(json.dumps(child(Path(root), Path(root) / "ws", int(n), args.chunk_size, rule, tag)))
