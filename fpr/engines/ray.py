@@ -164,14 +164,19 @@ def served_embedder(paths: Sequence[str], embedded, fallback: Callable):
 # --------------------------------------------------------------------------- the driver
 
 def _actor_plan(ray, options: RayOptions, device: str) -> tuple[int, float]:
-    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows."""
+    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows.
+
+    More actors than GPUs share them: 1/k of a GPU each, k = ceil(actors / GPUs), so that every
+    GPU holds k whole actors. An actor also ranks and runs the scorers on its CPU, which for a fast
+    encoder is most of its time: several actors per GPU keep the GPU busy (docs/scale.md)."""
     gpus = int(ray.cluster_resources().get("GPU", 0))
     use_gpu = gpus > 0 and device != "cpu"
     if device.startswith("cuda") and gpus == 0:
         raise InputError(f"--device {device} but the Ray cluster has no GPUs",
                          hint="use --device auto or cpu, or a cluster with GPU nodes")
     if use_gpu:
-        return (options.actors or gpus), 1.0
+        actors = options.actors or gpus
+        return actors, 1.0 / math.ceil(actors / gpus)
     return (options.actors or 1), 0.0
 
 
