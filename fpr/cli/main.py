@@ -206,7 +206,8 @@ def engine_options(shards: bool = True):
                              help="With --engine ray: images per shard, the unit of resume (default 256, fewer "
                                   "for large inputs: at most 256 MB of decoded pixels).")(f)
         f = click.option("--ray-actors", type=click.IntRange(min=1), default=None,
-                         help="With --engine ray: actors holding the encoder (default: one per GPU, else 1).")(f)
+                         help="With --engine ray: actors holding the encoder (default: one per GPU, else 1; "
+                              "more actors than GPUs share them).")(f)
         f = click.option("--ray-address", default=None,
                          help="With --engine ray: a running cluster (ray://HOST:10001, HOST:6379 or auto); "
                               "default: a local Ray runtime on this machine.")(f)

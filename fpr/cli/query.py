@@ -275,9 +275,11 @@ def export_cmd(ctx, run, out, fmt) -> None:
 @scorer_option()
 @device_option()
 @click.option("--overwrite", is_flag=True, help="Replace scores a scorer already stored for this run.")
+@engine_options()
 @format_option()
 @click.pass_context
-def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, overwrite, fmt) -> None:
+def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, overwrite, engine, ray_address,
+              ray_actors, ray_shard_size, fmt) -> None:
     """Add auxiliary scores to a stored run (scorers, or an external table), then reprint its summary."""
     ws = ctx.obj["workspace"]
     if bool(scorers) == bool(from_csv):
@@ -285,13 +287,16 @@ def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, 
     if from_csv:
         if not scorer_name:
             raise InputError("--from-csv needs --scorer NAME (the name its columns are stored under)")
+        if engine != "local" or ray_address or ray_actors or ray_shard_size:
+            raise InputError("--engine and the --ray-* options go with --scorers (--from-csv runs nothing)")
         api.score_from_table(run, from_csv, scorer_name, workspace=ws, overwrite=overwrite)
         _print_scored(run, ws, fmt)
         return
     if scorer_name:
         raise InputError("--scorer goes with --from-csv; use --scorers for built-in scorers")
     api.score_run(run, scorers, workspace=ws, device=device, overwrite=overwrite,
-                  scorer_options=parse_options(scorer_options))
+                  scorer_options=parse_options(scorer_options), engine=engine,
+                  ray=ray_settings(engine, ray_address, ray_actors, ray_shard_size))
     _print_scored(run, ws, fmt)
 
 
