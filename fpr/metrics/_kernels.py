@@ -11,7 +11,7 @@ u_t <= score: O(G log R) with no sort of the row. First hit rank = N_1, last hit
 rank = N_m (pessimistic over ties, as the NumPy engine).
 
 The row is read in blocks of :data:`BLOCK` items, each first tested with one vectorised
-operation (does the block hold a relevant flag; how many of its scores reach the lowest
+operation (does the block hold a relevant flag, its mask read as 8-byte words; how many of its scores reach the lowest
 relevant one), so that the scalar work -- collecting the relevant scores, binning the
 candidates -- touches only the blocks that hold something: on retrieval scores about
 three passes at SIMD speed per row (mask, block counts, the few candidate blocks), within
@@ -40,30 +40,46 @@ INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort a
 
 
 @njit(cache=True, nogil=True)
-def _any(b):
-    """Any non-zero byte of the mask slice ``b`` (vectorises)."""
-    acc = np.uint8(0)
-    for k in range(b.shape[0]):
-        acc |= b[k]
+def _any(words):
+    """Any non-zero of the mask words ``words`` (vectorises)."""
+    acc = np.uint64(0)
+    for k in range(words.shape[0]):
+        acc |= words[k]
     return acc
 
 
 @njit(cache=True, nogil=True)
 def _gather(s, rel, u):
     """The relevant scores of row ``s`` (``rel``: its mask as bytes) into ``u``: their count, or -1 if one
-    is NaN. Blocks without a relevant flag cost one vectorised test."""
+    is NaN. The mask is read as 8-byte words, BLOCK bytes tested at once; only a non-zero word's bytes are
+    looked at one by one, and only the relevant scores are read (a few cache lines of the row)."""
     g = s.shape[0]
+    g8 = g - g % 8
+    words = rel[:g8].view(np.uint64)  # x86 and ARM load unaligned words (a row starts at any byte)
+    nw = words.shape[0]
+    step = BLOCK // 8
     r = 0
-    for j in range(0, g, BLOCK):
-        e = min(j + BLOCK, g)
-        if _any(rel[j:e]):
-            for k in range(j, e):
-                if rel[k]:
-                    v = s[k]
-                    if v != v:
-                        return -1
-                    u[r] = v
-                    r += 1
+    for j in range(0, nw, step):
+        e = min(j + step, nw)
+        if _any(words[j:e]):
+            for w in range(j, e):
+                if words[w]:
+                    r = _take(s, rel, u, r, 8 * w, 8 * w + 8)
+                    if r < 0:
+                        return r
+    return _take(s, rel, u, r, g8, g)
+
+
+@njit(cache=True, nogil=True)
+def _take(s, rel, u, r, j, e):
+    """Append the relevant scores of items [j, e) to ``u[:r]``; the new count, or -1 at a NaN."""
+    for k in range(j, e):
+        if rel[k]:
+            v = s[k]
+            if v != v:
+                return -1
+            u[r] = v
+            r += 1
     return r
 
 
