@@ -144,19 +144,17 @@ def block_counts(s, low, bc):
 @njit(cache=True, nogil=True)
 def bin_blocks(s, low, u, m, hist, bc):
     """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``),
-    reading only the blocks whose count ``bc`` is not zero."""
+    reading only the blocks whose count ``bc`` is not zero, each up to its last candidate (a block
+    usually holds one: on average half of it is read)."""
     g = s.shape[0]
-    buf = np.empty(BLOCK, s.dtype)
     b = 0
     for j in range(0, g, BLOCK):
-        if bc[b]:
-            n = 0
-            for k in range(j, min(j + BLOCK, g)):  # branch-free: the block's candidates to the front of buf
-                v = s[k]
-                buf[n] = v
-                n += v >= low
-            for k in range(n):
-                v = buf[k]
+        left = bc[b]
+        k = j
+        while left:
+            v = s[k]
+            if v >= low:
+                left -= 1
                 if m <= LINEAR_MAX:
                     a = 0
                     for t in range(1, m):  # count of distinct relevant values <= v, minus one
@@ -164,6 +162,7 @@ def bin_blocks(s, low, u, m, hist, bc):
                     hist[a] += 1
                 else:
                     hist[bin_of(u, m, v)] += 1
+            k += 1
         b += 1
 
 
