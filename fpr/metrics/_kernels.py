@@ -178,31 +178,29 @@ def count_ge(s, x):
 @njit(cache=True, nogil=True)
 def distinct(u, r, hist):
     """Sort the relevant scores ``u[:r]``: their distinct values ascending into ``u[:m]``, multiplicities
-    into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step)."""
-    if r <= INSERTION_MAX:
-        vals = u[r:2 * r]  # scratch beyond the r values (u has len(row) >= 2 r slots when r is this small)
-        for i in range(r):
+    into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step,
+    fpr.eval._recheck_kernels's too: only ``u[:r]`` and ``hist[:2m]`` are touched)."""
+    if r <= INSERTION_MAX:  # in place: np.sort would allocate a copy for every row
+        for i in range(1, r):
             v = u[i]
             k = i
-            while k > 0 and vals[k - 1] > v:
-                vals[k] = vals[k - 1]
+            while k > 0 and u[k - 1] > v:
+                u[k] = u[k - 1]
                 k -= 1
-            vals[k] = v
+            u[k] = v
     else:
-        vals = np.sort(u[:r])  # ascending
+        u[:r] = np.sort(u[:r])  # ascending
     m = 0
-    for i in range(r):
-        if m == 0 or vals[i] != u[m - 1]:
-            u[m] = vals[i]
-            hist[m] = 0
+    for i in range(r):  # in place: u[m - 1] is the last distinct value kept, m <= i
+        if m == 0 or u[i] != u[m - 1]:
+            u[m] = u[i]
+            hist[m] = 1
             m += 1
-    for t in range(m):
-        hist[m + t] = 0
-    t = 0
-    for i in range(r):
-        while vals[i] != u[t]:
-            t += 1
-        hist[m + t] += 1
+        else:
+            hist[m - 1] += 1
+    for t in range(m - 1, -1, -1):  # the multiplicities up to hist[m:2m] (each read before a write reaches it)
+        hist[m + t] = hist[t]
+        hist[t] = 0
     return m
 
 
@@ -240,10 +238,9 @@ def walk(hist, m, r):
 
 @njit(cache=True, nogil=True)
 def _scratch(scores):
-    """Per-thread scratch: relevant values in the scores' dtype (2 slots per item, for the in-place sort),
-    counts and multiplicities, per-block counts."""
+    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, per-block counts."""
     g = scores.shape[1]
-    return (np.empty(2 * g + 1, dtype=scores.dtype), np.empty(2 * g + 1, dtype=np.int64),
+    return (np.empty(g, dtype=scores.dtype), np.empty(2 * g + 1, dtype=np.int64),
             np.empty(g // BLOCK + 1, dtype=np.int64))
 
 
