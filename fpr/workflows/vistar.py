@@ -1,7 +1,7 @@
 """``fpr vistar run`` and ``fpr report --by role``: VISTAR's role-centric evaluation of a folder of generations.
 
 Inputs: a prompts file (CSV/TSV/Parquet) with ``prompt_id``, ``prompt`` (the structured
-language, :mod:`fpr.scorers.vistar_prompts`) and optionally ``split`` (``core``, the
+language, :mod:`fpr.scorers.vistar.prompts`) and optionally ``split`` (``core``, the
 default, or ``hard``); a folder ``<generations>/<model>/<prompt_id>.<png|jpg|jpeg|webp>``.
 Each image is routed by its prompt's ``[role|aspect]`` to the aspect's scorer, with the
 prompt's control parameters as the scorer's expected values. The run is stored like any
@@ -25,10 +25,10 @@ from fpr.images import check_image
 from fpr.keys import utc_now
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
 from fpr.scorers import QueryBatch, all_scorers, check_scorer_options, run_scorers
-from fpr.scorers.vistar_cpa import canonical
-from fpr.scorers.vistar_li import parse_direction
-from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
-from fpr.scorers.vistar_roles import aspect, read_mask, role_names
+from fpr.scorers.vistar.cpa import canonical
+from fpr.scorers.vistar.li import parse_direction
+from fpr.scorers.vistar.prompts import StructuredPrompt, parse_prompt
+from fpr.scorers.vistar.roles import aspect, read_mask, role_names
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table
