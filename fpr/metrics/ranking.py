@@ -124,7 +124,8 @@ def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, *, chunk: int = 
         raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be the same 2-D shape")
     k = _kernels()
     if k is not None:
-        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant))
+        # the mask as bytes: the kernel ORs a block of flags in one vectorised step
+        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant).view(np.uint8))
     return _chunked(scores, lambda s, e: np.flatnonzero(relevant[s:e]), chunk,
                     lambda s, e, flat: relevant[s:e].reshape(-1)[flat])
 
