@@ -17,7 +17,8 @@ import pandas as pd
 
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
-from fpr.encoders.catalog import check_batch_size, check_device, check_encoder_id, check_workers
+from fpr.encoders.catalog import (check_batch_size, check_device, check_encoder_id, check_workers,
+                                  require_builtin_weights)
 from fpr.errors import ConflictError, InputError
 from fpr.galleries.curate import GallerySpec
 from fpr.galleries.manifest import read_folder
@@ -150,6 +151,7 @@ def evaluate_folders(generations: str | Path, gallery: str | Path, encoder: str,
     check_device(device)
     check_batch_size(batch_size)
     check_workers(workers)
+    require_builtin_weights(encoder)
     from fpr.encoders.registry import get_spec
     from fpr.encoders.weights import resolve_weights
 
