@@ -30,6 +30,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         click.echo(dumps(res.to_dict()))
         return
     from fpr.metrics.specs import summary_row_columns  # NumPy: imported when a run is printed, not at start-up
+    from fpr.render.result import nan_reason_text
 
     rows = res.summary_records()
     aux = [c for c in res.summary.columns if "." in c]
@@ -46,6 +47,8 @@ def print_run(res: api.RunResult, fmt: str) -> None:
         click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
     if interval_footnote(rows):
         click.echo(interval_footnote(rows))
+    if nan_reason_text(res.aux):
+        click.echo(nan_reason_text(res.aux))
     if res.n_skipped:
         click.echo(f"({res.n_skipped} queries skipped; '--format json' lists them with reasons, "
                    f"'fpr export --run {res.run_id} --out FILE.csv' has their status)")
@@ -152,7 +155,8 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         from fpr.render.roles import role_report_text
 
         r = api.role_report(runs, workspace=ws, relevance=relevance)
-        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table"))
+        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table",
+                                    r.nan_reasons))
         return
     if relevance:
         raise InputError("--relevance applies to --by role only", hint="add --by role")
@@ -192,13 +196,14 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     if fmt not in ("table", "markdown"):
         return
     from fpr.eval.similarity import SIM_SOURCES
+    from fpr.render.result import nan_reason_text
 
     n_skipped = int((data.per_query["status"] != "ok").sum())
     notes = [rep.hidden_note(data.summary, pivot),
              # one line per definition: each phrase stays whole on its line
              "\n".join(("Sim: " if k == 0 else "     ") + f"{SIM_SOURCES[src]} ({n} queries)"
                        for k, (src, n) in enumerate(data.sim_definition.items())) or None,
-             interval_footnote(data.summary),
+             interval_footnote(data.summary), nan_reason_text(data.aux),
              f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
     for note in filter(None, notes):  # prose wraps at the table's width (never cut)
         click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))
