@@ -27,6 +27,10 @@ EXTRAS = {"vistar-tr": {"expected_text": "OPEN"}, "vistar-li": {"light_direction
           "hwpq": {"aspect": "MA"}}
 
 
+OFFLINE = {"clip-t", "copy-paste", "vistar-tr", "vistar-li", "vistar-cse", "vistar-gc", "vistar-psc", "vistar-cpa",
+           "refvnli", *JUDGED}  # the scorers _offline_options knows
+
+
 def _offline_options(name: str, request, tmp_path, monkeypatch) -> dict:
     """The options (and fixtures) that let scorer ``name`` run here without a download."""
     if name in JUDGED:
@@ -92,11 +96,9 @@ def assert_value_or_reason(out: pd.DataFrame, scorer: str, query_ids: list[str])
             assert math.isfinite(r.value), (scorer, r.query_id, r.metric, r.value)
 
 
-def test_every_registered_scorer_has_an_offline_setup(request, tmp_path, monkeypatch):
-    for name in all_scorers():
-        if name not in ("vistar-psc", "vistar-cpa", "refvnli", "cigeval", "clip-t", "vistar-cse") and \
-                name not in JUDGED:
-            _offline_options(name, request, tmp_path, monkeypatch)  # raises KeyError for a scorer it lacks
+def test_every_registered_scorer_has_an_offline_setup():
+    """A scorer added to the registry needs its offline stand-in in :func:`_offline_options` (else this fails)."""
+    assert set(all_scorers()) <= OFFLINE, sorted(set(all_scorers()) - OFFLINE)
 
 
 @pytest.mark.parametrize("name", sorted(all_scorers()))
@@ -105,3 +107,48 @@ def test_every_scorer_gives_every_degenerate_image_a_value_or_a_reason(name, req
     batch = _batch(tmp_path, name, options)
     out = run_scorers([name], batch)
     assert_value_or_reason(out, name, batch.query_ids)
+
+
+ASPECT_PROMPTS = {  # aspect -> a prompt of a relevant [role|aspect] pair, with the expected values it routes
+    "TR": '[GD|TR] a shop sign {text="OPEN"}', "LI": '[SA|LI] a box on a table {light="left"}',
+    "CSE": '[SA|CSE] a fox in four panels {panels="2x2", sub_prompts="a fox; a den"}',
+    "CPA": '[SA|CPA] a man {count="1", posture="standing", expression="happy"}',
+    "PSC": "[SA|PSC] a cat on a sofa", "GC": "[GD|GC] a chair in a hall", "SF": "[GD|SF] a cat in ukiyo-e style"}
+
+
+def test_vistar_run_over_degenerate_images_stores_a_value_or_a_reason_for_each(request, tmp_path, monkeypatch):
+    """``fpr vistar run`` with every image of :data:`DEGENERATE` under every aspect (GC with two of the other
+    images as its references): the run completes and is stored, each image of each aspect has its aspect's
+    metric, finite or NaN with a reason, and the report counts the NaNs by reason."""
+    from fpr import api
+
+    options = {}
+    for scorer in ("vistar-cse", "vistar-gc", "vistar-psc", "vistar-cpa", "hwpq"):
+        options.update(_offline_options(scorer, request, tmp_path, monkeypatch))
+    images = write_degenerate_images(tmp_path / "images")
+    names = list(images)
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    rows = []
+    for aspect, prompt in ASPECT_PROMPTS.items():
+        for k, (name, path) in enumerate(images.items()):
+            pid = f"{aspect.lower()}-{name}"
+            shutil.copyfile(path, tmp_path / "gen" / "m" / f"{pid}{path.suffix}")
+            refs = ";".join(f"images/{names[(k + j) % len(names)]}{images[names[(k + j) % len(names)]].suffix}"
+                            for j in (1, 2)) if aspect == "GC" else ""
+            rows.append((pid, prompt, refs))
+    pd.DataFrame(rows, columns=["prompt_id", "prompt", "reference_paths"]).to_csv(tmp_path / "prompts.csv",
+                                                                                   index=False)
+    rep = api.vistar_run(tmp_path / "gen", tmp_path / "prompts.csv", "degenerate", workspace=tmp_path / "ws",
+                         options=options, device="cpu")
+    tensor = api.sql("SELECT query_id, aspect, score, note FROM vistar_tensor WHERE run_id = 'degenerate'",
+                     workspace=tmp_path / "ws")
+    assert len(tensor) == len(rows)
+    for r in tensor.itertuples():
+        if math.isnan(r.score):
+            assert isinstance(r.note, str) and r.note.strip(), (r.query_id, r.aspect)
+        else:
+            assert math.isfinite(r.score), (r.query_id, r.aspect, r.score)
+    counted = {c.scorer: c for c in rep.nan_reasons}
+    nan = tensor["score"].isna()
+    assert sum(c.n_nan for c in counted.values()) == int(nan.sum())
+    assert "no reason given" not in {p for c in counted.values() for p, _ in c.reasons}
