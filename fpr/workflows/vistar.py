@@ -26,7 +26,9 @@ from fpr import progress
 from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.images import IMAGE_SUFFIXES, check_image
 from fpr.keys import utc_now
+from fpr.metrics.reasons import NanCount
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
+from fpr.render.result import nan_reasons
 from fpr.scorers import QueryBatch, all_scorers, check_scorer_options, run_scorers
 from fpr.scorers.vistar_cpa import canonical
 from fpr.scorers.vistar_li import parse_direction
@@ -34,8 +36,6 @@ from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
 from fpr.scorers.vistar_roles import aspect, read_mask, role_names
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
-from fpr.metrics.reasons import NanCount
-from fpr.render.result import nan_reasons
 from fpr.tables import read_table, split_paths
 
 

@@ -8,11 +8,13 @@ scorer without an offline stand-in here fails :func:`test_every_registered_score
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import pandas as pd
 import pytest
 
+from fpr.metrics.reasons import reason_phrase
 from fpr.scorers import QueryBatch, all_scorers, get_scorer, run_scorers
 from tests.degenerate_images import DEGENERATE, write_degenerate_images
 from tests.scorers.judges.conftest import judge_env, server, tiny_owlv2  # noqa: F401 - the fixtures
@@ -43,9 +45,13 @@ def _offline_options(name: str, request, tmp_path, monkeypatch) -> dict:
     if name == "vistar-cse":
         request.getfixturevalue("tiny_clip")
         return {"vistar-cse.clip_encoder": "tiny-clip-test", "vistar-cse.dino_encoder": "pixels-16",
-                "vistar-cse.grounding": "off"}
+                "vistar-cse.grounding": str(request.getfixturevalue("tiny_owlv2")), "vistar-cse.subject": "dog",
+                "vistar-cse.box_threshold": "0"}
     if name == "vistar-gc":
-        return {"vistar-gc.padim_encoder": "pixels-16", "vistar-gc.depth_model": "none"}
+        from tests.scorers.tiny_models import write_psc_models
+
+        depth = write_psc_models(tmp_path / "gc") / "depth"  # a tiny DPT: the depth cues are computed too
+        return {"vistar-gc.padim_encoder": "pixels-16", "vistar-gc.depth_model": str(depth)}
     if name == "vistar-psc":
         from tests.scorers.tiny_models import write_psc_models
 
@@ -85,13 +91,16 @@ def _batch(tmp_path, name: str, options: dict) -> QueryBatch:
 
 
 def assert_value_or_reason(out: pd.DataFrame, scorer: str, query_ids: list[str]) -> None:
-    """Every query has its scorer's primary metric; every row is finite or NaN with a non-empty note."""
+    """Every query has its scorer's primary metric; every row is finite or NaN with a non-empty note whose reason
+    phrase (what run summaries count) is short and stable: no digits (no sizes, ids or values), at most 8 words."""
     primary = get_scorer(scorer).primary_metric
     got = out[out["metric"] == primary]
     assert sorted(got["query_id"]) == sorted(query_ids), (scorer, set(query_ids) - set(got["query_id"]))
     for r in out.itertuples():
         if math.isnan(r.value):
             assert isinstance(r.note, str) and r.note.strip(), f"{scorer} {r.query_id} {r.metric}: NaN, no reason"
+            phrase = reason_phrase(r.note)
+            assert not re.search(r"\d", phrase) and len(phrase.split()) <= 8, (scorer, r.query_id, r.metric, phrase)
         else:
             assert math.isfinite(r.value), (scorer, r.query_id, r.metric, r.value)
 
