@@ -26,7 +26,7 @@ Measured (one process, one BLAS thread, interleaved rounds whose order rotates, 
   a direction it does not try). Its bits are fixed by PIL (resize, blur) and the BLAS (detrending), so it
   can be moved but not compiled; it is not part of the floor, which is the search alone.
 * **baseline** (``--baseline-rev``, default a6d1d2f: the commit before issue #22's copy-paste work): that
-  revision's ``copy_paste.py`` loaded under another name, run the same way; its values must equal the
+  revision's copy-paste modules loaded under another name, run the same way; its values must equal the
   scorer's bit for bit (checked once), except ``appearance``, now the correctly rounded dot product
   (its last bits differ from that revision's BLAS dot).
 
@@ -61,7 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fpr.galleries.world import METHODS, World, WorldConfig  # noqa: E402
 from fpr.images import load_rgb  # noqa: E402
 from fpr.scorers import QueryBatch  # noqa: E402
-from fpr.scorers import copy_paste as cp  # noqa: E402
+from fpr.scorers.copy_paste import match as cp_match, patches as cp_patches  # noqa: E402
+from fpr.scorers.copy_paste import scorer as cp  # noqa: E402
 
 
 def world_batch(seed: int, identities: int, folder: Path, limit: int = 0) -> QueryBatch:
@@ -79,24 +80,24 @@ def world_batch(seed: int, identities: int, folder: Path, limit: int = 0) -> Que
 def search_shapes(batch: QueryBatch) -> list[tuple[int, int]]:
     """(rows, columns) of every search product one production call performs: (2n, L2)."""
     shapes: list[tuple[int, int]] = []
-    original = cp.pixel_match
+    original = cp_match.pixel_match
 
     def recording(query, ref):
         if len(ref.templates):
-            shapes.append((2 * int((ref.rank < cp.SEARCH_PATCHES).sum()), len(query.coarse)))
+            shapes.append((2 * int((ref.rank < cp_patches.SEARCH_PATCHES).sum()), len(query.coarse)))
         return original(query, ref)
 
-    cp.pixel_match = recording
+    cp_match.pixel_match = recording
     try:
         cp.CopyPaste().score(batch)
     finally:
-        cp.pixel_match = original
+        cp_match.pixel_match = original
     return shapes
 
 
 def floor_operands(shapes: list[tuple[int, int]], seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    d = cp.PATCH * cp.PATCH
+    d = cp_patches.PATCH * cp_patches.PATCH
     return [(rng.standard_normal((k, d), dtype=np.float32), np.ascontiguousarray(
         rng.standard_normal((n, d), dtype=np.float32).T)) for k, n in shapes]
 
@@ -108,13 +109,13 @@ def run_floor(operands) -> None:
 
 def ssim_pairs(batch: QueryBatch) -> list[tuple[str, str]]:
     # the references the scorer pixel-checks: at most max_refs of each query's (all of them here: 3 <= 5)
-    return [(p, r) for p, refs in zip(batch.paths, batch.reference_paths) for r in refs[:cp.DEFAULTS["max_refs"]]]
+    return [(p, r) for p, refs in zip(batch.paths, batch.reference_paths) for r in refs[:cp_patches.DEFAULTS["max_refs"]]]
 
 
 def grey(path: str) -> np.ndarray:
     im = load_rgb(path).convert("L")
     w, h = im.size
-    s = cp.WORK_SIDE / max(w, h)
+    s = cp_patches.WORK_SIDE / max(w, h)
     return np.asarray(im.resize((max(8, round(w * s)), max(8, round(h * s))), Image.BILINEAR), np.float32) / 255
 
 
@@ -131,12 +132,12 @@ def run_ssim(pairs) -> float:
 
 
 def run_prep(batch: QueryBatch) -> int:
-    images = list(batch.paths) + sorted({r for refs in batch.reference_paths for r in refs[:cp.DEFAULTS["max_refs"]]})
+    images = list(batch.paths) + sorted({r for refs in batch.reference_paths for r in refs[:cp_patches.DEFAULTS["max_refs"]]})
     total = 0
     for path in images:
         image = load_rgb(path)
-        grey = cp._grey(image, cp.WORK_SIDE)
-        total += len(cp.ReferencePatches.of(image, grey).templates) + cp.QueryWindows.of(image, grey).width
+        grey = cp_patches._grey(image, cp_patches.WORK_SIDE)
+        total += len(cp_patches.ReferencePatches.of(image, grey).templates) + cp_patches.QueryWindows.of(image, grey).width
     return total
 
 

@@ -88,22 +88,38 @@ def auroc(neg: np.ndarray, pos: np.ndarray) -> float:
     return float(roc_auc_score(y, np.r_[neg, pos]))
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
 def baseline_module(rev: str):
-    """The copy-paste scorer module of git revision ``rev`` (loaded under another name: no registration clash)."""
+    """The copy-paste scorer module of git revision ``rev``, with the modules it imports of that revision, as the
+    package ``copy_paste_baseline`` (another name: no registration clash). Either layout: the family package
+    ``fpr/scorers/copy_paste/`` (issue #36; the scorer is its ``scorer`` module) or the earlier flat
+    ``fpr/scorers/copy_paste.py`` beside its ``copy_paste_*.py`` support modules."""
     try:
-        src = subprocess.run(["git", "show", f"{rev}:fpr/scorers/copy_paste.py"], cwd=ROOT, check=True,
-                             capture_output=True, text=True).stdout
+        names = _git("ls-tree", "--name-only", rev, "fpr/scorers/", "fpr/scorers/copy_paste/").split()
+        files = {}
+        for name in names:
+            stem = Path(name).stem
+            if name.startswith("fpr/scorers/copy_paste/") and name.endswith(".py") and stem != "__init__":
+                files[stem] = _git("show", f"{rev}:{name}")
+            elif name == "fpr/scorers/copy_paste.py" or (stem.startswith("copy_paste_") and name.endswith(".py")):
+                files["scorer" if stem == "copy_paste" else stem] = _git("show", f"{rev}:{name}")
+        if "scorer" not in files:
+            raise OSError(f"no copy-paste scorer at {rev}")
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"baseline {rev} not available ({exc}); skipping the throughput ratio", file=sys.stderr)
         return None
-    src = src.replace("register_scorer(CopyPaste())", "")
-    path = Path(tempfile.mkdtemp()) / "copy_paste_baseline.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("copy_paste_baseline", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["copy_paste_baseline"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    folder = Path(tempfile.mkdtemp()) / "copy_paste_baseline"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for stem, src in files.items():
+        src = src.replace("register_scorer(CopyPaste())", "").replace("fpr.scorers.copy_paste.", "copy_paste_baseline.")
+        src = src.replace("from fpr.scorers import copy_paste_", "from copy_paste_baseline import copy_paste_")
+        (folder / f"{stem}.py").write_text(src.replace("fpr.scorers.copy_paste_", "copy_paste_baseline.copy_paste_"))
+    sys.path.insert(0, str(folder.parent))
+    return importlib.import_module("copy_paste_baseline.scorer")
 
 
 def method_table(df: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -143,7 +159,7 @@ def run_world(args) -> str:
     _, qps_after = score(sub)
     base = baseline_module(args.baseline_rev)
     qps_before = score(sub, base)[1] if base is not None else float("nan")
-    from fpr.scorers.copy_paste import DEFAULTS
+    from fpr.scorers.copy_paste.patches import DEFAULTS
 
     lines = [
         "# copy-paste calibration and validation (built-in world)",
@@ -157,7 +173,7 @@ def run_world(args) -> str:
         "halfway to the next copy-like score.",
         "",
         f"**Calibrated threshold: {t:.3f}** (the `copy-paste.threshold` default in "
-        f"`fpr/scorers/copy_paste.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
+        f"`fpr/scorers/copy_paste/scorer.py` must be this value; it was {DEFAULTS['threshold']} when this ran)",
         "",
         f"**Validation AUROC(copy-like vs faithful): {a:.4f}** "
         f"(copy-like = {', '.join(COPY_LIKE)}; {len(pos)} vs {len(neg)} queries)",

@@ -1,4 +1,4 @@
-"""copy-paste's calibrated domain: the floors of fpr.scorers.copy_paste.Domain, measured.
+"""copy-paste's calibrated domain: the floors of fpr.scorers.copy_paste.scorer.Domain, measured.
 
     PYTHONPATH=. python benchmarks/copy_paste_domain.py
 
@@ -88,7 +88,7 @@ def row(name: str, domains: list) -> dict:
 def digit_scores(ims, labels, folder: Path, n_queries: int) -> pd.DataFrame:
     """Each of the first ``n_queries`` digits against 3 other images of the same digit (other writers)."""
     from fpr.scorers import QueryBatch
-    from fpr.scorers.copy_paste import CopyPaste
+    from fpr.scorers.copy_paste.scorer import CopyPaste
 
     paths = []
     for k, im in enumerate(ims):
@@ -106,8 +106,7 @@ def digit_scores(ims, labels, folder: Path, n_queries: int) -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    from fpr.scorers.copy_paste import (DEFAULTS, DOMAIN_MIN_DETAIL, DOMAIN_MIN_SIDE, DOMAIN_MIN_TEXTURED,
-                                        Domain)
+    from fpr.scorers.copy_paste.patches import DEFAULTS, DOMAIN_MIN_DETAIL, DOMAIN_MIN_SIDE, DOMAIN_MIN_TEXTURED, Domain
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--identities", type=int, default=6, help="identities per species per world (as calibrated)")
@@ -135,7 +134,7 @@ def main(argv=None) -> None:
     t = DEFAULTS["threshold"]
     lines = [
         "# copy-paste: its calibrated domain", "",
-        "`PYTHONPATH=. python benchmarks/copy_paste_domain.py` (floors in `fpr/scorers/copy_paste.py`: "
+        "`PYTHONPATH=. python benchmarks/copy_paste_domain.py` (floors in `fpr/scorers/copy_paste/scorer.py`: "
         f"side >= {DOMAIN_MIN_SIDE} px, textured share >= {DOMAIN_MIN_TEXTURED}, detail >= {DOMAIN_MIN_DETAIL}; "
         "an image below one is 'outside').", "",
         "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns),

@@ -1,6 +1,6 @@
 """Fit vistar-cpa's weights (count, posture, expression) to human pairwise preferences.
 
-    python benchmarks/fit_cpa_weights.py --pairs PAIRS.csv --out fpr/scorers/data/cpa_weights.json
+    python benchmarks/fit_cpa_weights.py --pairs PAIRS.csv --out fpr/scorers/vistar/data/cpa_weights.json
     python benchmarks/fit_cpa_weights.py --check [--out benchmarks/results/cpa_weight_fit.md]
 
 PAIRS.csv: one row per judged pair of images of the same prompt, columns ``a_count, a_posture,

@@ -86,7 +86,7 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=10)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from fpr.scorers.refvnli_data import Settings
+    from fpr.scorers.refvnli.data import Settings
     from fpr.workflows.refvnli import WorldFrames, build_refvnli_data
 
     root = Path(args.out or tempfile.mkdtemp(prefix="refvnli-check-"))

@@ -8,7 +8,7 @@ seed 0's, check it.
 
 LI (``vistar-li``): procedurally rendered ground planes with boxes and cylinders lit from a known
 direction, their shadows cast by that direction; the geometric core
-(:func:`fpr.scorers.vistar_li.light_direction`) gets the object and shadow masks (``truth``) or
+(:func:`fpr.scorers.vistar.li.light_direction`) gets the object and shadow masks (``truth``) or
 finds them itself (``segmented``), and the table reports the angular error. Seed 0 calibrates,
 seed 1 checks.
 
@@ -48,7 +48,7 @@ FONTS = ("DejaVuSans.ttf", "DejaVuSerif-Bold.ttf", "DejaVuSansMono.ttf")
 SIZES = (24, 40, 64)
 CONDITIONS = ("exact", "typo", "wrong", "none")
 # Sign vocabulary; a seed draws its strings from its own half so calibration and check never share a word.
-# The tests' held-out strings (tests/scorers/test_vistar_tr.py) use none of these words.
+# The tests' held-out strings (tests/scorers/vistar/test_tr.py) use none of these words.
 WORDS = ("OPEN", "DAILY", "PIZZA", "BREAD", "CINEMA", "TOWER", "BEACH", "PALACE", "THEATER", "SCHOOL", "HOTEL",
          "GARDEN", "MARKET", "STATION", "BAKERY", "SALE", "NORTH", "BRIDGE", "MUSEUM", "LIBRARY", "FERRY",
          "TICKETS", "RIVER", "SQUARE", "PHARMACY", "BOOKS", "SUMMER", "FESTIVAL", "WELCOME", "HOME", "SILVER",
@@ -120,7 +120,7 @@ class TRRow:
 
 
 def run_tr(seed: int, n_strings: int, unclip: float, conditions=CONDITIONS) -> list[TRRow]:
-    from fpr.scorers import vistar_tr as tr
+    from fpr.scorers.vistar import tr
 
     engine = tr.ocr_engine("rapidocr", unclip)
     strings = sign_strings(seed, n_strings)
@@ -276,7 +276,7 @@ class LIRow:
 
 def run_li(seed: int, scenes_per_direction: int, shadow_ratio: float, object_chroma: float = 30.0,
            tilt_deg: float = 30.0) -> list[LIRow]:
-    from fpr.scorers import vistar_li as li
+    from fpr.scorers.vistar import li
 
     rows = []
     for d in li.light_directions():
@@ -417,7 +417,7 @@ class PSCRow:
 
 
 def run_psc(seed: int, scenes: int, settings=None) -> list[PSCRow]:
-    from fpr.scorers.vistar_psc import Instance, PscSettings, psc
+    from fpr.scorers.vistar.psc import Instance, PscSettings, psc
 
     settings = settings or PscSettings()
     rows = []
@@ -445,7 +445,7 @@ def psc_separation(rows: list[PSCRow], other: str) -> float:
 def calibrate_chaos_threshold(seed: int, scenes: int, candidates=(0.35, 0.5, 0.75, 1.0, 1.5)) -> tuple[float, list[str]]:
     """The conflict function's threshold with the best accuracy of 'score < 0.5 = penetration' on
     penetrate vs occlude renders of ``seed``."""
-    from fpr.scorers.vistar_psc import PscSettings
+    from fpr.scorers.vistar.psc import PscSettings
 
     lines = ["| chaos_threshold | scenes | accuracy (score < 0.5 = penetration) | AUROC penetrate vs occlude |",
              "|---|---|---|---|"]
@@ -475,13 +475,13 @@ def psc_table(rows: list[PSCRow]) -> list[str]:
 
 
 def psc_section(scenes: int, check_seeds=(1, 2)) -> list[str]:
-    from fpr.scorers.vistar_psc import PscSettings
+    from fpr.scorers.vistar.psc import PscSettings
 
     t0 = time.time()
     threshold, cal = calibrate_chaos_threshold(0, scenes)
     rows = [r for s in check_seeds for r in run_psc(s, scenes, PscSettings(chaos_threshold=threshold))]
     intro = (f"{render_solids.__doc__.split(chr(10))[0]} {scenes} scenes per kind and seed, {160} px. The "
-             f"geometric core (`fpr.scorers.vistar_psc.psc`) gets the renderer's masks, confidences and inverse "
+             f"geometric core (`fpr.scorers.vistar.psc.psc`) gets the renderer's masks, confidences and inverse "
              f"depth; kinds: penetrate (a bar ending behind a box's face), occlude (the bar in front at a gap), "
              f"touch (the bar against the box's side at the face's depth), attach (a badge on the face). AUROC: "
              f"P(a scene of that kind scores above a penetration), ties half.")
@@ -522,14 +522,14 @@ def figure_keypoints(posture: str, rng: np.random.Generator, x: float, y: float,
 class PeopleScene:
     count: int
     postures: list
-    detections: list  # fpr.scorers.vistar_cpa.Person: true people, duplicate boxes and low-confidence clutter
+    detections: list  # fpr.scorers.vistar.cpa.Person: true people, duplicate boxes and low-confidence clutter
 
 
 def render_people(seed: int, count: int, posture: str) -> PeopleScene:
     """``count`` figures in ``posture`` on a 640 px wide canvas as a detector would report them: each true
     person at confidence 0.5-0.99, a third of them again as a shifted duplicate box (IoU > 0.7) at lower
     confidence, and 0-3 clutter boxes at confidence 0.05-0.45."""
-    from fpr.scorers.vistar_cpa import Person
+    from fpr.scorers.vistar.cpa import Person
 
     rng = np.random.default_rng([seed, count, POSTURES.index(posture)])
     dets = []
@@ -561,7 +561,7 @@ class CPARow:
 
 def run_cpa(seed: int, scenes: int, min_confidence: float = 0.5, counts=(0, 1, 2, 3, 5), nms_iou: float = 0.7
             ) -> list[CPARow]:
-    from fpr.scorers.vistar_cpa import classify_posture, count_people
+    from fpr.scorers.vistar.cpa import classify_posture, count_people
 
     rows = []
     for n in counts:
@@ -686,7 +686,7 @@ def corrupt(scene: ShadedScene, kind: str, seed: int) -> ShadedScene:
 
 
 def gc_cues(scene: ShadedScene) -> dict[str, float]:
-    from fpr.scorers import vistar_gc as gc
+    from fpr.scorers.vistar import gc
 
     rgb = scene.rgb
     return {"contour": gc.contour_integrity(rgb)[0], "lbp": gc.lbp_regularity(rgb)[0],
@@ -782,7 +782,7 @@ def run_cse(seed: int, grids: int) -> list[tuple[bool, float, float]]:
     """(consistent, con on the subject's boxes, con_whole on whole panels) per grid, pixels-16 embeddings."""
     from fpr.encoders.embed import embed_pil
     from fpr.encoders.registry import load_encoder
-    from fpr.scorers.vistar_cse import consistency, split_panels
+    from fpr.scorers.vistar.cse import consistency, split_panels
 
     enc = load_encoder("pixels-16", device="cpu")
     rows = []

@@ -28,7 +28,7 @@ import pandas as pd
 from PIL import Image
 
 from fpr.metrics.roles import robustness_drop, role_scores, split_scores
-from fpr.scorers.vistar_roles import read_mask
+from fpr.scorers.vistar.roles import read_mask
 
 HERE = Path(__file__).resolve().parent
 ASPECTS = ["TR", "LI", "CSE", "CPA", "PSC", "GC", "SF", "CUL", "MA"]
@@ -117,7 +117,7 @@ def make_run(root: Path, seed: int, n: int = 4, n_hard: int = 2) -> Path:
 
 
 def _light_directions():
-    from fpr.scorers.vistar_li import light_directions
+    from fpr.scorers.vistar.li import light_directions
 
     return light_directions()
 

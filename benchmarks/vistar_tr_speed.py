@@ -61,7 +61,7 @@ def main() -> None:
     from rapidocr_onnxruntime import RapidOCR
 
     from fpr.scorers import QueryBatch, get_scorer
-    from fpr.scorers import vistar_tr as tr
+    from fpr.scorers.vistar import tr
 
     print(f"# vistar-tr speed: {T.machine()}")
     print(f"load average before: {T.load()}")

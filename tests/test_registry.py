@@ -89,9 +89,9 @@ def test_finding_copy_paste_imports_no_other_scorer_and_one_encoder_no_other():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stderr
     loaded = set(eval(res.stdout.strip().splitlines()[-1]))
-    assert "fpr.scorers.copy_paste" in loaded and "fpr.encoders.world" in loaded
+    assert "fpr.scorers.copy_paste.scorer" in loaded and "fpr.encoders.world" in loaded
     from fpr.scorers import BUILTIN as SCORERS
     from fpr.encoders.registry import BUILTIN as ENCODERS
 
-    others = (set(SCORERS.values()) - {"fpr.scorers.copy_paste"}) | (set(ENCODERS.values()) - {"fpr.encoders.world"})
+    others = (set(SCORERS.values()) - {"fpr.scorers.copy_paste.scorer"}) | (set(ENCODERS.values()) - {"fpr.encoders.world"})
     assert loaded & others == set()

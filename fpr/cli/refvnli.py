@@ -38,7 +38,7 @@ def refvnli_group() -> None:
 def refvnli_data_cmd(out, source, species, sets, scenes, frames, size, patches, patch_fraction, no_corruptions, seed,
                      manifest_format, overwrite, fmt) -> None:
     """Build labelled triplets by RefVNLI's rules (scene pairs, crops, corruptions, three prompts per pair)."""
-    from fpr.scorers.refvnli_data import Settings
+    from fpr.scorers.refvnli.data import Settings
     from fpr.workflows.refvnli import WorldFrames, build_refvnli_data
 
     world = WorldFrames(species=tuple(s.strip() for s in species.split(",") if s.strip()), sets=sets, scenes=scenes,
@@ -82,7 +82,7 @@ def refvnli_train_cmd(data, out, val_data, epochs, batch_size, lr, clip_weight, 
                       seed, device, threads, model_id, overwrite, fmt) -> None:
     """Train a RefVNLI-recipe model (one pass per triplet: textual alignment and subject preservation)."""
     from fpr.encoders.train import command_line
-    from fpr.scorers.refvnli_model import NetConfig
+    from fpr.scorers.refvnli.model import NetConfig
     from fpr.workflows.refvnli_train import TrainSettings, train_refvnli
 
     settings = TrainSettings(epochs=epochs, batch_size=batch_size, lr=lr, clip_weight=clip_weight,

@@ -1,6 +1,10 @@
 """Auxiliary per-query scorers, joined to retrieval results on the query id.
 
-A scorer is one module in this package defining a :class:`Scorer` subclass and
+This package's top modules are the framework (this base class and registry, ``options``, ``cache``,
+``encoding``) and ``judges/`` the kit shared by model-judge scorers; the scorers live one package per
+family (``copy_paste/``, ``vistar/``, ``refvnli/``, ``dreambench/``, ``conditional/``, ``embedding/``),
+whose modules may import each other and the framework, never another family (tests/test_layering.py).
+A scorer is one module in a family defining a :class:`Scorer` subclass and
 calling :func:`register_scorer`, plus its name and module in ``BUILTIN`` (so that finding one scorer
 imports its module only), or, for a third-party package, an entry point in the ``fpr.scorers`` group
 (``name = "package.module"`` or ``"package.module:object"``); :data:`SCORERS` is the
@@ -28,14 +32,13 @@ from fpr.scorers.options import Option, check_options, resolve
 
 # Each built-in scorer's name and the module that registers it (tests/test_layering.py checks the table
 # against what each module registers).
-BUILTIN = {"clip-t": "fpr.scorers.clip_t", "copy-paste": "fpr.scorers.copy_paste",
-           "vistar-tr": "fpr.scorers.vistar_tr", "vistar-cse": "fpr.scorers.vistar_cse",
-           "vistar-gc": "fpr.scorers.vistar_gc", "vistar-li": "fpr.scorers.vistar_li",
-           "vistar-psc": "fpr.scorers.vistar_psc", "vistar-cpa": "fpr.scorers.vistar_cpa",
-           "refvnli": "fpr.scorers.refvnli", "dreambench-concept": "fpr.scorers.dreambench_concept",
-           "dreambench-prompt": "fpr.scorers.dreambench_prompt", "viescore": "fpr.scorers.viescore",
-           "cigeval": "fpr.scorers.cigeval", "hwpq": "fpr.scorers.hwpq"}
-SCORER_MODULES = tuple(dict.fromkeys(m.rsplit(".", 1)[1] for m in BUILTIN.values()))  # their module names
+BUILTIN = {"clip-t": "fpr.scorers.embedding.clip_t", "copy-paste": "fpr.scorers.copy_paste.scorer",
+           "vistar-tr": "fpr.scorers.vistar.tr", "vistar-cse": "fpr.scorers.vistar.cse",
+           "vistar-gc": "fpr.scorers.vistar.gc", "vistar-li": "fpr.scorers.vistar.li",
+           "vistar-psc": "fpr.scorers.vistar.psc", "vistar-cpa": "fpr.scorers.vistar.cpa",
+           "refvnli": "fpr.scorers.refvnli.scorer", "dreambench-concept": "fpr.scorers.dreambench.concept",
+           "dreambench-prompt": "fpr.scorers.dreambench.prompt", "viescore": "fpr.scorers.conditional.viescore",
+           "cigeval": "fpr.scorers.conditional.cigeval", "hwpq": "fpr.scorers.vistar.hwpq"}
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """``fpr refvnli data``: RefVNLI training triplets from the built-in world or a manifest of masked frames.
 
-Sources of frames (:class:`fpr.scorers.refvnli_data.Frame`):
+Sources of frames (:class:`fpr.scorers.refvnli.data.Frame`):
 
 - ``world``: per species, ``sets`` sets of ``scenes`` training identities (never
   evaluation identities), each identity one *scene* -- a background, its crop and a
@@ -37,7 +37,7 @@ from PIL import Image
 from fpr.errors import InputError
 from fpr.files import atomic_write_dir
 from fpr.keys import fingerprint, keyed_rng
-from fpr.scorers import refvnli_data as rd
+from fpr.scorers.refvnli import data as rd
 
 MANIFEST_COLUMNS = ("path", "entity", "subject", "scene", "set", "details")  # + mask or box
 TRIPLET_COLUMNS = ["triplet_id", "reference_path", "target_path", "prompt", "sp", "ta", "pair_kind", "prompt_kind",
@@ -281,7 +281,7 @@ class RefvnliData:
 def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFrames | None = None,
                        settings: rd.Settings | None = None, manifest_format: str = "parquet",
                        overwrite: bool = False) -> RefvnliData:
-    """Build labelled RefVNLI triplets (see :mod:`fpr.scorers.refvnli_data`) into the folder ``out``."""
+    """Build labelled RefVNLI triplets (see :mod:`fpr.scorers.refvnli.data`) into the folder ``out``."""
     start = time.perf_counter()
     out = Path(out).expanduser()
     if manifest_format not in ("parquet", "csv"):

@@ -1,4 +1,4 @@
-"""``fpr refvnli train``: a RefVNLI-recipe model (:mod:`fpr.scorers.refvnli_model`) from ``fpr refvnli data`` triplets.
+"""``fpr refvnli train``: a RefVNLI-recipe model (:mod:`fpr.scorers.refvnli.model`) from ``fpr refvnli data`` triplets.
 
 Every triplet is one pass of the network, two binary cross-entropy terms (textual
 alignment and subject preservation, the paper's two labels) plus ``clip_weight`` x the
@@ -33,7 +33,7 @@ from fpr import progress
 from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.keys import utc_now
 from fpr.metrics.separation import auroc
-from fpr.scorers import refvnli_model as rm
+from fpr.scorers.refvnli import model as rm
 
 DATA_CARD = "refvnli-data.json"
 

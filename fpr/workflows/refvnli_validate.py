@@ -62,7 +62,7 @@ def _sims(encoder_id: str, queries: pd.DataFrame, root: Path, device: str) -> np
     """Sim: per query, the mean cosine between its image and its references (one encoder)."""
     from fpr.images import load_rgb
     from fpr.scorers.encoding import cached_encoder
-    from fpr.scorers.refvnli_model import identity_vectors
+    from fpr.scorers.refvnli.model import identity_vectors
 
     enc = cached_encoder(encoder_id, device)
     paths = sorted(set(queries.path) | {p for r in queries.reference_paths for p in r.split(";")})
@@ -99,8 +99,8 @@ def data_ta(model: str, data: str | Path, *, device: str = "cpu", n_boot: int = 
     """TA separations on a held-out ``fpr refvnli data`` folder: the model's TA head and its dual-encoder cosine."""
     from fpr.errors import InputError
     from fpr.images import load_rgb
-    from fpr.scorers.refvnli import model_source
-    from fpr.scorers.refvnli_model import load_model
+    from fpr.scorers.refvnli.scorer import model_source
+    from fpr.scorers.refvnli.model import load_model
 
     kind, model = model_source(model)
     if kind != "fpr":

@@ -10,7 +10,7 @@ question of a kept sample::
      "turns": [{"role": "observation"|"thought"|"action", "content", "loss"}, ...]}
 
 ``loss`` marks what is trained on (thoughts and actions; observations are masked context), see
-:func:`fpr.scorers.cigeval.agent_turns`. Human scores come from an ImagenHub folder
+:func:`fpr.scorers.conditional.cigeval.agent_turns`. Human scores come from an ImagenHub folder
 (:mod:`fpr.workflows.imagenhub`) or a ratings file (``query_id,rating[,rater]``, ratings on 0-1);
 without either every sample with a score is exported unfiltered (``human_score`` null).
 
@@ -61,7 +61,7 @@ def write_tool_images(turns: list[dict], folder: Path, stem: str, size: int) -> 
     each one's observation gets ``"path"``."""
     from PIL import Image
 
-    from fpr.scorers.cigeval import judge_array
+    from fpr.scorers.conditional.cigeval import judge_array
     from fpr.scorers.judges.tools import highlight
 
     arrays = {h: judge_array(p, size) for h, p in (turns[0]["content"].get("images") or {}).items() if p}
@@ -115,7 +115,7 @@ def export_trajectories(run_id: str, out: str | Path, *, workspace: str | Path |
                         max_deviation: float = MAX_DEVIATION, images_dir: str | Path | None = None,
                         image_size: int | None = None) -> TrajectoryExport:
     """Write the run's CIGEval trajectories as JSONL (see the module doc); returns the counts."""
-    from fpr.scorers.cigeval import agent_turns
+    from fpr.scorers.conditional.cigeval import agent_turns
     from fpr.scorers.judges.prompts import load_template
 
     if not max_deviation >= 0:

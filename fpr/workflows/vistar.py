@@ -1,7 +1,7 @@
 """``fpr vistar run`` and ``fpr report --by role``: VISTAR's role-centric evaluation of a folder of generations.
 
 Inputs: a prompts file (CSV/TSV/Parquet) with ``prompt_id``, ``prompt`` (the structured
-language, :mod:`fpr.scorers.vistar_prompts`) and optionally ``split`` (``core``, the
+language, :mod:`fpr.scorers.vistar.prompts`) and optionally ``split`` (``core``, the
 default, or ``hard``) and ``reference_paths`` (real images of the prompt's subject, ';'-joined,
 relative to the prompts file: GC fits its PaDiM cue on them, without them that cue and GC's
 six-cue score are NaN with the reason); a folder ``<generations>/<model>/<prompt_id>.<ext>``
@@ -30,10 +30,10 @@ from fpr.metrics.reasons import NanCount
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
 from fpr.render.result import nan_reasons
 from fpr.scorers import QueryBatch, all_scorers, check_scorer_options, run_scorers
-from fpr.scorers.vistar_cpa import canonical
-from fpr.scorers.vistar_li import parse_direction
-from fpr.scorers.vistar_prompts import StructuredPrompt, parse_prompt
-from fpr.scorers.vistar_roles import aspect, read_mask, role_names
+from fpr.scorers.vistar.cpa import canonical
+from fpr.scorers.vistar.li import parse_direction
+from fpr.scorers.vistar.prompts import StructuredPrompt, parse_prompt
+from fpr.scorers.vistar.roles import aspect, read_mask, role_names
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 from fpr.tables import read_table, split_paths

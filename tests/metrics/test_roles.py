@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from fpr.metrics.roles import aspect_scores, robustness_drop, role_scores, split_scores
-from fpr.scorers.vistar_roles import read_mask
+from fpr.scorers.vistar.roles import read_mask
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from fpr.metrics.reasons import reason_phrase
 from fpr.scorers import QueryBatch, all_scorers, get_scorer, run_scorers
 from tests.degenerate_images import DEGENERATE, write_degenerate_images
 from tests.scorers.judges.conftest import judge_env, server, tiny_owlv2  # noqa: F401 - the fixtures
-from tests.scorers.test_refvnli import tiny_checkpoint  # noqa: F401 - the fixture
+from tests.scorers.refvnli.test_scorer import tiny_checkpoint  # noqa: F401 - the fixture
 from tests.scorers.test_scorers import tiny_clip  # noqa: F401 - the fixture
 
 JUDGED = ("dreambench-concept", "dreambench-prompt", "viescore", "cigeval", "hwpq")

@@ -11,8 +11,8 @@ from PIL import Image
 from fpr import api
 from fpr.cli.main import cli
 from tests.scorers.known_answers import known_answers
-from tests.scorers.test_vistar_li import _direction
-from tests.scorers.test_vistar_tr import _sign
+from tests.scorers.vistar.test_li import _direction
+from tests.scorers.vistar.test_tr import _sign
 
 PROMPTS = [  # prompt_id, split, prompt
     ("c-sign-1", "core", '[GD|TR] a cafe sign that reads "HARBOR LIGHTS" {text="HARBOR LIGHTS", font="Futura"}'),

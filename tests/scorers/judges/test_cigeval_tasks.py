@@ -12,7 +12,7 @@ from PIL import Image
 
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, run_scorers
-from fpr.scorers.cigeval import TASKS
+from fpr.scorers.conditional.cigeval import TASKS
 from tests.scorers.judges.conftest import flat_image, metric
 from tests.scorers.judges.server import JudgeServer, _images, _text
 

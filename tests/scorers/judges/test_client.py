@@ -230,9 +230,18 @@ def test_importing_the_judge_scorers_loads_neither_openai_nor_transformers():
     import subprocess
     import sys
 
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    from fpr.scorers import BUILTIN
+
+    # the judge scorers, found by their registration: the built-in scorer modules that use the judge client
+    judged = sorted(m for m in BUILTIN.values() if "fpr.scorers.judges.client import" in
+                    Path(find_spec(m).origin).read_text())
+    assert len(judged) >= 5, judged
     code = ("import sys, importlib\n"
-            "for m in ('dreambench_concept', 'dreambench_prompt', 'viescore', 'cigeval', 'hwpq'):\n"
-            "    importlib.import_module('fpr.scorers.' + m)\n"
+            f"for m in {judged!r}:\n"
+            "    importlib.import_module(m)\n"
             "print([m for m in ('openai', 'transformers', 'jsonschema', 'torch') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

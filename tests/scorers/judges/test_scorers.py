@@ -12,8 +12,8 @@ import pytest
 
 from fpr.errors import InputError
 from fpr.scorers import QueryBatch, all_scorers, run_scorers
-from fpr.scorers.dreambench_concept import GalleryIdentities, shuffled
-from fpr.scorers.hwpq import hwpq_score, validate_questionnaire
+from fpr.scorers.dreambench.concept import GalleryIdentities, shuffled
+from fpr.scorers.vistar.hwpq import hwpq_score, validate_questionnaire
 from fpr.scorers.judges.tools import OWLV2_ID, Owlv2Detector, difference
 from tests.scorers.judges.conftest import flat_image, make_batch, metric
 from tests.scorers.judges.server import API_KEY, QUESTIONNAIRE, Fault, JudgeServer
@@ -337,7 +337,7 @@ def test_hwpq_votes_can_be_sampled_at_another_temperature_and_a_missing_key_is_o
 
 
 def test_hwpq_questionnaires_are_conditioned_on_the_aspect(tmp_path, judge_env):
-    from fpr.scorers.vistar_roles import aspect
+    from fpr.scorers.vistar.roles import aspect
 
     batch = make_batch(tmp_path, ["a teapot", "a teapot", "a teapot"], [10, 10, 10], [None, None, None],
                        options={"hwpq.concurrency": "1", "hwpq.aspect": "CUL"})
