@@ -125,6 +125,7 @@ ASPECT_PROMPTS = {  # aspect -> a prompt of a relevant [role|aspect] pair, with 
     "PSC": "[SA|PSC] a cat on a sofa", "GC": "[GD|GC] a chair in a hall", "SF": "[GD|SF] a cat in ukiyo-e style"}
 
 
+@pytest.mark.slow  # every VISTAR scorer over the images again, through a stored run: 92 s at load 18 on 2 cores
 def test_vistar_run_over_degenerate_images_stores_a_value_or_a_reason_for_each(request, tmp_path, monkeypatch):
     """``fpr vistar run`` with every image of :data:`DEGENERATE` under every aspect (GC with two of the other
     images as its references): the run completes and is stored, each image of each aspect has its aspect's
