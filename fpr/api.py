@@ -26,6 +26,9 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.indices": ("IndexInfo", "build_index", "list_indices", "load_index", "delete_index"),
     "fpr.workflows.runs": ("RunResult", "run_query", "run_query_encoders", "read_queries", "load_run", "report",
                            "delete_run", "run_ids", "runs_document"),
+    "fpr.workflows.evaluate": ("Evaluated", "evaluate_folders"),
+    "fpr.workflows.memory": ("Evaluator", "Scores"),
+    "fpr.workflows.examples": ("Examples", "write_examples"),
     "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
     "fpr.workflows.listing": ("list_runs", "run_content_version"),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
@@ -80,6 +83,9 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
         GalleryInfo, build_preset_gallery, curate_gallery, delete_gallery, galleries_from_source, gallery_items,
         import_gallery, list_galleries, show_gallery)
     from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
+    from fpr.workflows.evaluate import Evaluated, evaluate_folders
+    from fpr.workflows.memory import Evaluator, Scores
+    from fpr.workflows.examples import Examples, write_examples
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
     from fpr.workflows.plan import plan

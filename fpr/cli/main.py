@@ -16,7 +16,7 @@ from fpr.errors import FprError, InputError
 from fpr.registry import import_module
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
-COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
+COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "evaluate", "demo", "workflows", "meta",
                    "refvnli", "vistar", "serve", "trajectories", "explain", "plan")
 
 

@@ -171,6 +171,15 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         click.echo(rep.render_confusion(data.per_query, "json" if fmt == "json" else
                                         ("csv" if fmt == "csv" else "table")))
         return
+    print_paper_report(runs, ws, fmt, metrics=metrics, all_columns=all_columns, width=width, wide=wide,
+                       allow_stale=allow_stale)
+
+
+def print_paper_report(runs, ws, fmt: str, *, metrics: str | None = None, all_columns: bool = False,
+                       width: int | None = None, wide: bool = False, allow_stale: bool = False) -> None:
+    """Stored runs in the paper's layout, as ``fpr report`` prints them (``fpr evaluate`` prints the same)."""
+    from fpr.render import paper as rep
+
     machine = fmt in ("json", "csv")
     chosen = [m.strip() for m in (metrics or "").split(",") if m.strip()]
     if all_columns:

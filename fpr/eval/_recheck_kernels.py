@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from fpr.defaults import AP_AT_K
 from fpr.index._exact_kernels import MAX_PARTIALS, fsum_dot
-from fpr.metrics._kernels import bin_of, distinct, walk
+from fpr.metrics._kernels import bin_of, distinct, walk, walk_cut
 
 # counts[i] columns: proposals past the row's one-comparison filter, band items rechecked, top-k
 # candidates rechecked, relevant items (always exact)
@@ -100,7 +101,7 @@ def _sift_down(heap, n, i):
 
 @njit(cache=True, nogil=True)
 def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_start, rel_count, k,
-               ap, first, last, n_rel, top_idx, top_val, counts, start, end):
+               ap, first, last, n_rel, apk, rprec, top_idx, top_val, counts, start, end):
     """Rows [start, end) of a block: P (n, G) float32 proposals; Q64 the queries in float64; G32 the
     gallery; bq32 / bq64 the per-query error factors of the float32 proposals / the float64 check;
     ``safe[i]`` False where the proposals may have overflowed (every item of that row is then rechecked);
@@ -172,8 +173,9 @@ def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_st
             mark[rel_order[s0 + t]] = 0
         if r > 0:
             ap[i], first[i], last[i], n_rel[i], _ = walk(hist, m, r)
+            apk[i], rprec[i] = walk_cut(hist, m, r, AP_AT_K)
         else:
-            ap[i], first[i], last[i], n_rel[i] = np.nan, 0, 0, 0
+            ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i] = np.nan, 0, 0, 0, np.nan, np.nan
         topk = 0
         if k > 0:
             bound = heap[0]

@@ -9,7 +9,8 @@ For one query with relevant scores sorted into distinct values u_1 > ... > u_m
 needs only its relevant scores sorted (R log R) and, per item, the first t with
 u_t <= score (a binary search over m values, skipped after one comparison for items
 below the lowest relevant score): O(G log R) with no sort of the row. First hit
-rank = N_1, last hit rank = N_m (pessimistic over ties, as the NumPy engine).
+rank = N_1, last hit rank = N_m (pessimistic over ties, as the NumPy engine). AP@k and R-precision
+(:mod:`fpr.metrics.ranking`) come from the same counts: the relevant items of value u_t rank at N_t.
 The kernels release the GIL; the caller runs ranges of rows on a thread pool (dynamic
 scheduling: numba's static ``prange`` split stalls on a machine whose cores are shared).
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from fpr.defaults import AP_AT_K
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
 # A row with m <= PASSES_MAX distinct relevant values is counted with one vectorised pass per distinct
@@ -36,7 +39,7 @@ def _row(s, rel, u, hist):
         if rel[j]:
             v = s[j]
             if v != v:
-                return np.nan, 0, 0, 0, True
+                return np.nan, 0, 0, 0, np.nan, np.nan, True
             u[r] = v
             r += 1
     return _finish(s, u, r, hist)
@@ -49,17 +52,17 @@ def _row_idx(s, idx, u, hist):
     for k in range(r):
         v = s[idx[k]]
         if v != v:
-            return np.nan, 0, 0, 0, True
+            return np.nan, 0, 0, 0, np.nan, np.nan, True
         u[k] = v
     return _finish(s, u, r, hist)
 
 
 @njit(cache=True, nogil=True)
 def _finish(s, u, r, hist):
-    """AP and ranks from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
+    """AP, ranks, AP@k and R-precision from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
     g = s.shape[0]
     if r == 0:
-        return np.nan, 0, 0, 0, False
+        return np.nan, 0, 0, 0, np.nan, np.nan, False
     m = distinct(u, r, hist)
     low = u[0]
     one = np.empty(1, s.dtype)  # u's values (read from s) back in s's dtype, exactly: SIMD comparisons
@@ -85,7 +88,9 @@ def _finish(s, u, r, hist):
             v = s[j]
             if v >= low:
                 hist[bin_of(u, m, v)] += 1
-    return walk(hist, m, r)
+    ap, first, last, n_rel, _ = walk(hist, m, r)
+    apk, rprec = walk_cut(hist, m, r, AP_AT_K)
+    return ap, first, last, n_rel, apk, rprec, False
 
 
 @njit(cache=True, nogil=True)
@@ -151,20 +156,42 @@ def walk(hist, m, r):
 
 
 @njit(cache=True, nogil=True)
-def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
+def walk_cut(hist, m, r, k):
+    """(AP@k, R-precision) from the counts of :func:`walk`: the relevant items of the t-th distinct value
+    rank at N_t (pessimistic over ties); AP@k averages their precision over those at rank <= k (0 when
+    none is), R-precision counts those at rank <= R."""
+    n_ge = 0
+    h = 0
+    total = 0.0
+    hits = 0
+    within_r = 0
+    for t in range(m - 1, -1, -1):
+        n_ge += hist[t]
+        c = hist[m + t]
+        h += c
+        if n_ge <= k:
+            total += c * (h / n_ge)
+            hits += c
+        if n_ge <= r:
+            within_r += c
+    return (total / hits if hits else 0.0), within_r / r
+
+
+@njit(cache=True, nogil=True)
+def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with a boolean relevance mask; returns True if a relevant score is NaN."""
     g = scores.shape[1]
     u = np.empty(g, dtype=np.float64)
     hist = np.empty(2 * g + 1, dtype=np.int64)
     bad = False
     for i in range(start, end):
-        ap[i], first[i], last[i], n_rel[i], b = _row(scores[i], relevant[i], u, hist)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist)
         bad |= b
     return bad
 
 
 @njit(cache=True, nogil=True)
-def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, start, end):
+def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
     ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
     g = scores.shape[1]
@@ -173,7 +200,7 @@ def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, 
     bad = False
     for i in range(start, end):
         c = q_codes[i]
-        ap[i], first[i], last[i], n_rel[i], b = _row_idx(scores[i], g_order[g_start[c]:g_start[c] + g_count[c]],
-                                                         u, hist)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row_idx(
+            scores[i], g_order[g_start[c]:g_start[c] + g_count[c]], u, hist)
         bad |= b
     return bad

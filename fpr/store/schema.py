@@ -223,6 +223,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "top margin per-query metric (fpr.metrics.top_margin); NULL for runs stored before", (
         AddColumn("query_results", "top_margin"),
     )),
+    # like the top margin: the rankings stored are top-k only, so older runs keep NULL
+    Migration(5, "AP@10 and R-precision per-query metrics (fpr.metrics.ranking); NULL for runs stored before", (
+        AddColumn("query_results", "ap10"),
+        AddColumn("query_results", "r_precision"),
+    )),
 )
 
 SCHEMA_VERSION = 1 + len(MIGRATIONS)

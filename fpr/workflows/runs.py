@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pandas as pd
 
@@ -167,14 +167,20 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE, workers: int | None = None,
               overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
-              engine: str = "local", ray: "ray_runtime.RayOptions | dict | None" = None) -> RunResult:
+              engine: str = "local", ray: "ray_runtime.RayOptions | dict | None" = None,
+              images: Mapping[str, bytes] | None = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
+
+    ``images``: encoded bytes of query images held in memory, by the ``path`` that stands for them
+    (:class:`fpr.workflows.memory.Evaluator` with ``save_to``); local engine only.
 
     ``oracle``: also query with the gallery's reference images (method ``oracle``, see
     :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
     on Ray (:mod:`fpr.engines.ray`, options ``ray``); the shards are ingested into the
     store in one transaction like a local run's rows."""
     ray_opts = ray_runtime.ray_options(engine, ray)
+    if images and ray_opts is not None:
+        raise InputError("images held in memory are evaluated locally only", hint="use engine='local'")
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -194,7 +200,7 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     enc = index_encoder(opened, weights, "cpu" if ray_opts else device)
     engine_info = None
     if ray_opts is None:
-        ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers),
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers, images),
                                settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     else:
         key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,

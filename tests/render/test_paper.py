@@ -126,7 +126,8 @@ def test_scorer_columns_only_when_named_or_all():
     rows = summary_rows()
     p = rep.pivot(rows, metrics=("sim", "map"), all_scorers=False)
     assert [c.label for c in p.columns] == ["Sim clip", "mAP clip", "Sim dino_v2", "mAP dino_v2"]
-    assert rep.hidden_note(rows, p) == ("(not shown: CMC@1, CMC@5, CMC@10, mINP, top margin, clip-t (1 column); "
+    assert rep.hidden_note(rows, p) == ("(not shown: CMC@1, CMC@5, CMC@10, mINP, top margin, MAP@10, R-precision, "
+                                        "clip-t (1 column); "
                                         "--all shows every column, --metrics sim,map,clip-t chooses)")
     named = rep.pivot(rows, metrics=("sim", "clip-t"), all_scorers=False)
     assert [c.label for c in named.columns] == ["Sim clip", "Sim dino_v2", "clip-t.score"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from fpr.cache import load_once
 from fpr.encoders.embed import embed_pil
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import InputError
@@ -46,7 +47,6 @@ from fpr.scorers.options import Option, resolve
 DEFAULT_CLIP = "clip-vit-b-32"
 DEFAULT_DINO = "dinov2-vitb14"
 PANELS = re.compile(r"^\s*(\d+)\s*[xX\u00d7]\s*(\d+)\s*$")
-_ENCODERS: dict[tuple[str, str], Encoder] = {}
 
 
 def parse_panels(value) -> tuple[int, int] | None:
@@ -74,12 +74,7 @@ def sub_prompt_list(value) -> list[str]:
 
 
 def _encoder(encoder_id: str, device: str) -> Encoder:
-    key = (encoder_id, device)
-    if key not in _ENCODERS:
-        if len(_ENCODERS) >= 2:
-            _ENCODERS.pop(next(iter(_ENCODERS)))
-        _ENCODERS[key] = load_encoder(encoder_id, device=device)
-    return _ENCODERS[key]
+    return load_once("vistar-cse encoders", (encoder_id, device), lambda: load_encoder(encoder_id, device=device))
 
 
 def coverage(panel_vecs: np.ndarray, text_vecs: np.ndarray) -> float:

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.cache import load_once
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
@@ -62,7 +63,6 @@ DEFAULT_DEPTH = "depth-anything/Depth-Anything-V2-Small-hf"
 DEFAULT_PADIM = "dinov2-vitb14"
 PADIM_GRID = 4
 PADIM_DIMS = 32
-_DEPTH: dict[str, object] = {}
 
 
 def _work_array(img) -> np.ndarray:
@@ -157,28 +157,28 @@ def depth_curvature_regularity(depth: np.ndarray) -> float:
 
 
 def depth_estimator(model_id: str):
-    """(processor, model) from the local Hugging Face cache, or the reason it is unavailable."""
-    if model_id in _DEPTH:
-        return _DEPTH[model_id]
+    """(processor, model) from the local Hugging Face cache, or the reason it is unavailable (kept too: a
+    missing model is looked for once per process)."""
+    return load_once("vistar-gc depth", model_id, lambda: _load_depth(model_id))
+
+
+def _load_depth(model_id: str):
     from huggingface_hub import try_to_load_from_cache
 
     if "/" in model_id and not Path(model_id).is_dir() and not isinstance(
             try_to_load_from_cache(model_id, "config.json"), str):
-        _DEPTH[model_id] = f"depth model missing: {model_id} is not in the local Hugging Face cache (offline)"
-        return _DEPTH[model_id]
+        return f"depth model missing: {model_id} is not in the local Hugging Face cache (offline)"
     try:
         from transformers import AutoImageProcessor, AutoModelForDepthEstimation
     except ImportError:
-        _DEPTH[model_id] = "depth model missing: transformers is not installed (pip install 'fpr[vistar]')"
-        return _DEPTH[model_id]
+        return "depth model missing: transformers is not installed (pip install 'fpr[vistar]')"
     try:
         proc = AutoImageProcessor.from_pretrained(model_id, local_files_only=True)
         model = AutoModelForDepthEstimation.from_pretrained(model_id, local_files_only=True).eval()
-        _DEPTH[model_id] = (proc, model)
     except OSError as exc:  # not in the local cache: the cue is missing, with the reason
-        _DEPTH[model_id] = (f"depth model missing: {model_id} is not in the local Hugging Face cache (offline): "
-                            f"{str(exc).splitlines()[0][:160]}")
-    return _DEPTH[model_id]
+        return (f"depth model missing: {model_id} is not in the local Hugging Face cache (offline): "
+                f"{str(exc).splitlines()[0][:160]}")
+    return proc, model
 
 
 def predict_depth(est, img) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.cache import load_once
 from fpr.errors import InputError, NotFoundError
 from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
@@ -43,7 +44,6 @@ from fpr.scorers.options import Option, resolve
 BACKENDS = ("rapidocr", "tesseract")
 DEFAULT_UNCLIP = 1.45  # RapidOCR's is 1.6; calibrated in benchmarks/vistar_known_answers.py
 QUOTED = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')
-_ENGINES: dict[str, Callable] = {}
 
 
 def expected_text(extras: dict | None, prompt: str | None) -> str | None:
@@ -197,9 +197,7 @@ def _tesseract() -> Callable[[np.ndarray], str]:
 def ocr_engine(backend: str, unclip: float = DEFAULT_UNCLIP) -> Callable[[np.ndarray], str]:
     """The OCR function of a backend, loaded once per process (per detector box expansion for rapidocr)."""
     key = f"{backend}:{unclip}" if backend == "rapidocr" else backend
-    if key not in _ENGINES:
-        _ENGINES[key] = _rapidocr(unclip) if backend == "rapidocr" else _tesseract()
-    return _ENGINES[key]
+    return load_once("vistar-tr ocr", key, lambda: _rapidocr(unclip) if backend == "rapidocr" else _tesseract())
 
 
 @dataclass(frozen=True)
