@@ -30,7 +30,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.memory": ("Evaluator", "Scores"),
     "fpr.workflows.examples": ("Examples", "write_examples"),
     "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
-    "fpr.workflows.listing": ("list_runs", "run_content_version"),
+    "fpr.workflows.listing": ("list_runs", "require_workspace", "run_content_version"),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
                               "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
@@ -44,6 +44,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
     "fpr.workflows.plan": ("plan",),
+    "fpr.workflows.benchmarks": ("MethodCard", "check_card", "register_benchmark", "list_benchmarks",
+                                 "submit_to_benchmark", "leaderboard", "submission_history", "withdraw_submission",
+                                 "get_submission", "submission_run", "submission_cards", "verify_submission",
+                                 "submission_hash", "image_hashes", "check_submission_slot", "take_submission_slot",
+                                 "sealed_names"),
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),
@@ -89,9 +94,13 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
     from fpr.workflows.plan import plan
+    from fpr.workflows.benchmarks import (
+        MethodCard, check_card, check_submission_slot, get_submission, image_hashes, leaderboard, list_benchmarks,
+        register_benchmark, sealed_names, submission_cards, submission_hash, submission_history, submission_run,
+        submit_to_benchmark, take_submission_slot, verify_submission, withdraw_submission)
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
-    from fpr.workflows.listing import list_runs, run_content_version
+    from fpr.workflows.listing import list_runs, require_workspace, run_content_version
     from fpr.workflows.reports import (
         ReportData, compare, export_document, export_run, html_report, paper_report, report_data, report_document)
     from fpr.workflows.scoring import score_from_table, score_run

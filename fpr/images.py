@@ -35,7 +35,8 @@ warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 def read_bytes(path: str | Path) -> bytes:
     p = Path(path)
     if not p.exists():
-        raise InputError("image file not found", where=str(p), hint="check the path in your manifest")
+        raise InputError("image file not found", where=str(p), hint="check the path in the table that lists it "
+                         "(a relative path there resolves against that table's folder)")
     if p.is_dir():
         raise InputError("expected an image file, found a folder", where=str(p))
     data = p.read_bytes()

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from fpr.cards import utf8_path
 from fpr.errors import InputError
 from fpr.files import atomic_write_path
 
@@ -87,8 +88,9 @@ def read_table(path: str | Path, *, required: tuple[str, ...], what: str = "mani
 
 
 def resolve_path(value: str, base: Path) -> str:
+    """``value`` against the table's folder ``base``; a result whose name is not UTF-8 is one line."""
     p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p))
+    return utf8_path(p if p.is_absolute() else (base / p), what="listed file name")
 
 
 def split_paths(value, base: Path) -> list[str]:

@@ -7,6 +7,7 @@ functions included).
 - ``os.environ`` / ``os.getenv``: fpr/settings.py (every variable declared with type, default and doc);
 - ``os.replace``: fpr/files.py (the one writer);
 - ``importlib.import_module`` / ``__import__``: fpr/registry.py (registries, the lazy facade, command modules);
+- ``numba.njit`` / ``numba.jit``: fpr/compiled.py (kept in numba's cache where it can write, else compiled in memory);
 - an in-process model cache (a module-level table named for models, encoders, engines, networks, ... or a
   memoised loader of one): fpr/cache.py (``load_once``: one keep-and-evict rule, one lock discipline).
 
@@ -31,16 +32,19 @@ OWNERS = {
     "os.environ": ("settings.py", "fpr.settings (get, flag, raw)"),
     "os.replace": ("files.py", "fpr.files (atomic_write*, replace_file)"),
     "importlib.import_module": ("registry.py", "fpr.registry (Registry, import_module, import_object)"),
+    "numba.njit": ("compiled.py", "fpr.compiled.njit"),
     "model cache": ("cache.py", "fpr.cache.load_once"),
 }
 # dotted uses -> the mechanism they are
 ATTRIBUTES = {"os.environ": "os.environ", "os.getenv": "os.environ", "os.putenv": "os.environ",
               "os.unsetenv": "os.environ", "os.replace": "os.replace", "datetime.now": "datetime.now",
               "datetime.utcnow": "datetime.now", "datetime.datetime.now": "datetime.now",
-              "datetime.datetime.utcnow": "datetime.now", "importlib.import_module": "importlib.import_module"}
+              "datetime.datetime.utcnow": "datetime.now", "importlib.import_module": "importlib.import_module",
+              "numba.njit": "numba.njit", "numba.jit": "numba.njit"}
 # `from X import Y` -> the mechanism
 FROM_IMPORTS = {("os", "environ"): "os.environ", ("os", "getenv"): "os.environ", ("os", "replace"): "os.replace",
-                ("importlib", "import_module"): "importlib.import_module"}
+                ("importlib", "import_module"): "importlib.import_module", ("numba", "njit"): "numba.njit",
+                ("numba", "jit"): "numba.njit"}
 MODULES = {"sqlite3": "sqlite3", "hashlib": "hashlib", "uuid": "uuid"}
 # A module-level table holding loaded models is an in-process model cache: named for what it holds.
 MODEL_WORDS = re.compile(r"MODEL|ENCODER|ENGINE|DEPTH|DEEPLAB|NETWORK|PIPELINE|SESSION|PROCESSOR|SEGMENTER_NET|LOADED",
@@ -147,6 +151,8 @@ PROBES = {
     "importlib.import_module": "import importlib\n\nM = importlib.import_module('json')\n",
     "from importlib import import_module": "from importlib import import_module\n",
     "__import__": "M = __import__('json')\n",
+    "numba.njit": "import numba\n\n\n@numba.njit(cache=True)\ndef f(x):\n    return x\n",
+    "from numba import njit": "def f():\n    from numba import njit\n    return njit\n",
     "model table": "_MODELS: dict[str, object] = {}\n",
     "model OrderedDict": "from collections import OrderedDict\n\n_ENCODERS = OrderedDict()\n",
     "memoised loader": "from functools import lru_cache\n\n\n@lru_cache(maxsize=2)\ndef load_depth(name):\n    return name\n",
@@ -163,6 +169,8 @@ EXPECTED = {
     "importlib.import_module": "eval/probe.py:3 uses importlib.import_module (owner: fpr/registry.py",
     "from importlib import import_module": "eval/probe.py:1 uses importlib.import_module (owner: fpr/registry.py",
     "__import__": "eval/probe.py:1 uses importlib.import_module (owner: fpr/registry.py",
+    "numba.njit": "eval/probe.py:4 uses numba.njit (owner: fpr/compiled.py",
+    "from numba import njit": "eval/probe.py:2 uses numba.njit (owner: fpr/compiled.py",
     "model table": "eval/probe.py:1 uses model cache (owner: fpr/cache.py",
     "model OrderedDict": "eval/probe.py:3 uses model cache (owner: fpr/cache.py",
     "memoised loader": "eval/probe.py:5 uses model cache (owner: fpr/cache.py",

@@ -8,8 +8,8 @@ import click
 
 from fpr import api, progress
 from fpr.cli.main import (batch_size_option, cli, device_option, parse_options, scope_option, scorer_option,
-                          width_options, workers_option)
-from fpr.cli.query import REPORT_FORMATS, print_paper_report
+                          table_width, width_options, workers_option)
+from fpr.cli.query import REPORT_FORMATS, print_paper
 
 
 @cli.command("evaluate")
@@ -53,7 +53,7 @@ def evaluate_cmd(ctx, generations, gallery, encoder, oracle, references, per_ide
                                workers=workers, scorer_options=parse_options(scorer_options))
     for line in out.notes():
         progress.log(line)
-    print_paper_report([out.result.run_id], ws, fmt, width=width, wide=wide)
+    print_paper([out.result.run_id], ws, fmt, table_width(width, wide) if fmt == "table" else None)
 
 
 @cli.command("examples")

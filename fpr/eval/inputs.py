@@ -4,7 +4,7 @@ query ids filled and checked, reference lists parsed; other columns kept as extr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -78,3 +78,24 @@ def _text(v) -> str:
 
 def extra_columns(qdf: pd.DataFrame) -> list[str]:
     return [c for c in qdf.columns if c not in _BASE]
+
+
+def check_query_files(qdf: pd.DataFrame, queries: str | Path | pd.DataFrame,
+                      in_memory: Mapping[str, bytes] | None = None) -> None:
+    """Every query image exists, checked before a model loads: the first missing one is one line naming its
+    row, the path as resolved, and the folder relative paths resolve against (the queries file's own).
+    A path that stands for an image held in memory (``in_memory``) is there by definition."""
+    held = in_memory or {}
+    missing = [i for i, p in enumerate(qdf["path"]) if p not in held and not Path(p).is_file()]
+    if not missing:
+        return
+    first = missing[0]
+    if isinstance(queries, pd.DataFrame):
+        where, base = "queries", "the current directory"
+    else:
+        where, base = str(queries), f"the queries file's folder, {Path(queries).resolve().parent}"
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    raise InputError(f"query image not found: {qdf['path'].iloc[first]} (row {int(qdf['row_number'].iloc[first]) + 2}"
+                     f"{', query ' + str(qdf['query_id'].iloc[first]) if 'query_id' in qdf else ''}){more}",
+                     where=where, hint=f"relative paths resolve against {base}; fix the path, or pass "
+                                       "--skip-unreadable to skip such queries with their reason")

@@ -17,8 +17,8 @@ scheduling: numba's static ``prange`` split stalls on a machine whose cores are 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
 from fpr.defaults import AP_AT_K
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
@@ -30,7 +30,7 @@ PASSES_MAX = 64
 PASS_COST = 48
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _row(s, rel, u, hist):
     """(ap, first, last, n_rel, bad) of one row; ``u``/``hist`` are scratch arrays of len(row)."""
     g = s.shape[0]
@@ -45,7 +45,7 @@ def _row(s, rel, u, hist):
     return _finish(s, u, r, hist)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _row_idx(s, idx, u, hist):
     """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
     r = idx.shape[0]
@@ -57,7 +57,7 @@ def _row_idx(s, idx, u, hist):
     return _finish(s, u, r, hist)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _finish(s, u, r, hist):
     """AP, ranks, AP@k and R-precision from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
     g = s.shape[0]
@@ -93,7 +93,7 @@ def _finish(s, u, r, hist):
     return ap, first, last, n_rel, apk, rprec, False
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def count_ge(s, x):
     """How many of ``s`` are >= x (NaN never): a branchless pass the compiler vectorises."""
     c = 0
@@ -102,7 +102,7 @@ def count_ge(s, x):
     return c
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def distinct(u, r, hist):
     """Sort the relevant scores ``u[:r]``: their distinct values ascending into ``u[:m]``, multiplicities
     into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step)."""
@@ -123,7 +123,7 @@ def distinct(u, r, hist):
     return m
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bin_of(u, m, v):
     """Index of the highest of the m distinct relevant values ``u[:m]`` that is <= v (v >= u[0])."""
     lo = 0
@@ -136,7 +136,7 @@ def bin_of(u, m, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def walk(hist, m, r):
     """(ap, first, last, n_rel, False) from the counts ``hist[:m]`` (items whose score falls at or above
     each distinct relevant value and below the next) and the multiplicities ``hist[m:2m]``."""
@@ -155,7 +155,7 @@ def walk(hist, m, r):
     return ap / r, first, n_ge, r, False
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def walk_cut(hist, m, r, k):
     """(AP@k, R-precision) from the counts of :func:`walk`: the relevant items of the t-th distinct value
     rank at N_t (pessimistic over ties); AP@k averages their precision over those at rank <= k (0 when
@@ -177,7 +177,7 @@ def walk_cut(hist, m, r, k):
     return (total / hits if hits else 0.0), within_r / r
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with a boolean relevance mask; returns True if a relevant score is NaN."""
     g = scores.shape[1]
@@ -190,7 +190,7 @@ def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, en
     return bad
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
     ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""

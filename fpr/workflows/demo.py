@@ -66,6 +66,10 @@ PAPER = dict(identities=10, gallery=10, lookalikes=0.9, family_size=2)
 WORLDS = {"easy": {}, "paper": PAPER}
 
 
+DEMO_RESULT = "fpr.demo-result/1"  # what `fpr demo --format json` prints; its JSON Schema: DEMO_SCHEMA_FILE
+DEMO_SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "demo-result-v1.json"
+
+
 @dataclass
 class DemoResult:
     run_id: str
@@ -84,7 +88,8 @@ class DemoResult:
     claims_worlds: list = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
+        """The ``fpr.demo-result/1`` document (schema: ``fpr/schemas/demo-result-v1.json``)."""
+        return {"schema": DEMO_RESULT, "run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
                 "images": self.images_dir, "world": self.world, "summary": self.summary,
                 "validity": self.validity, "timings": self.timings, "claims": self.claims,
                 "general_runs": self.general_runs, "claims_worlds": self.claims_worlds}

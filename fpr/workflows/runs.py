@@ -15,6 +15,7 @@ from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines import ray as ray_engine
 from fpr.engines import ray_runtime
+from fpr.encoders.catalog import check_batch_size, check_device, check_encoder_id, check_workers
 from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
 from fpr.eval import frames, inputs, pipeline, relevance, sanity
@@ -154,6 +155,9 @@ def _degenerate_run(ev: "pipeline.Evaluation", qdf: pd.DataFrame, opened: "relev
 def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store, device,
               batch_size, workers) -> EvalSettings:
     relevance.check_scope(scope)
+    check_device(device)
+    check_batch_size(batch_size)
+    check_workers(workers)
     if top_k_store < 0:
         raise InputError(f"--top-k must be 0 or more, got {top_k_store}")
     check_scorer_options(scorer_names, scorer_options)  # before any image is embedded
@@ -181,6 +185,8 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     ray_opts = ray_runtime.ray_options(engine, ray)
     if images and ray_opts is not None:
         raise InputError("images held in memory are evaluated locally only", hint="use engine='local'")
+    if encoder is not None:
+        check_encoder_id(encoder)  # a typo is refused before the index or any model is opened
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -188,14 +194,16 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     ws = Workspace.open(workspace)
     if not overwrite and db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
-    opened = relevance.open_index(ws, index, encoder=encoder)
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
     qdf = inputs.normalize_queries(queries)
+    opened = relevance.open_index(ws, index, encoder=encoder)
     if oracle:
         qdf = append_oracle(qdf, opened.items)
-    # Missing identities are an error before any model is loaded.
+    # Missing identities and missing image files are errors before any model is loaded.
     relevance.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
+    if not skip_unreadable:
+        inputs.check_query_files(qdf, queries, images)
     # on Ray the model is shipped to the actors from here, which place it on their own device
     enc = index_encoder(opened, weights, "cpu" if ray_opts else device)
     engine_info = None
@@ -319,6 +327,8 @@ def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str
         raise InputError("no encoders given", hint="e.g. --encoders pixels-16,fpr-world-v1")
     if len(set(names)) != len(names):
         raise InputError(f"an encoder is listed twice: {', '.join(names)}")
+    for name in names:  # every name before the first index is built
+        check_encoder_id(name)
     run_id = check_name(run, "run") if run else new_id("run")
     ws = Workspace.open(workspace)
     db.get_gallery(ws, gallery)
