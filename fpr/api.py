@@ -41,6 +41,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
     "fpr.workflows.plan": ("plan",),
+    "fpr.workflows.reproduce": ("Reproduction", "reproduce"),
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
     from fpr.workflows.plan import plan
+    from fpr.workflows.reproduce import Reproduction, reproduce
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
     from fpr.workflows.listing import list_runs, run_content_version

@@ -17,7 +17,8 @@ from fpr.registry import import_module
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
-                   "refvnli", "vistar", "serve", "trajectories", "explain", "plan")
+                   "refvnli", "vistar", "serve", "trajectories", "explain", "plan",
+                   "reproduce")
 
 
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
