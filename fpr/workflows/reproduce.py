@@ -243,8 +243,8 @@ def _group_runs(inp: Inputs, dataset: str, cache: dict) -> tuple:
     if dataset in cache:
         return cache[dataset]
     ds = DATASETS[dataset]
+    gallery = inp.need_gallery(ds)  # the dataset folder first: without it the queries file is moot
     queries = inp.need_queries(ds)
-    gallery = inp.need_gallery(ds)
     encs, notes = [], []
     for role in ("clip", "dino", ds.specialist):
         try:
