@@ -26,8 +26,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.indices": ("IndexInfo", "build_index", "list_indices", "load_index", "delete_index"),
     "fpr.workflows.runs": ("RunResult", "run_query", "run_query_encoders", "read_queries", "load_run", "report",
                            "delete_run", "run_ids", "runs_document"),
+    "fpr.workflows.evaluate": ("Evaluated", "evaluate_folders"),
+    "fpr.workflows.memory": ("Evaluator", "Scores"),
+    "fpr.workflows.examples": ("Examples", "write_examples"),
     "fpr.workflows.difficulty": ("Difficulty", "gallery_difficulty", "indexed_difficulty", "identities_of_interest"),
-    "fpr.workflows.listing": ("list_runs", "run_content_version"),
+    "fpr.workflows.listing": ("list_runs", "require_workspace", "run_content_version"),
     "fpr.workflows.reports": ("ReportData", "report_data", "report_document", "paper_report", "html_report",
                               "export_run", "export_document", "compare"),
     "fpr.workflows.scoring": ("score_run", "score_from_table"),
@@ -42,6 +45,11 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.filter": ("filter_queries",),
     "fpr.workflows.plan": ("plan",),
     "fpr.workflows.reproduce": ("Reproduction", "reproduce"),
+    "fpr.workflows.benchmarks": ("MethodCard", "check_card", "register_benchmark", "list_benchmarks",
+                                 "submit_to_benchmark", "leaderboard", "submission_history", "withdraw_submission",
+                                 "get_submission", "submission_run", "submission_cards", "verify_submission",
+                                 "submission_hash", "image_hashes", "check_submission_slot", "take_submission_slot",
+                                 "sealed_names"),
     "fpr.workflows.refvnli": ("build_refvnli_data",),
     "fpr.workflows.trajectories": ("export_trajectories",),
     "fpr.workflows.vistar": ("VistarReport", "vistar_run", "role_report"),
@@ -81,13 +89,20 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
         GalleryInfo, build_preset_gallery, curate_gallery, delete_gallery, galleries_from_source, gallery_items,
         import_gallery, list_galleries, show_gallery)
     from fpr.workflows.indices import IndexInfo, build_index, delete_index, list_indices, load_index
+    from fpr.workflows.evaluate import Evaluated, evaluate_folders
+    from fpr.workflows.memory import Evaluator, Scores
+    from fpr.workflows.examples import Examples, write_examples
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
     from fpr.workflows.plan import plan
     from fpr.workflows.reproduce import Reproduction, reproduce
+    from fpr.workflows.benchmarks import (
+        MethodCard, check_card, check_submission_slot, get_submission, image_hashes, leaderboard, list_benchmarks,
+        register_benchmark, sealed_names, submission_cards, submission_hash, submission_history, submission_run,
+        submit_to_benchmark, take_submission_slot, verify_submission, withdraw_submission)
     from fpr.workflows.runs import (
         RunResult, delete_run, load_run, read_queries, report, run_ids, run_query, run_query_encoders, runs_document)
-    from fpr.workflows.listing import list_runs, run_content_version
+    from fpr.workflows.listing import list_runs, require_workspace, run_content_version
     from fpr.workflows.reports import (
         ReportData, compare, export_document, export_run, html_report, paper_report, report_data, report_document)
     from fpr.workflows.scoring import score_from_table, score_run

@@ -12,6 +12,9 @@ The fourth, the model judges' replies (:mod:`fpr.scorers.judges.cache`), is a *r
 remote model, not reproducible, kept in the workspace; a run that cannot store it fails (its values could
 not be given again). Its entries carry the same two checks as a store's rows (:func:`seal`).
 
+Within one process, loaded models (encoders, OCR engines, depth, segmentation and RefVNLI networks) are
+held by :data:`MODELS` (:func:`load_once`), the one in-process model cache with one keep-and-evict rule.
+
 **Key.** :func:`content_key` of a dict of everything the value depends on (code versions, options,
 library versions, input digests): :func:`fpr.keys.json_digest`; no path or name, so the same content hits
 in any workspace.
@@ -44,11 +47,12 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 from fpr import keys, progress, settings
 from fpr.files import replace_file
 
+T = TypeVar("T")
 BUSY_TIMEOUT_S = 60.0
 LOOKUP_CHUNK = 500  # keys per SELECT (well under SQLite's bound-parameter limit)
 
@@ -319,3 +323,72 @@ class SqliteStore:
 
 __all__ = ["BUSY_TIMEOUT_S", "SqliteStore", "content_key", "enabled", "open_shared_db", "reason", "seal",
            "set_aside", "unsealed_damage", "warn_unusable"]
+
+
+# --------------------------------------------------------------------------- loaded models (in process)
+
+class LoadedModels:
+    """The one in-process cache of loaded models (encoders, OCR engines, depth, segmentation and judge
+    networks): each loader's results under its owner's name, the ``keep`` most recently used per owner
+    (a filter scores chunk after chunk with the same few models; a long-lived worker that switches
+    models must not keep every one in memory). Two threads asking for one model load it once; a model
+    loading never blocks the lookup of another. A load that raises is not kept (the next call tries
+    again); a loader that returns the *reason* a model is unavailable (a string) has that reason kept, so a missing model is looked for
+    once per process. Nothing here outlives the process: weights on disk are the encoders' own cache."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards the tables; never held while a model loads
+        self._owners: dict[str, dict[Hashable, Any]] = {}
+        self._loading: dict[tuple[str, Hashable], threading.Lock] = {}
+
+    def get(self, owner: str, key: Hashable, load: Callable[[], T], *, keep: int = 2) -> T:
+        with self._lock:
+            if self._held(owner, key):
+                return self._owners[owner][key]
+            slot = self._loading.setdefault((owner, key), threading.Lock())
+        with slot:  # one loader per (owner, key); other models stay reachable meanwhile
+            with self._lock:
+                if self._held(owner, key):  # loaded by the thread this one waited for
+                    return self._owners[owner][key]
+            try:
+                value = load()
+            except BaseException:
+                with self._lock:
+                    self._loading.pop((owner, key), None)
+                raise
+            with self._lock:
+                entries = self._owners.setdefault(owner, {})
+                entries[key] = value
+                while len(entries) > max(1, keep):
+                    entries.pop(next(iter(entries)))
+                self._loading.pop((owner, key), None)
+            return value
+
+    def _held(self, owner: str, key: Hashable) -> bool:
+        """Whether (owner, key) is held, marking it most recently used (call with the lock held)."""
+        entries = self._owners.get(owner, {})
+        if key not in entries:
+            return False
+        entries[key] = entries.pop(key)
+        return True
+
+    def forget(self, owner: str | None = None) -> None:
+        """Drop one owner's models (all owners' when None): tests, and a service reloading its models."""
+        with self._lock:
+            if owner is None:
+                self._owners.clear()
+            else:
+                self._owners.pop(owner, None)
+
+    def held(self, owner: str) -> list[Hashable]:
+        """The keys one owner holds now, least recently used first."""
+        with self._lock:
+            return list(self._owners.get(owner, {}))
+
+
+MODELS = LoadedModels()
+
+
+def load_once(owner: str, key: Hashable, load: Callable[[], T], *, keep: int = 2) -> T:
+    """``load()`` once per process for (``owner``, ``key``): :class:`LoadedModels`' one policy."""
+    return MODELS.get(owner, key, load, keep=keep)

@@ -26,8 +26,10 @@ READABLE_REPORT_METRICS = ("sim", "map")
 # A summary row of fewer queries has no 95% interval: its bootstrap would cover the mean too rarely
 # (measured in benchmarks/results/interval_coverage.md).
 MIN_QUERIES_FOR_INTERVAL = 10
+# The cut-off k of the per-query AP@k (summary MAP@k; fpr.metrics.ranking), a compile-time constant of the kernels.
+AP_AT_K = 10
 
-__all__ = ["DEFAULT_REPORT_METRICS", "READABLE_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES",
+__all__ = ["AP_AT_K", "DEFAULT_REPORT_METRICS", "READABLE_REPORT_METRICS", "EMBED_BATCH_SIZE", "MIN_QUERIES_FOR_INTERVAL", "PRESET_NAMES", "SAMPLINGS", "SCOPES",
            "WORLD_PROFILES"]
 
 # fpr explain's evidence variants (fpr.metrics.evidence) and the default, chosen on world seeds 100 and 101

@@ -45,6 +45,17 @@ class BusyError(FprError):
     exit_code = 3
 
 
-def choices_hint(valid: list[str] | tuple[str, ...], noun: str = "choices") -> str:
+class LimitError(FprError):
+    """A limit per caller is reached (the service's daily submissions): try again after the time it names."""
+
+
+def choices_hint(valid: list[str] | tuple[str, ...], noun: str = "choices", *, given: str | None = None) -> str:
+    """``valid <noun>: a, b, c``; with ``given`` (a name that was not found), led by the closest valid one."""
     shown = ", ".join(valid) if valid else "(none)"
+    if given is not None:
+        import difflib  # only on the way to an error
+
+        close = difflib.get_close_matches(given, list(valid), n=1)
+        if close:
+            return f"did you mean '{close[0]}'? valid {noun}: {shown}"
     return f"valid {noun}: {shown}"

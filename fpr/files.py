@@ -51,11 +51,16 @@ def cache_root() -> Path:
     return settings.get("FPR_CACHE_DIR")
 
 
-def safe_stem(name: str, max_chars: int = 60) -> str:
+def safe_stem(name: str, max_chars: int = 60, *, unique: bool = True) -> str:
     """A file-name stem for any id (``method/identity/k``, spaces, dots, non-ASCII): its letters, digits, ``.``,
     ``_`` and ``-`` (others become ``_``, at most ``max_chars`` of them) plus 12 hex digits of the id's sha256, so
-    two ids never share a stem (also on case-insensitive file systems) and none is hidden or a path."""
+    two ids never share a stem (also on case-insensitive file systems) and none is hidden or a path.
+
+    ``unique=False``: the readable part alone (``_`` when nothing is left), for a folder whose name is read back
+    as a label (``fpr gallery import --folder`` reads ``<group>/<identity>/``)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._")[:max_chars]
+    if not unique:
+        return readable or "_"
     return f"{readable}-{keys.sha256_hex(str(name))[:12]}" if readable else keys.sha256_hex(str(name))[:12]
 
 

@@ -77,7 +77,7 @@ class PhaseLine:
 
     def _counts(self) -> str:
         of = f"/{self.total}" if self.total is not None and self.total != self.n else ""
-        return f"{self.desc or 'done'}: {self.n}{of} {self.unit}"
+        return f"{self.desc or 'done'}: {self.n}{of} {units(self.unit, self.n if self.total is None else self.total)}"
 
     def _beat(self) -> None:
         """A line if :data:`EVERY_S` seconds passed since the phase began or the last line."""
@@ -85,7 +85,8 @@ class PhaseLine:
         if not self._closed and now - self._last >= EVERY_S:
             self._last = now
             of = f"/{self.total}" if self.total is not None else ""
-            log(f"{self.desc or 'working'}: {self.n}{of} {self.unit}, {now - self._start:.0f} s so far")
+            count = self.n if self.total is None else self.total
+            log(f"{self.desc or 'working'}: {self.n}{of} {units(self.unit, count)}, {now - self._start:.0f} s so far")
 
     def _run(self, wait) -> None:
         """The timer: ``wait(seconds)`` until the next line is due (True once the phase closed), then a line."""
@@ -121,6 +122,17 @@ class PhaseLine:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         log(f"{self._counts()} in {self._clock() - self._start:.1f} s")
+
+
+_PLURALS = {"query": "queries", "identity": "identities", "batch": "batches"}
+_INVARIANT = {"it", "img", "B", "MB", "GB"}  # abbreviations read the same for any count
+
+
+def units(unit: str, n: int) -> str:
+    """``unit`` for ``n`` of it: ``1 query``, ``1080 queries`` (abbreviations such as ``img`` unchanged)."""
+    if n == 1 or unit in _INVARIANT or unit.endswith("s"):
+        return unit
+    return _PLURALS.get(unit, unit + "s")
 
 
 def bar(iterable: Iterable[T] | None = None, *, total: int | None = None, desc: str = "", unit: str = "it"):

@@ -124,12 +124,20 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return list(self.all())
 
+    def known_names(self) -> list[str]:
+        """Every name this registry can resolve, imported or not: the built-in table, what is registered and
+        the entry points' names. Nothing is imported, so an unknown name is refused before any module (and
+        the model libraries they bring) loads."""
+        with self._lock:
+            eps = [] if self._complete else [ep.name for ep in _entry_points(self.group)]
+            return sorted({*self.builtin, *self.items, *eps})
+
     def get(self, name: str) -> T:
         """The entry ``name``; unknown is a :class:`~fpr.errors.NotFoundError` listing the valid names."""
         found = self.find(name)
         if found is not None:
             return found
-        raise NotFoundError(f"unknown {self.kind} '{name}'", hint=choices_hint(self.names(), self.plural))
+        raise NotFoundError(f"unknown {self.kind} '{name}'", hint=choices_hint(self.known_names(), self.plural, given=name))
 
 
 def load_group(group: str) -> list[str]:

@@ -68,6 +68,8 @@ _DECLARED = [
     Setting("FPR_MAX_QUEUED_PER_TOKEN", "int", 8, "`fpr serve`: runs one token may have queued or running",
             minimum=1),
     Setting("FPR_SERVE_QUEUE", "int", 64, "`fpr serve`: runs the queue holds", minimum=1),
+    Setting("FPR_BENCHMARK_DAILY_SUBMISSIONS", "int", 5,
+            "`fpr serve`: submissions to sealed benchmarks one token may make per UTC day", minimum=1),
     Setting("FPR_SERVE_ORIGINS", "list", (), "`fpr serve`: web origins (`scheme://host[:port]`) allowed to call the API"),
     # tests
     Setting("FPR_RAY_CRASH_ONCE", "text", "", "tests: a file holding the shard number at which one Ray worker crashes once"),
@@ -91,6 +93,8 @@ OTHER: dict[str, str] = {
     "COLUMNS": "the width of printed tables",
     "PYTHONPATH": "passed on to a local Ray runtime's workers",
     "RAY_BACKEND_LOG_LEVEL": "set to `fatal` under `--quiet` before Ray starts",
+    "NUMBA_CACHE_DIR": "where numba keeps compiled kernels (read by numba; with it, the package's `__pycache__` "
+                       "and the user cache all unwritable, fpr compiles them in memory and says so once)",
 }
 
 

@@ -6,6 +6,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from fpr.cards import utf8_path
 from fpr.errors import InputError
 from fpr.files import atomic_write_path
 
@@ -87,8 +88,16 @@ def read_table(path: str | Path, *, required: tuple[str, ...], what: str = "mani
 
 
 def resolve_path(value: str, base: Path) -> str:
+    """``value`` against the table's folder ``base``; a result whose name is not UTF-8 is one line."""
     p = Path(value).expanduser()
-    return str(p if p.is_absolute() else (base / p))
+    return utf8_path(p if p.is_absolute() else (base / p), what="listed file name")
+
+
+def split_paths(value, base: Path) -> list[str]:
+    """A ';'-joined list of paths (or a list of them), each resolved against ``base``: the queries file's
+    ``reference_paths`` and the VISTAR prompts file's, read alike."""
+    parts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value or "").split(";")
+    return [resolve_path(v.strip(), base) for v in parts if v.strip()]
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:

@@ -175,6 +175,7 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     res = demo.DemoResult(out["run"], out["gallery"], out["index"], out["encoder"], out["images"], out["summary"],
                           out["validity"], out["timings"], out["world"])
     monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
+    monkeypatch.setenv("COLUMNS", "160")  # the whole table on one block (at 100 it folds, repeating the methods)
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
@@ -185,7 +186,7 @@ def test_demo_text_prints_the_agreement_table_and_ap_one_shares(quick_demo, monk
     assert len(out["validity"]["agreement"]) == 6  # 2 method sets x mAP, Sim, top margin
     for row, text in zip(out["validity"]["agreement"], body, strict=True):
         assert text.startswith(row["methods"]) and f" {row['metric']} " in text
-        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.2f},{row['ppa_hi']:.2f}]" in text
+        assert f"{row['ppa']:.3f} [{row['ppa_lo']:.3f},{row['ppa_hi']:.3f}]" in text
         assert f"{row['ppa_ties_half']:.3f}".rstrip("0") in text
     # the headroom table: per method the AP = 1 share (the validity's) and the AP tie share of its identity's pairs
     head = lines.index(f"headroom under {out['encoder']}: can this gallery tell the best methods apart?")
@@ -319,3 +320,18 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     assert "  variant, claim (ii) ties-half" in block and "  regime, specialist fpr-world-v3: oracle mAP" in block
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "meta", "--run", spec_run, "--general", gen_run], obj={})
     assert r.exit_code == 2 and "--general needs --truth" in r.output and "Traceback" not in r.output
+
+
+def test_quick_demo_json_names_its_schema_and_follows_it(quick_demo):
+    """The demo's JSON had no ``schema`` field (issue #33): it is ``fpr.demo-result/1``, and the document
+    validates against the package's ``fpr/schemas/demo-result-v1.json``, as run results do against theirs."""
+    import jsonschema
+
+    from fpr.workflows.demo import DEMO_SCHEMA_FILE
+
+    _, out = quick_demo
+    assert out["schema"] == "fpr.demo-result/1"
+    schema = json.loads(DEMO_SCHEMA_FILE.read_text())
+    jsonschema.validate(out, schema, cls=jsonschema.Draft202012Validator)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**out, "extra": 1}, schema, cls=jsonschema.Draft202012Validator)

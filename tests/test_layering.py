@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fpr"
-BOTTOM = {"errors", "images", "tables", "progress", "files", "keys", "plugins", "defaults", "settings", "cache", "registry"}
+BOTTOM = {"errors", "cards", "compiled", "images", "tables", "progress", "files", "keys", "plugins", "defaults", "settings",
+          "cache", "registry"}
 # From the ground up; a layer may import the layers before it in this list, never one after it.
 # Siblings on one floor (galleries / encoders) may not import each other either.
 FLOORS = [

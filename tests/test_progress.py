@@ -35,8 +35,8 @@ def test_off_a_terminal_each_phase_is_one_line(stderr):
     lines = err.getvalue().splitlines()
     assert len(lines) == 3 and "\r" not in err.getvalue(), lines
     assert re.fullmatch(r"fpr: embedding queries: 5 img in \d+\.\d s", lines[0]), lines
-    assert re.fullmatch(r"fpr: matching: 10 query in \d+\.\d s", lines[1]), lines
-    assert re.fullmatch(r"fpr: cut short: 3/10 query in \d+\.\d s", lines[2]), lines
+    assert re.fullmatch(r"fpr: matching: 10 queries in \d+\.\d s", lines[1]), lines
+    assert re.fullmatch(r"fpr: cut short: 3/10 queries in \d+\.\d s", lines[2]), lines
 
 
 class _FakeClock:
@@ -55,10 +55,10 @@ def test_off_a_terminal_a_running_phase_prints_a_line_every_10_s_of_updates(stde
         clock.t += dt
         line.update(2)
     line.close()
-    assert err.getvalue().splitlines() == ["fpr: copy-paste: matching: 6/40 query, 10 s so far",
-                                           "fpr: copy-paste: matching: 10/40 query, 20 s so far",
-                                           "fpr: copy-paste: matching: 12/40 query, 45 s so far",
-                                           "fpr: copy-paste: matching: 12/40 query in 45.1 s"]
+    assert err.getvalue().splitlines() == ["fpr: copy-paste: matching: 6/40 queries, 10 s so far",
+                                           "fpr: copy-paste: matching: 10/40 queries, 20 s so far",
+                                           "fpr: copy-paste: matching: 12/40 queries, 45 s so far",
+                                           "fpr: copy-paste: matching: 12/40 queries in 45.1 s"]
 
 
 def test_the_timer_speaks_when_one_step_takes_minutes(stderr):
@@ -120,3 +120,14 @@ def test_quiet_silences_bars_and_lines_but_not_warnings(stderr, monkeypatch):
     progress.log("hidden")
     progress.warn("asked for 10, got 8")
     assert err.getvalue() == "fpr: warning: asked for 10, got 8\n"
+
+
+def test_counts_read_in_the_plural(stderr):
+    """"1080 query" (issue #33): a count other than one takes the plural; abbreviations stay as they are."""
+    assert [progress.units("query", n) for n in (0, 1, 2, 1080)] == ["queries", "query", "queries", "queries"]
+    assert (progress.units("batch", 3), progress.units("identity", 2), progress.units("img", 5),
+            progress.units("variant", 2), progress.units("setting", 1)) == \
+        ("batches", "identities", "img", "variants", "setting")
+    err = stderr(io.StringIO())
+    list(progress.bar(range(1), desc="one", unit="query"))
+    assert re.fullmatch(r"fpr: one: 1 query in \d+\.\d s", err.getvalue().strip())

@@ -101,6 +101,7 @@ def curate_cmd(ctx, source, name, overwrite, fmt, **kw) -> None:
 @click.pass_context
 def list_cmd(ctx, width, wide, fmt) -> None:
     """List stored galleries."""
+    api.require_workspace(ctx.obj["workspace"])
     click.echo(render_rows(api.list_galleries(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 

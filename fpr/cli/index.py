@@ -6,7 +6,7 @@ import click
 from fpr import api
 from fpr.cli.main import (batch_size_option, cli, device_option, format_option, table_width, weights_option,
                           width_options, workers_option)
-from fpr.render.cells import dumps, render_rows
+from fpr.render.cells import dumps, render_rows, wrap_text
 
 
 @cli.group()
@@ -49,7 +49,7 @@ def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers,
         return
     click.echo(render_rows([info.as_row()], fmt))
     if difficulty is not None and fmt == "table":
-        click.echo(difficulty.line())
+        click.echo(wrap_text(difficulty.line()))
 
 
 @index.command("list")
@@ -58,6 +58,7 @@ def build_cmd(ctx, gallery, encoder, name, weights, device, batch_size, workers,
 @click.pass_context
 def list_cmd(ctx, width, wide, fmt) -> None:
     """List stored indices (the table folds to the terminal; --wide or --format csv: whole)."""
+    api.require_workspace(ctx.obj["workspace"])
     click.echo(render_rows(api.list_indices(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 

@@ -16,10 +16,19 @@ from fpr.errors import FprError, InputError
 from fpr.registry import import_module
 
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
-COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "demo", "workflows", "meta",
+COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "evaluate", "demo", "workflows", "meta",
                    "refvnli", "vistar", "serve", "trajectories", "explain", "plan",
-                   "reproduce")
+                   "benchmark", "reproduce")
 
+
+# `fpr --help` lists the commands in these sections, in this order (a command in none: "other commands")
+COMMAND_SECTIONS = {
+    "evaluate": ("demo", "evaluate", "query", "score", "compare", "filter", "ablate", "plan", "explain", "reproduce"),
+    "galleries & indices": ("gallery", "index", "encoders", "embed"),
+    "scorers & judges": ("scorers", "vistar", "refvnli", "meta", "export-trajectories"),
+    "reports": ("report", "runs", "export", "sql"),
+    "service & admin": ("serve",),
+}
 
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
 GLOBAL_VALUED = ("--workspace",)
@@ -55,6 +64,22 @@ class FprGroup(click.Group):
         if ctx.parent is None:  # the top-level group sees the whole command line
             args = hoist_global_options(list(args))
         return super().parse_args(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The top-level commands by what they are for (:data:`COMMAND_SECTIONS`), not alphabetically."""
+        if ctx.parent is not None:
+            return super().format_commands(ctx, formatter)
+        names = [n for n in self.list_commands(ctx) if not getattr(self.get_command(ctx, n), "hidden", False)]
+        placed = {n for members in COMMAND_SECTIONS.values() for n in members}
+        sections = [(title, [n for n in members if n in names]) for title, members in COMMAND_SECTIONS.items()]
+        sections.append(("other commands", [n for n in names if n not in placed]))
+        width = max((len(n) for n in names), default=0)
+        for title, members in sections:
+            if members:
+                rows = [(n, self.get_command(ctx, n).get_short_help_str(max(formatter.width - width - 6, 20)))
+                        for n in members]
+                with formatter.section(title.capitalize()):
+                    formatter.write_dl(rows)
 
     def main(self, *args, **kwargs):
         """Usage errors (bad option values, unknown commands) as one line too, exit 2."""
@@ -135,13 +160,11 @@ def width_options():
     return decorate
 
 
-def table_width(width: int | None, wide: bool) -> int | None:
-    """The width a table folds to; None (whole cells) for ``--wide``."""
-    if wide:
-        return None
-    from fpr.render.cells import terminal_width
+def table_width(width: int | None, wide: bool) -> int:
+    """The width a table folds to; :data:`~fpr.render.cells.WHOLE` (every cell on one line) for ``--wide``."""
+    from fpr.render.cells import WHOLE, terminal_width
 
-    return terminal_width(width)
+    return WHOLE if wide else terminal_width(width)
 
 
 def device_option(what: str = "the encoder"):
@@ -183,7 +206,8 @@ def engine_options(shards: bool = True):
                              help="With --engine ray: images per shard, the unit of resume (default 256, fewer "
                                   "for large inputs: at most 256 MB of decoded pixels).")(f)
         f = click.option("--ray-actors", type=click.IntRange(min=1), default=None,
-                         help="With --engine ray: actors holding the encoder (default: one per GPU, else 1).")(f)
+                         help="With --engine ray: actors holding the encoder (default: one per GPU, else 1; "
+                              "more actors than GPUs share them).")(f)
         f = click.option("--ray-address", default=None,
                          help="With --engine ray: a running cluster (ray://HOST:10001, HOST:6379 or auto); "
                               "default: a local Ray runtime on this machine.")(f)

@@ -1,8 +1,6 @@
 """``fpr query``, ``report``, ``runs``, ``export``, ``score``, ``compare``, ``embed``, ``sql``."""
 from __future__ import annotations
 
-import textwrap
-
 import click
 
 from fpr import api, progress
@@ -11,7 +9,7 @@ from fpr.cli.main import (batch_size_option, cli, device_option, engine_options,
                           workers_option)
 from fpr.defaults import DEFAULT_REPORT_METRICS, READABLE_REPORT_METRICS
 from fpr.errors import InputError
-from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width
+from fpr.render.cells import dumps, interval_footnote, render_rows, terminal_width, wrap_text
 
 REPORT_FORMATS = ("table", "markdown", "latex", "csv", "json")
 
@@ -24,7 +22,13 @@ def warn_headroom(per_query, encoder: str | None = None) -> None:
         progress.warn(line)
 
 
-def print_run(res: api.RunResult, fmt: str) -> None:
+def print_run(res: api.RunResult, fmt: str, ws) -> None:
+    """A run as ``fpr report`` prints it (the table); JSON and CSV: the run's own document and summary rows."""
+    if fmt == "table":
+        print_paper([res.run_id], ws, fmt, terminal_width(), allow_stale=True)
+        if res.n_skipped:
+            click.echo(f"'fpr export --run {res.run_id} --out FILE.csv' has each query's status")
+        return
     warn_headroom(res.per_query, res.encoder)
     if fmt == "json":
         click.echo(dumps(res.to_dict()))
@@ -34,21 +38,7 @@ def print_run(res: api.RunResult, fmt: str) -> None:
     rows = res.summary_records()
     aux = [c for c in res.summary.columns if "." in c]
     cols = ["method", "group", "n_queries", *summary_row_columns(), *aux]
-    if fmt == "csv":
-        click.echo(render_rows(rows, "csv", ["encoder"] + cols + ["map_group_mean"]))
-        return
-    click.echo(f"run {res.run_id}  index {res.index}  encoder {res.encoder}")
-    # folded to the terminal (COLUMNS), each block naming its rows by method and group; csv/json: whole
-    click.echo(render_rows(rows, "table", cols, width=terminal_width(), keys=2))
-    if res.sim_definition:
-        from fpr.eval.similarity import SIM_SOURCES
-
-        click.echo("Sim: " + "; ".join(f"{SIM_SOURCES[k]} ({n} queries)" for k, n in res.sim_definition.items()))
-    if interval_footnote(rows):
-        click.echo(interval_footnote(rows))
-    if res.n_skipped:
-        click.echo(f"({res.n_skipped} queries skipped; '--format json' lists them with reasons, "
-                   f"'fpr export --run {res.run_id} --out FILE.csv' has their status)")
+    click.echo(render_rows(rows, "csv", ["encoder"] + cols + ["map_group_mean"]))
 
 
 @cli.command("query")
@@ -97,11 +87,12 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
                 warn_headroom(res.per_query, res.encoder)
             click.echo(dumps(api.runs_document(results)))
             return
-        for res in results:
-            print_run(res, fmt)
         group = results[0].run_id.rsplit("@", 1)[0]
-        if fmt == "table":
-            click.echo(f"all encoders side by side: fpr report --run {group}")
+        if fmt == "table":  # the report of the group: every encoder side by side
+            print_paper([group], ctx.obj["workspace"], fmt, terminal_width(), allow_stale=True)
+            return
+        for res in results:
+            print_run(res, fmt, ctx.obj["workspace"])
         return
     if not index_name:
         raise InputError("give --index, or --gallery with --encoders")
@@ -110,7 +101,7 @@ def query_cmd(ctx, index_name, gallery, encoders, queries, run, encoder, weights
                         skip_unreadable=skip_unreadable, top_k_store=top_k, seed=seed, device=device,
                         batch_size=batch_size, workers=workers, overwrite=overwrite,
                         scorer_options=parse_options(scorer_options), oracle=oracle, **on_ray)
-    print_run(res, fmt)
+    print_run(res, fmt, ctx.obj["workspace"])
 
 
 @cli.command("report")
@@ -152,7 +143,8 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         from fpr.render.roles import role_report_text
 
         r = api.role_report(runs, workspace=ws, relevance=relevance)
-        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table"))
+        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table",
+                                    r.nan_reasons))
         return
     if relevance:
         raise InputError("--relevance applies to --by role only", hint="add --by role")
@@ -167,6 +159,15 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         click.echo(rep.render_confusion(data.per_query, "json" if fmt == "json" else
                                         ("csv" if fmt == "csv" else "table")))
         return
+    print_paper(runs, ws, fmt, table_width(width, wide) if fmt == "table" else None, metrics=metrics,
+                all_columns=all_columns, allow_stale=allow_stale)
+
+
+def print_paper(runs, ws, fmt: str, cols: int | None, *, metrics: str | None = None, all_columns: bool = False,
+                allow_stale: bool = False) -> None:
+    """Stored runs in the paper's layout (what ``fpr report`` prints, and ``fpr query`` after a run)."""
+    from fpr.render import paper as rep
+
     machine = fmt in ("json", "csv")
     chosen = [m.strip() for m in (metrics or "").split(",") if m.strip()]
     if all_columns:
@@ -180,7 +181,6 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     if fmt == "json":  # fpr.run-results/1: one document per stored run (each with its headroom), then the pivot
         click.echo(dumps(api.report_document(data, pivot=pivot.records())))
         return
-    cols = table_width(width, wide) if fmt == "table" else None
     if fmt == "table":
         head = (f"run{'s' if len(data.runs) > 1 else ''} {', '.join(data.runs)}  encoders "
                 f"{', '.join(data.encoders)}  (mean [95% bootstrap interval])")
@@ -192,13 +192,14 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
     if fmt not in ("table", "markdown"):
         return
     from fpr.eval.similarity import SIM_SOURCES
+    from fpr.render.result import nan_reason_text
 
     n_skipped = int((data.per_query["status"] != "ok").sum())
     notes = [rep.hidden_note(data.summary, pivot),
              # one line per definition: each phrase stays whole on its line
              "\n".join(("Sim: " if k == 0 else "     ") + f"{SIM_SOURCES[src]} ({n} queries)"
                        for k, (src, n) in enumerate(data.sim_definition.items())) or None,
-             interval_footnote(data.summary),
+             interval_footnote(data.summary), nan_reason_text(data.aux),
              f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
     for note in filter(None, notes):  # prose wraps at the table's width (never cut)
         click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))
@@ -224,8 +225,8 @@ def _print_headroom(per_query, fmt: str, width: int | None) -> None:
 
 
 def _wrap(text: str, width: int | None) -> str:
-    """Prose at the table's width, continued lines indented; names (fpr-world-v3) never split at hyphens."""
-    return textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False) if width else text
+    """Prose at the table's width (None: a machine format, whole)."""
+    return wrap_text(text, width) if width else text
 
 
 @cli.group("runs", invoke_without_command=True)
@@ -235,6 +236,7 @@ def _wrap(text: str, width: int | None) -> str:
 def runs_cmd(ctx, width, wide, fmt) -> None:
     """List stored runs ('fpr runs delete RUN' deletes one)."""
     if ctx.invoked_subcommand is None:
+        api.require_workspace(ctx.obj["workspace"])
         click.echo(render_rows(api.list_runs(workspace=ctx.obj["workspace"]), fmt, width=table_width(width, wide)))
 
 
@@ -275,9 +277,11 @@ def export_cmd(ctx, run, out, fmt) -> None:
 @scorer_option()
 @device_option()
 @click.option("--overwrite", is_flag=True, help="Replace scores a scorer already stored for this run.")
+@engine_options()
 @format_option()
 @click.pass_context
-def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, overwrite, fmt) -> None:
+def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, overwrite, engine, ray_address,
+              ray_actors, ray_shard_size, fmt) -> None:
     """Add auxiliary scores to a stored run (scorers, or an external table), then reprint its summary."""
     ws = ctx.obj["workspace"]
     if bool(scorers) == bool(from_csv):
@@ -285,13 +289,16 @@ def score_cmd(ctx, run, scorers, from_csv, scorer_name, scorer_options, device, 
     if from_csv:
         if not scorer_name:
             raise InputError("--from-csv needs --scorer NAME (the name its columns are stored under)")
+        if engine != "local" or ray_address or ray_actors or ray_shard_size:
+            raise InputError("--engine and the --ray-* options go with --scorers (--from-csv runs nothing)")
         api.score_from_table(run, from_csv, scorer_name, workspace=ws, overwrite=overwrite)
         _print_scored(run, ws, fmt)
         return
     if scorer_name:
         raise InputError("--scorer goes with --from-csv; use --scorers for built-in scorers")
     api.score_run(run, scorers, workspace=ws, device=device, overwrite=overwrite,
-                  scorer_options=parse_options(scorer_options))
+                  scorer_options=parse_options(scorer_options), engine=engine,
+                  ray=ray_settings(engine, ray_address, ray_actors, ray_shard_size))
     _print_scored(run, ws, fmt)
 
 
@@ -302,7 +309,7 @@ def _print_scored(run: str, ws, fmt: str) -> None:
         click.echo(dumps(api.report_document(data, pivot=pivot.records())) if fmt == "json"
                    else render_rows(pivot.records(), fmt))
         return
-    print_run(api.report(run, workspace=ws, allow_stale=True), fmt)
+    print_run(api.report(run, workspace=ws, allow_stale=True), fmt, ws)
 
 
 @cli.command("compare")

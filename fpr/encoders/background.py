@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 from PIL import Image
 
+from fpr.cache import load_once
 from fpr.errors import InputError, NotFoundError
 
 KEEP = "keep"
@@ -105,13 +106,12 @@ def grabcut_mask(img: Image.Image) -> np.ndarray:
     return _upscale(fg, img.size)
 
 
-_DEEPLAB: dict[str, object] = {}
-
-
 def deeplab_model():
-    """DeepLabV3-MobileNetV3-Large with weights from the torch hub cache only."""
-    if "model" in _DEEPLAB:
-        return _DEEPLAB["model"]
+    """DeepLabV3-MobileNetV3-Large with weights from the torch hub cache only, loaded once per process."""
+    return load_once("deeplab segmenter", "deeplabv3-mobilenet-v3-large", _load_deeplab, keep=1)
+
+
+def _load_deeplab():
     import torch
     from torchvision.models.segmentation import DeepLabV3_MobileNet_V3_Large_Weights, deeplabv3_mobilenet_v3_large
 
@@ -122,8 +122,7 @@ def deeplab_model():
                             hint="copy the file there (fpr downloads nothing), or use --background remove:grabcut")
     model = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=21, aux_loss=True)
     model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    _DEEPLAB["model"] = model.eval()
-    return _DEEPLAB["model"]
+    return model.eval()
 
 
 def deeplab_mask(img: Image.Image) -> np.ndarray:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from fpr.cache import load_once
 from fpr.encoders.preprocess import OPENAI_MEAN, OPENAI_STD, Preprocessing, differences, from_open_clip_cfg
 from fpr.encoders.registry import EncoderSpec, register
 from fpr.encoders.weights import ResolvedWeights, WeightsSource
@@ -37,8 +36,6 @@ CLIP_REVISION = "a6f597a30f7b82c51704746581f9a4e41421e878"
 CLIP_SHA256 = "e6d1bd7789aa45192b3bf90570a789b478bae1b74ebcce7eddd908e83a2b7c31"
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
-_MODELS: "OrderedDict[tuple, tuple]" = OrderedDict()  # (path, checksum, model name) -> (model, tokenizer name)
-_LOCK = threading.Lock()
 
 
 class OpenClipImage(torch.nn.Module):
@@ -81,10 +78,13 @@ def load_open_clip(resolved: ResolvedWeights, *, encoder_id: str, default_model:
         raise NotFoundError(f"encoder '{encoder_id}' needs {OPEN_CLIP_CONFIG} beside its weights",
                             where=str(resolved.folder))
     key = (str(resolved.path), resolved.checksum, model_name, force_quick_gelu)
-    with _LOCK:
-        if key in _MODELS:
-            _MODELS.move_to_end(key)
-            return _MODELS[key]
+    return load_once("open_clip models", key,
+                     lambda: _build_open_clip(resolved, encoder_id, cfg_path, default_model, model_name,
+                                              force_quick_gelu))
+
+
+def _build_open_clip(resolved: ResolvedWeights, encoder_id: str, cfg_path: Path | None, default_model: str | None,
+                     model_name: str, force_quick_gelu: bool) -> tuple[torch.nn.Module, str]:
     if cfg_path is not None:
         read_open_clip_config(cfg_path, encoder_id)  # a clear error before open_clip's own
     import open_clip
@@ -102,12 +102,7 @@ def load_open_clip(resolved: ResolvedWeights, *, encoder_id: str, default_model:
         logging.disable(previous)
     _load_checkpoint(model, resolved.path, encoder_id)
     model.eval()
-    out = (model, model_name)
-    with _LOCK:
-        _MODELS[key] = out
-        while len(_MODELS) > 2:
-            _MODELS.popitem(last=False)
-    return out
+    return model, model_name
 
 
 def _load_checkpoint(model: torch.nn.Module, path: Path, encoder_id: str) -> None:

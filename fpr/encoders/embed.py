@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -104,27 +104,34 @@ def _read_and_hash(path: str | Path) -> tuple[bytes | None, str | None, str]:
         return None, None, exc.one_line()
 
 
-def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None
-              ) -> tuple[list[str | None], dict[int, str]]:
+def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None,
+              given: Mapping[str, bytes] | None = None) -> tuple[list[str | None], dict[int, str]]:
     """Content hashes (None + a reason for unreadable files). With ``keep``, the bytes read are kept
     (up to ``KEEP_BYTES`` in all) so the decoder does not read the files a second time.
 
     Files are read and hashed by a few threads (file reads and SHA-256 release the GIL), in rounds
-    of :data:`HASH_CHUNK` so that at most one round's bytes beyond the kept ones are held."""
+    of :data:`HASH_CHUNK` so that at most one round's bytes beyond the kept ones are held. ``given``: the
+    bytes of some paths (images held in memory), used instead of reading them."""
     hashes: list[str | None] = []
     failed: dict[int, str] = {}
     kept = 0
     n_threads = min(4, os.cpu_count() or 1) if len(paths) >= 16 else 1
     pool = ThreadPoolExecutor(n_threads, thread_name_prefix="fpr-hash") if n_threads > 1 else None
+    given = given or {}
+
+    def read(path: str | Path) -> tuple[bytes | None, str | None, str]:
+        data = given.get(str(path))
+        return (data, content_hash(data), "") if data is not None else _read_and_hash(path)
+
     try:
         for start in range(0, len(paths), HASH_CHUNK):
             part = paths[start:start + HASH_CHUNK]
-            done = pool.map(_read_and_hash, part) if pool is not None else map(_read_and_hash, part)
+            done = pool.map(read, part) if pool is not None else map(read, part)
             for i, (data, digest, err) in enumerate(done, start):
                 hashes.append(digest)
                 if digest is None:
                     failed[i] = err
-                elif keep is not None and kept + len(data) <= KEEP_BYTES:
+                elif keep is not None and (kept + len(data) <= KEEP_BYTES or str(paths[i]) in given):
                     keep[i] = data
                     kept += len(data)
     finally:
@@ -136,14 +143,15 @@ def _hash_all(paths: Sequence[str | Path], keep: dict[int, bytes] | None = None
 def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: int = EMBED_BATCH_SIZE,
                 workers: int | None = None, cache: EmbeddingCache | None | bool = True,
                 on_error: str = "raise", desc: str = "embedding", normalize: bool = True,
-                amp_dtype: torch.dtype | None = None) -> EmbedResult:
+                amp_dtype: torch.dtype | None = None, data: Mapping[str, bytes] | None = None) -> EmbedResult:
     """Embed image files in order. ``on_error``: ``raise`` (first bad file) or ``skip`` (NaN row, reported).
 
     ``normalize=False`` returns the encoder's raw (un-normalised) features; they never touch the
     embedding cache, which holds normalised vectors only. ``amp_dtype``: see :meth:`Encoder.embed_batch`.
     ``batch_size`` >= 1 and ``workers`` >= 0 decode processes (None: on a CPU device, threads of this
     process that each decode and embed a micro-batch; elsewhere chosen by the number of images); other values are
-    one InputError, the same one the CLI prints.
+    one InputError, the same one the CLI prints. ``data``: path -> the image's encoded bytes, for images held
+    in memory (``fpr.Evaluator``): decoded, hashed and cached exactly as a file with those bytes.
     """
     check_batch_size(batch_size)
     check_workers(workers)
@@ -156,7 +164,7 @@ def embed_paths(encoder: Encoder, paths: Sequence[str | Path], *, batch_size: in
     if cache is True:
         cache = cache_for(encoder)
     kept: dict[int, bytes] = {}
-    hashes, failed = _hash_all(paths, kept)
+    hashes, failed = _hash_all(paths, kept, data)
     _raise_if(failed, on_error, len(paths))
     out = np.full((len(paths), encoder.spec.dim), np.nan, dtype=np.float32)
     known = [h for h in hashes if h is not None]
@@ -271,7 +279,7 @@ def decode_paths(preprocess, paths: Sequence[str | Path]) -> Decoded:
     """Hash, decode and preprocess files in order, with the same reader and decoder as :func:`embed_paths`."""
     paths = [str(p) for p in paths]
     kept: dict[int, bytes] = {}
-    hashes, failed = _hash_all(paths, kept)
+    hashes, failed = _hash_all(paths, kept, data)
     ds = _DecodeDataset(paths, preprocess, [kept.get(i) for i in range(len(paths))])
     size = preprocess.output_size
     pixels = np.zeros((len(paths), 3, size, size), dtype=np.float32)

@@ -15,7 +15,6 @@ because the same weights give different vectors in bf16 on a GPU and fp32 on a C
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -23,22 +22,13 @@ import numpy as np
 import torch
 
 from fpr import keys
+from fpr.encoders.catalog import (BUILTIN, DISCOVERING_MODULES, ENCODERS, VALID_DEVICES, check_batch_size,
+                                  check_device, check_encoder_id, check_workers, describe_entry)
 from fpr.encoders.cpu_forward import CPU_FORWARD, forward_microbatched, forward_part
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.weights import ResolvedWeights, Verification, WeightsSource, resolve_weights, verify_weights
 from fpr.errors import InputError, NotFoundError, choices_hint
-from fpr.registry import Registry
 
-# Each built-in encoder's id and the module whose import registers it (tests/test_layering.py checks the
-# table against what each module registers), plus the modules that register encoders found on disk
-# (trained checkpoints). Each must import cheaply (heavy libraries such as open_clip are imported inside
-# the build functions).
-BUILTIN = {"pixels-16": "fpr.encoders.baselines",
-           **{i: "fpr.encoders.world" for i in ("fpr-world-v1", "fpr-world-v2", "fpr-world-v3", "fpr-general-v1",
-                                                 "fpr-general-v2")},
-           "clip-vit-b-32": "fpr.encoders.clip", "dinov2-vitb14": "fpr.encoders.dinov2",
-           "bioclip-2": "fpr.encoders.bioclip", "miewid-msv2": "fpr.encoders.miewid"}
-DISCOVERING_MODULES = ("fpr.encoders.world", "fpr.encoders.trained")
 BUILTIN_MODULES = tuple(dict.fromkeys(m.rsplit(".", 1)[1] for m in (*BUILTIN.values(), *DISCOVERING_MODULES)))
 
 ModelBuilder = Callable[[ResolvedWeights], torch.nn.Module]
@@ -81,8 +71,7 @@ class BrokenEncoder:
                           hint="fix or remove its card, or train it again with --overwrite")
 
 
-ENCODERS: Registry[EncoderSpec] = Registry("encoder", "fpr.encoders", BUILTIN, name_of=lambda s: s.id,
-                                           item_type=EncoderSpec, more_modules=DISCOVERING_MODULES)
+ENCODERS.item_type = EncoderSpec  # the registry lives in fpr.encoders.catalog, where names are checked without torch
 _REGISTRY = ENCODERS.items  # the registered encoders by id
 _DISCOVERERS: list[Callable[[], Iterable[EncoderSpec | BrokenEncoder]]] = []
 
@@ -129,6 +118,7 @@ def get_spec(encoder_id: str) -> EncoderSpec:
     found = ENCODERS.find(encoder_id)
     if found is not None:
         return found
+    check_encoder_id(encoder_id)  # an unknown id is refused before every encoder module is imported
     specs, broken = _discovered()
     if encoder_id in broken:
         raise broken[encoder_id].error()
@@ -136,17 +126,6 @@ def get_spec(encoder_id: str) -> EncoderSpec:
         raise NotFoundError(f"unknown encoder '{encoder_id}'", hint=choices_hint(list(specs), "encoders")
                             + "; 'fpr encoders list' shows them")
     return specs[encoder_id]
-
-
-VALID_DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
-
-
-def check_device(device: str) -> str:
-    """``device`` if it is one fpr knows (auto, cpu, cuda, cuda:N, mps), else one InputError listing them."""
-    if not isinstance(device, str) or not _DEVICE_RE.match(device):
-        raise InputError(f"unknown device '{device}'", hint=choices_hint(VALID_DEVICES, "devices"))
-    return device
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -163,19 +142,6 @@ def pick_device(device: str = "auto") -> torch.device:
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise InputError("device 'mps' requested but no Apple GPU (MPS) is available", hint="use --device cpu")
     return torch.device(device)
-
-
-def check_batch_size(batch_size: int) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch size must be a whole number >= 1, got {batch_size!r}", hint="e.g. --batch-size 32")
-    return batch_size
-
-
-def check_workers(workers: int | None) -> int | None:
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
-        raise InputError(f"workers must be a whole number >= 0, got {workers!r}",
-                         hint="--workers 0 decodes in the main process")
-    return workers
 
 
 def device_precision(device: torch.device) -> str:
@@ -312,35 +278,15 @@ def load_encoder(encoder_id: str, *, weights: str | None = None, device: str = "
     return Encoder(spec, resolved, model, pick_device(device))
 
 
+def spec_entry(spec: EncoderSpec) -> dict:
+    """What ``fpr encoders list`` shows of a spec beside its weights (as :mod:`fpr.encoders.catalog` keeps it)."""
+    return {"family": spec.family, "dim": spec.dim, "input": spec.input_size, "preprocessing": spec.preprocessing.name,
+            "description": spec.description, "text": spec.build_text is not None}
+
+
 def describe(spec: EncoderSpec) -> dict:
     """One row of ``fpr encoders list``: honest status, never raising."""
-    resolved = resolve_weights(spec.id, spec.weights, required=False)
-    status = "available" if resolved.found else ("incomplete" if resolved.where == "incomplete" else "missing")
-    verification = verify_weights(spec.id, spec.weights, resolved)
-    return {
-        "id": spec.id,
-        "family": spec.family,
-        "dim": spec.dim,
-        "input": spec.input_size,
-        "preprocessing": spec.preprocessing.name,
-        "status": status,
-        "weights": str(resolved.path) if resolved.path else None,
-        "found_in": resolved.where if resolved.found else None,
-        "checksum": resolved.checksum if resolved.found else None,
-        "verified": verification.status,
-        "verification": verification.detail or None,
-        "text": spec.build_text is not None,
-        "description": spec.description,
-        "reason": _incomplete_reason(spec) if status == "incomplete" else None,
-    }
-
-
-def _incomplete_reason(spec: EncoderSpec) -> str:
-    from fpr.encoders.weights import weights_dir
-
-    folder = weights_dir() / (spec.weights.folder_name or spec.id)
-    missing = [n for n in spec.weights.extra_files if not (folder / n).is_file()]
-    return f"the weights folder {folder} lacks {', '.join(missing)}"
+    return describe_entry(spec.id, spec_entry(spec), spec.weights)
 
 
 def describe_broken(broken: BrokenEncoder) -> dict:

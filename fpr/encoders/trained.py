@@ -14,18 +14,17 @@ followed by a BatchNorm + linear neck to ``dim``.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from fpr.encoders.catalog import CARD_NAME
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.registry import BrokenEncoder, EncoderSpec, register_discoverer
 from fpr.encoders.weights import ResolvedWeights, WeightsSource, weights_dir
 from fpr.errors import ConflictError, FprError, InputError, NotFoundError
 
-CARD_NAME = "fpr-encoder.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_FORMAT = 1
 
@@ -136,19 +135,13 @@ def preprocessing_from_card(card: dict) -> Preprocessing:
 
 
 def load_card(path: str | Path) -> dict:
+    from fpr.cards import Field, read_card
+
     p = Path(path)
-    try:
-        card = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise NotFoundError("encoder card not found", where=str(p)) from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"encoder card is not valid JSON ({exc})", where=str(p)) from None
-    if not isinstance(card, dict):
-        raise InputError(f"encoder card must be a JSON object, found {type(card).__name__}", where=str(p))
-    missing = [k for k in ("id", "architecture", "dim", "preprocessing") if k not in card]
-    if missing:
-        raise InputError(f"encoder card lacks {', '.join(missing)}", where=str(p))
-    return card
+    if not p.is_file():
+        raise NotFoundError("encoder card not found", where=str(p))
+    return read_card(p, what="encoder card", hint="fix or retrain it (`fpr encoders train`)", fields=(
+        Field("id", str), Field("architecture", str), Field("dim", int), Field("preprocessing", dict)))
 
 
 def load_network(card: dict, weights_path: str | Path) -> EmbeddingNet:

@@ -98,6 +98,7 @@ class _ShardWorker:
         self.batch_size = batch_size
         self.crash_file = crash_file
         self.cache, self.cache_note = open_worker_cache(enc, cache_root)
+        self.node = ray.get_runtime_context().get_node_id()
 
     def _embed(self, paths, *, on_error: str = "raise", desc: str = "embedding"):
         from fpr.encoders.embed import embed_paths
@@ -120,7 +121,7 @@ class _ShardWorker:
                 result = self.job.run(self.encoder, job_input, embedded, served)
             except FprError as exc:  # bad input (an unreadable image, ...): raised again by the driver, as is
                 result = {"fpr_error": exc}
-            result["worker"] = {"pid": os.getpid(), "device": self.encoder.device_class,
+            result["worker"] = {"pid": os.getpid(), "node": self.node, "device": self.encoder.device_class,
                                 "precision": self.encoder.precision, "embedding_key": self.encoder.cache_key,
                                 "cache": self.cache_note,
                                 "seconds": time.perf_counter() - t0, "n_images": len(dec.hashes)}
@@ -163,14 +164,19 @@ def served_embedder(paths: Sequence[str], embedded, fallback: Callable):
 # --------------------------------------------------------------------------- the driver
 
 def _actor_plan(ray, options: RayOptions, device: str) -> tuple[int, float]:
-    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows."""
+    """(actors, GPUs per actor): one actor per GPU when the cluster has GPUs and the device allows.
+
+    More actors than GPUs share them: 1/k of a GPU each, k = ceil(actors / GPUs), so that every
+    GPU holds k whole actors. An actor also ranks and runs the scorers on its CPU, which for a fast
+    encoder is most of its time: several actors per GPU keep the GPU busy (docs/scale.md)."""
     gpus = int(ray.cluster_resources().get("GPU", 0))
     use_gpu = gpus > 0 and device != "cpu"
     if device.startswith("cuda") and gpus == 0:
         raise InputError(f"--device {device} but the Ray cluster has no GPUs",
                          hint="use --device auto or cpu, or a cluster with GPU nodes")
     if use_gpu:
-        return (options.actors or gpus), 1.0
+        actors = options.actors or gpus
+        return actors, 1.0 / math.ceil(actors / gpus)
     return (options.actors or 1), 0.0
 
 
@@ -201,6 +207,7 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
         progress.log(f"ray: {what}: {len(shards)} shard(s) on {n_actors} actor(s)"
                      f"{' with a GPU each' if gpus else ''} (Ray {ray.__version__}, {info['address']})")
         workers: dict = {}
+        nodes: dict[str, int] = {}  # shards per Ray node id: where the work ran
         t0 = time.perf_counter()
         n_images = 0
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
@@ -209,8 +216,8 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                 w = res.pop("worker")
                 if "fpr_error" in res:
                     raise res["fpr_error"]
-                workers.setdefault(w["cache"], 0)
-                workers[w["cache"]] += 1
+                workers[w["cache"]] = workers.get(w["cache"], 0) + 1
+                nodes[w["node"]] = nodes.get(w["node"], 0) + 1
                 info.setdefault("actor_device", w["device"])
                 info.setdefault("actor_precision", w["precision"])
                 info.setdefault("actor_embedding_key", w["embedding_key"])
@@ -218,6 +225,7 @@ def run_shards(shards: Sequence[tuple[int, dict]], job, encoder, *, options: Ray
                 on_result(int(k), res)
         dt = time.perf_counter() - t0
         info["cache"] = "; ".join(f"{note} ({n} shard{'s' if n != 1 else ''})" for note, n in workers.items())
+        info["nodes"] = nodes
         info["seconds"] = round(dt, 3)
         info["images_per_s"] = round(n_images / dt, 2) if dt > 0 else None
         progress.log(f"ray: {what}: {n_images} images in {dt:.1f}s ({n_images / max(dt, 1e-9):.1f} img/s); "

@@ -3,10 +3,12 @@ probed before Ray's own retries), and Ray's logs kept quiet.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,11 +115,18 @@ class Runtime:
                              hint="check --ray-address (ray://HOST:10001, HOST:6379 or auto) and that the "
                                   "cluster runs the same Ray and Python versions") from None
         self.started = True
+        # Ray prints what its workers and raylets write to stdout (e.g. "(raylet) Task ... submit failed"
+        # when a node is lost) on this process's stdout; fpr's stdout carries only the result.
+        self._stdout = contextlib.redirect_stdout(sys.stderr)
+        self._stdout.__enter__()
         return ray
 
     def __exit__(self, *exc):
         if self.started:
-            _ray().shutdown()
+            try:
+                _ray().shutdown()
+            finally:
+                self._stdout.__exit__(*exc)
         return False
 
 

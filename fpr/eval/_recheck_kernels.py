@@ -15,17 +15,18 @@ all of them rechecked, and a score that overflows float32 is left out of the top
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
 
+from fpr.defaults import AP_AT_K
 from fpr.index._exact_kernels import MAX_PARTIALS, fsum_dot
-from fpr.metrics._kernels import bin_of, distinct, walk
+from fpr.metrics._kernels import bin_of, distinct, walk, walk_cut
 
 # counts[i] columns: proposals past the row's one-comparison filter, band items rechecked, top-k
 # candidates rechecked, relevant items (always exact)
 N_COUNTS = 4
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def exact_one(q64, bq64, g32, ngj, partials):
     """float32(fl64(q . g)) of one pair, as :func:`fpr.index.exact.exact_scores` defines it (+0.0 for zero):
     a float64 dot in any order, its interval check, and the fsum of the exact products where that
@@ -42,7 +43,7 @@ def exact_one(q64, bq64, g32, ngj, partials):
     return v
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def floor32(thr, bmax):
     """A float32 t such that every proposal p < t has hi = float32(p + b) < thr for any b <= bmax.
 
@@ -56,7 +57,7 @@ def floor32(thr, bmax):
     return np.float32(t - abs(t) * 2.0 ** -22)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def interval(p, b, ok):
     """(lo, hi): float32 bounds of the score whose float32 proposal is p with error at most b; the whole
     line where the proposal may have overflowed (``ok`` False)."""
@@ -66,7 +67,7 @@ def interval(p, b, ok):
     return np.float32(x - b), np.float32(x + b)
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _offer(heap, n, k, v):
     """Offer v to heap[:n], the k largest values seen (a min-heap once n == k); returns the new n."""
     if n < k:
@@ -82,7 +83,7 @@ def _offer(heap, n, k, v):
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _sift_down(heap, n, i):
     """Restore the min-heap property of heap[:n] below position i."""
     while True:
@@ -98,9 +99,9 @@ def _sift_down(heap, n, i):
             return
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_start, rel_count, k,
-               ap, first, last, n_rel, top_idx, top_val, counts, start, end):
+               ap, first, last, n_rel, apk, rprec, top_idx, top_val, counts, start, end):
     """Rows [start, end) of a block: P (n, G) float32 proposals; Q64 the queries in float64; G32 the
     gallery; bq32 / bq64 the per-query error factors of the float32 proposals / the float64 check;
     ``safe[i]`` False where the proposals may have overflowed (every item of that row is then rechecked);
@@ -172,8 +173,9 @@ def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_st
             mark[rel_order[s0 + t]] = 0
         if r > 0:
             ap[i], first[i], last[i], n_rel[i], _ = walk(hist, m, r)
+            apk[i], rprec[i] = walk_cut(hist, m, r, AP_AT_K)
         else:
-            ap[i], first[i], last[i], n_rel[i] = np.nan, 0, 0, 0
+            ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i] = np.nan, 0, 0, 0, np.nan, np.nan
         topk = 0
         if k > 0:
             bound = heap[0]
@@ -206,7 +208,7 @@ def block_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_st
         counts[i, 3] = r
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def margin_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_start, rel_count, rel_sum,
                 best_other, counts, start, end):
     """The parts of :func:`fpr.metrics.top_margin.top_margin` for rows [start, end) of a block (arguments as
@@ -274,7 +276,7 @@ def margin_rows(P, Q64, G32, bq32, bq64, ng, a32, ng_max, safe, rel_order, rel_s
             mark[rel_order[s0 + t]] = 0
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _fsum(u, r, ones, partials):
     """math.fsum(u[:r]): the correctly rounded sum, infinities as math.fsum takes them (a score of a row
     that overflowed float32 is +-inf; fsum_dot's partials are for finite values)."""

@@ -4,13 +4,13 @@ query ids filled and checked, reference lists parsed; other columns kept as extr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.tables import read_table, resolve_path
+from fpr.tables import read_table, resolve_path, split_paths
 
 QUERY_COLUMNS = ("path", "identity", "group", "method")
 
@@ -63,7 +63,7 @@ def normalize_queries(queries: str | Path | pd.DataFrame, *, base: Path | None =
     dup = df["query_id"][df["query_id"].duplicated()]
     if len(dup):
         raise InputError(f"query_id '{dup.iloc[0]}' appears more than once", where=where)
-    df["reference_list"] = [_split_refs(v, base) for v in df["reference_paths"]]
+    df["reference_list"] = [split_paths(v, base) for v in df["reference_paths"]]
     df["reference_paths"] = [";".join(r) for r in df["reference_list"]]
     df["sim_reference"] = [resolve_path(v, base) if v else "" for v in df["sim_reference"]]
     df["row_number"] = np.arange(id_offset, id_offset + len(df))
@@ -76,10 +76,26 @@ def _text(v) -> str:
     return str(v).strip()
 
 
-def _split_refs(value, base: Path) -> list[str]:
-    parts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value or "").split(";")
-    return [resolve_path(v.strip(), base) for v in parts if v.strip()]
-
-
 def extra_columns(qdf: pd.DataFrame) -> list[str]:
     return [c for c in qdf.columns if c not in _BASE]
+
+
+def check_query_files(qdf: pd.DataFrame, queries: str | Path | pd.DataFrame,
+                      in_memory: Mapping[str, bytes] | None = None) -> None:
+    """Every query image exists, checked before a model loads: the first missing one is one line naming its
+    row, the path as resolved, and the folder relative paths resolve against (the queries file's own).
+    A path that stands for an image held in memory (``in_memory``) is there by definition."""
+    held = in_memory or {}
+    missing = [i for i, p in enumerate(qdf["path"]) if p not in held and not Path(p).is_file()]
+    if not missing:
+        return
+    first = missing[0]
+    if isinstance(queries, pd.DataFrame):
+        where, base = "queries", "the current directory"
+    else:
+        where, base = str(queries), f"the queries file's folder, {Path(queries).resolve().parent}"
+    more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+    raise InputError(f"query image not found: {qdf['path'].iloc[first]} (row {int(qdf['row_number'].iloc[first]) + 2}"
+                     f"{', query ' + str(qdf['query_id'].iloc[first]) if 'query_id' in qdf else ''}){more}",
+                     where=where, hint=f"relative paths resolve against {base}; fix the path, or pass "
+                                       "--skip-unreadable to skip such queries with their reason")

@@ -185,7 +185,8 @@ class RecheckedGallery:
         p = self.proposals(q) if proposals is None else np.ascontiguousarray(proposals, dtype=np.float32)
         if p.shape != (n, g):
             raise ValueError(f"proposals of shape {p.shape}, expected {(n, g)}")
-        out = (np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64))
+        out = (np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n),
+               np.empty(n))
         top_rows = np.empty((n, k), np.int64)
         top_scores = np.empty((n, k), np.float32)
         counts = np.zeros((n, K.N_COUNTS), np.int64)
@@ -196,7 +197,7 @@ class RecheckedGallery:
         if n and g:
             _over_rows(K.block_rows, args, n)
         elif n:
-            out[0][:] = np.nan
+            out[0][:] = out[4][:] = out[5][:] = np.nan
             out[1][:] = out[2][:] = out[3][:] = 0
         rel_sum, best_other, margin_counts = np.zeros(n), np.full(n, np.nan), np.zeros(n, np.int64)
         margin_args = (p, q64, self.v, nq * self.c32, nq * self.c64, self.ng, self.a32, self.ng_max,
@@ -208,7 +209,8 @@ class RecheckedGallery:
             tot = counts.sum(axis=0)
             stats.add(RecheckStats(n * g, int(tot[0]), int(tot[3]), int(tot[1]), int(tot[2]),
                                    int(margin_counts.sum())))
-        return BlockResult(RetrievalMetrics(*out, top_margin=margin_from_parts(rel_sum, rel.count, best_other)),
+        return BlockResult(RetrievalMetrics(*out[:4], top_margin=margin_from_parts(rel_sum, rel.count, best_other),
+                                            ap_at_k=out[4], r_precision=out[5]),
                            top_rows, top_scores)
 
 

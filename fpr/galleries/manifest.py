@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fpr.cards import utf8_path
 from fpr.errors import InputError
 from fpr.galleries.records import ROLES, ImageRecord
 from fpr.images import IMAGE_SUFFIXES
@@ -42,7 +43,8 @@ def read_folder(folder: str | Path) -> list[ImageRecord]:
         for ident_dir in sorted(d for d in group_dir.iterdir() if d.is_dir() and not d.name.startswith(".")):
             for img in sorted(ident_dir.iterdir()):
                 if img.is_file() and img.suffix.lower() in IMAGE_SUFFIXES:
-                    records.append(ImageRecord(str(img), ident_dir.name, group_dir.name))
+                    records.append(ImageRecord(utf8_path(img, what="gallery image name"), ident_dir.name,
+                                               group_dir.name))
     if not records:
         raise InputError("no images found in the folder tree", where=str(root),
                          hint="expected <folder>/<group>/<identity>/<image>.jpg")

@@ -7,14 +7,14 @@ as in CPython's ``_fsum_exact`` tail), so the compiled and the NumPy path give t
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
 
 # Products of float32 numbers span about 2^-298 .. 2^256: at most ~11 non-overlapping float64
 # partials; the room here is far beyond that.
 MAX_PARTIALS = 64
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def round_checked(d, q64, g64, bound_q, ng, out):
     """out[i, j] = float32(d[i, j]) where float32(d - b) == float32(d + b), b = bound_q[i] * ng[j];
     elsewhere float32 of the correctly rounded exact sum of q64[i] * g64[j]. Returns how many
@@ -36,7 +36,7 @@ def round_checked(d, q64, g64, bound_q, ng, out):
     return misses
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def fsum_dot(a, b, partials):
     """The float64 nearest to sum_k a[k] * b[k] (exact products: float32 values held in float64)."""
     n = 0

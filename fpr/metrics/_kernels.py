@@ -7,16 +7,25 @@ For one query with relevant scores sorted into distinct values u_1 > ... > u_m
 
 (every relevant item of a tie block gets the precision at the block's end). So a row
 needs only its relevant scores sorted (R log R) and, per item, the first t with
-u_t <= score (a binary search over m values, skipped after one comparison for items
-below the lowest relevant score): O(G log R) with no sort of the row. First hit
-rank = N_1, last hit rank = N_m (pessimistic over ties, as the NumPy engine).
+u_t <= score: O(G log R) with no sort of the row. First hit rank = N_1, last hit
+rank = N_m (pessimistic over ties, as the NumPy engine). AP@k and R-precision
+(:mod:`fpr.metrics.ranking`) come from the same counts: the relevant items of value u_t rank at N_t.
+
+The row is read in blocks of :data:`BLOCK` items, each first tested with one vectorised
+operation (does the block hold a relevant flag, its mask read as 8-byte words; how many of its scores reach the lowest
+relevant one), so that the scalar work -- collecting the relevant scores, binning the
+candidates -- touches only the blocks that hold something: on retrieval scores about
+three passes at SIMD speed per row (mask, block counts, the few candidate blocks), within
+a few times the time to stream the row (benchmarks/results/engine_floor.md).
 The kernels release the GIL; the caller runs ranges of rows on a thread pool (dynamic
 scheduling: numba's static ``prange`` split stalls on a machine whose cores are shared).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
+from fpr.defaults import AP_AT_K
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
 # A row with m <= PASSES_MAX distinct relevant values is counted with one vectorised pass per distinct
@@ -25,70 +34,144 @@ LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats
 # binning about c * (m + PASS_COST) / 8 for the c items at or above the lowest relevant value.
 PASSES_MAX = 64
 PASS_COST = 48
+# A row is read in blocks of BLOCK items: one vectorised test per block (any relevant flag; how many scores
+# at or above the lowest relevant one) so that the scalar work touches only the few blocks that hold
+# something (on retrieval scores about 1% of a row's items are candidates). 64 float32 are one cache line
+# pair; smaller blocks pay the per-block test more often, larger ones scan more items one by one.
+BLOCK = 64
+INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort allocates a copy per row)
 
 
-@njit(cache=True, nogil=True)
-def _row(s, rel, u, hist):
-    """(ap, first, last, n_rel, bad) of one row; ``u``/``hist`` are scratch arrays of len(row)."""
+@njit(nogil=True)
+def _any(words):
+    """Any non-zero of the mask words ``words`` (vectorises)."""
+    acc = np.uint64(0)
+    for k in range(words.shape[0]):
+        acc |= words[k]
+    return acc
+
+
+@njit(nogil=True)
+def _gather(s, rel, u):
+    """The relevant scores of row ``s`` (``rel``: its mask as bytes) into ``u``: their count, or -1 if one
+    is NaN. The mask is read as 8-byte words, BLOCK bytes tested at once; only a non-zero word's bytes are
+    looked at one by one, and only the relevant scores are read (a few cache lines of the row)."""
     g = s.shape[0]
+    g8 = g - g % 8
+    words = rel[:g8].view(np.uint64)  # x86 and ARM load unaligned words (a row starts at any byte)
+    nw = words.shape[0]
+    step = BLOCK // 8
     r = 0
-    for j in range(g):
-        if rel[j]:
-            v = s[j]
+    for j in range(0, nw, step):
+        e = min(j + step, nw)
+        if _any(words[j:e]):
+            for w in range(j, e):
+                if words[w]:
+                    r = _take(s, rel, u, r, 8 * w, 8 * w + 8)
+                    if r < 0:
+                        return r
+    return _take(s, rel, u, r, g8, g)
+
+
+@njit(nogil=True)
+def _take(s, rel, u, r, j, e):
+    """Append the relevant scores of items [j, e) to ``u[:r]``; the new count, or -1 at a NaN."""
+    for k in range(j, e):
+        if rel[k]:
+            v = s[k]
             if v != v:
-                return np.nan, 0, 0, 0, True
+                return -1
             u[r] = v
             r += 1
-    return _finish(s, u, r, hist)
+    return r
 
 
-@njit(cache=True, nogil=True)
-def _row_idx(s, idx, u, hist):
+@njit(nogil=True)
+def _row(s, rel, u, hist, bc):
+    """(ap, first, last, n_rel, ap@k, r-precision, bad) of one row; ``u``/``hist``/``bc`` are scratch arrays (len(row),
+    2 len(row) + 1, len(row) / BLOCK + 1)."""
+    r = _gather(s, rel, u)
+    if r < 0:
+        return np.nan, 0, 0, 0, np.nan, np.nan, True
+    return _finish(s, u, r, hist, bc)
+
+
+@njit(nogil=True)
+def _row_idx(s, idx, u, hist, bc):
     """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
     r = idx.shape[0]
     for k in range(r):
         v = s[idx[k]]
         if v != v:
-            return np.nan, 0, 0, 0, True
+            return np.nan, 0, 0, 0, np.nan, np.nan, True
         u[k] = v
-    return _finish(s, u, r, hist)
+    return _finish(s, u, r, hist, bc)
 
 
-@njit(cache=True, nogil=True)
-def _finish(s, u, r, hist):
-    """AP and ranks from the row ``s`` and its ``r`` relevant scores in ``u[:r]``."""
+@njit(nogil=True)
+def _finish(s, u, r, hist, bc):
+    """AP, ranks, AP@k and R-precision from the row ``s`` and its ``r`` relevant scores in ``u[:r]`` (``u`` in s's dtype, so
+    every comparison is between two values of the row: exact)."""
     g = s.shape[0]
     if r == 0:
-        return np.nan, 0, 0, 0, False
+        return np.nan, 0, 0, 0, np.nan, np.nan, False
     m = distinct(u, r, hist)
     low = u[0]
-    one = np.empty(1, s.dtype)  # u's values (read from s) back in s's dtype, exactly: SIMD comparisons
-    one[0] = low
-    wide = m <= PASSES_MAX and count_ge(s, one[0]) * (m + PASS_COST) >= m * g
-    if wide:  # many items at or above the lowest relevant score (i.i.d.-like rows): m counting passes
+    c = block_counts(s, low, bc)
+    if m <= PASSES_MAX and c * (m + PASS_COST) >= m * g:
+        # many items at or above the lowest relevant score (i.i.d.-like rows): m counting passes
         above = 0
         for t in range(m - 1, -1, -1):
-            one[0] = u[t]
-            n = count_ge(s, one[0])
+            n = count_ge(s, u[t])
             hist[t] = n - above
             above = n
-    elif m <= LINEAR_MAX:
-        for j in range(g):
-            v = s[j]
-            if v >= low:
-                a = 0
-                for b in range(1, m):  # count of distinct relevant values <= v, minus one (vectorises)
-                    a += u[b] <= v
-                hist[a] += 1
     else:
-        for j in range(g):
-            v = s[j]
+        bin_blocks(s, low, u, m, hist, bc)
+    ap, first, last, n_rel, _ = walk(hist, m, r)
+    apk, rprec = walk_cut(hist, m, r, AP_AT_K)
+    return ap, first, last, n_rel, apk, rprec, False
+
+
+@njit(nogil=True)
+def block_counts(s, low, bc):
+    """Per block of BLOCK items, how many score >= ``low`` (into ``bc``); returns the row's total."""
+    g = s.shape[0]
+    c = 0
+    b = 0
+    for j in range(0, g, BLOCK):
+        n = count_ge(s[j:min(j + BLOCK, g)], low)
+        bc[b] = n
+        c += n
+        b += 1
+    return c
+
+
+@njit(nogil=True)
+def bin_blocks(s, low, u, m, hist, bc):
+    """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``),
+    reading only the blocks whose count ``bc`` is not zero, each up to its last candidate (a block
+    usually holds one: on average half of it is read)."""
+    g = s.shape[0]
+    b = 0
+    for j in range(0, g, BLOCK):
+        left = bc[b]
+        k = j
+        while left:
+            v = s[k]
             if v >= low:
-                hist[bin_of(u, m, v)] += 1
-    return walk(hist, m, r)
+                left -= 1
+                if m <= LINEAR_MAX:
+                    a = 0
+                    for t in range(1, m):  # count of distinct relevant values <= v, minus one
+                        a += u[t] <= v
+                    hist[a] += 1
+                else:
+                    hist[bin_of(u, m, v)] += 1
+            k += 1
+        b += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def count_ge(s, x):
     """How many of ``s`` are >= x (NaN never): a branchless pass the compiler vectorises."""
     c = 0
@@ -97,28 +180,36 @@ def count_ge(s, x):
     return c
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def distinct(u, r, hist):
     """Sort the relevant scores ``u[:r]``: their distinct values ascending into ``u[:m]``, multiplicities
-    into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step)."""
-    vals = np.sort(u[:r])  # ascending
+    into ``hist[m:2m]``, ``hist[:m]`` zeroed for the counts; returns m (the callers' shared first step,
+    fpr.eval._recheck_kernels's too: only ``u[:r]`` and ``hist[:2m]`` are touched)."""
+    if r <= INSERTION_MAX:  # in place: np.sort would allocate a copy for every row
+        for i in range(1, r):
+            v = u[i]
+            k = i
+            while k > 0 and u[k - 1] > v:
+                u[k] = u[k - 1]
+                k -= 1
+            u[k] = v
+    else:
+        u[:r] = np.sort(u[:r])  # ascending
     m = 0
-    for i in range(r):
-        if m == 0 or vals[i] != u[m - 1]:
-            u[m] = vals[i]
-            hist[m] = 0
+    for i in range(r):  # in place: u[m - 1] is the last distinct value kept, m <= i
+        if m == 0 or u[i] != u[m - 1]:
+            u[m] = u[i]
+            hist[m] = 1
             m += 1
-    for t in range(m):
-        hist[m + t] = 0
-    t = 0
-    for i in range(r):
-        while vals[i] != u[t]:
-            t += 1
-        hist[m + t] += 1
+        else:
+            hist[m - 1] += 1
+    for t in range(m - 1, -1, -1):  # the multiplicities up to hist[m:2m] (each read before a write reaches it)
+        hist[m + t] = hist[t]
+        hist[t] = 0
     return m
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def bin_of(u, m, v):
     """Index of the highest of the m distinct relevant values ``u[:m]`` that is <= v (v >= u[0])."""
     lo = 0
@@ -131,7 +222,7 @@ def bin_of(u, m, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)
 def walk(hist, m, r):
     """(ap, first, last, n_rel, False) from the counts ``hist[:m]`` (items whose score falls at or above
     each distinct relevant value and below the next) and the multiplicities ``hist[m:2m]``."""
@@ -150,30 +241,56 @@ def walk(hist, m, r):
     return ap / r, first, n_ge, r, False
 
 
-@njit(cache=True, nogil=True)
-def metrics_mask(scores, relevant, ap, first, last, n_rel, start, end):
-    """Rows [start, end) with a boolean relevance mask; returns True if a relevant score is NaN."""
+@njit(nogil=True)
+def walk_cut(hist, m, r, k):
+    """(AP@k, R-precision) from the counts of :func:`walk`: the relevant items of the t-th distinct value
+    rank at N_t (pessimistic over ties); AP@k averages their precision over those at rank <= k (0 when
+    none is), R-precision counts those at rank <= R."""
+    n_ge = 0
+    h = 0
+    total = 0.0
+    hits = 0
+    within_r = 0
+    for t in range(m - 1, -1, -1):
+        n_ge += hist[t]
+        c = hist[m + t]
+        h += c
+        if n_ge <= k:
+            total += c * (h / n_ge)
+            hits += c
+        if n_ge <= r:
+            within_r += c
+    return (total / hits if hits else 0.0), within_r / r
+
+
+@njit(nogil=True)
+def _scratch(scores):
+    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, per-block counts."""
     g = scores.shape[1]
-    u = np.empty(g, dtype=np.float64)
-    hist = np.empty(2 * g + 1, dtype=np.int64)
+    return (np.empty(g, dtype=scores.dtype), np.empty(2 * g + 1, dtype=np.int64),
+            np.empty(g // BLOCK + 1, dtype=np.int64))
+
+
+@njit(nogil=True)
+def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, end):
+    """Rows [start, end) with the relevance mask as bytes (uint8); returns True if a relevant score is NaN."""
+    u, hist, bc = _scratch(scores)
     bad = False
     for i in range(start, end):
-        ap[i], first[i], last[i], n_rel[i], b = _row(scores[i], relevant[i], u, hist)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist, bc)
         bad |= b
     return bad
 
 
-@njit(cache=True, nogil=True)
-def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, start, end):
+@njit(nogil=True)
+def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
     ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
-    g = scores.shape[1]
-    u = np.empty(g, dtype=np.float64)
-    hist = np.empty(2 * g + 1, dtype=np.int64)
+    u, hist, bc = _scratch(scores)
     bad = False
     for i in range(start, end):
         c = q_codes[i]
-        ap[i], first[i], last[i], n_rel[i], b = _row_idx(scores[i], g_order[g_start[c]:g_start[c] + g_count[c]],
-                                                         u, hist)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row_idx(
+            scores[i], g_order[g_start[c]:g_start[c] + g_count[c]], u, hist, bc)
         bad |= b
     return bad

@@ -10,6 +10,16 @@ Definitions (ARCHITECTURE.md, pinned by tests):
   rank is the last position of its tie block (a tie never helps a query).
 - CMC@k: 1 if the first relevant item's rank <= k. mINP: R / rank of the last
   relevant item.
+- AP@k (k = ``fpr.defaults.AP_AT_K`` = 10; its mean over queries is MAP@k), as torchmetrics'
+  ``retrieval_average_precision(preds, target, top_k=k)`` (``RetrievalMAP(top_k=k)``) defines it: the
+  mean, over the relevant items ranked within the top k, of the precision at their rank; 0 when none
+  is. ``AP@k = (1/h_k) * sum_{i <= k} rel_i * precision@i``, ``h_k`` = relevant items at rank <= k
+  (not min(k, R): a query whose only hit in the top k is at rank 1 scores 1). With fpr's tie rule
+  (ranks pessimistic over ties: a tie block that ends past k is outside the top k); without ties it
+  equals torchmetrics' value. NaN when the query has no relevant item.
+- R-precision (standard; Manning, Raghavan and Schuetze, *Introduction to Information Retrieval*,
+  section 8.4): the precision at rank R, R = number of relevant items in scope: relevant items at
+  rank <= R, divided by R (pessimistic over ties, like the ranks). NaN when R = 0.
 
 Items outside a query's scope are passed as ``-inf`` scores with ``rel=False``;
 they sort last and never count.
@@ -28,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fpr import settings
+from fpr.defaults import AP_AT_K
 
 DEFAULT_CHUNK = 256
 TOPK_ROWS_ELEMENTS = 1 << 22  # scores per step of top_k (bounds its temporaries next to a block's scores)
@@ -45,6 +56,8 @@ class RetrievalMetrics:
     n_relevant: np.ndarray  # (Q,) int64
     # (Q,) float64 top margin (fpr.metrics.top_margin); set by fpr.eval.scoring, None from the engine alone
     top_margin: np.ndarray | None = None
+    ap_at_k: np.ndarray | None = None  # (Q,) float64 AP@k, k = AP_AT_K (see the module docstring)
+    r_precision: np.ndarray | None = None  # (Q,) float64 precision at rank R
 
     def cmc(self, k: int) -> np.ndarray:
         return ((self.first_hit_rank >= 1) & (self.first_hit_rank <= k)).astype(np.float64)
@@ -81,7 +94,8 @@ PARALLEL_MIN = 1 << 21  # score entries below which the kernel runs on the calli
 
 def _compiled(kernel, scores: np.ndarray, *rel) -> RetrievalMetrics:
     q, g = scores.shape
-    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64))
+    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q),
+           np.empty(q))
     if q and g:
         if q * g < PARALLEL_MIN or THREADS == 1 or q == 1:
             bad = kernel(scores, *rel, *out, 0, q)
@@ -92,8 +106,14 @@ def _compiled(kernel, scores: np.ndarray, *rel) -> RetrievalMetrics:
         if bad:
             raise ValueError("relevant items have NaN scores")
     else:
-        out[0][:], out[1][:], out[2][:], out[3][:] = np.nan, 0, 0, 0
-    return RetrievalMetrics(*out)
+        out[0][:], out[1][:], out[2][:], out[3][:], out[4][:], out[5][:] = np.nan, 0, 0, 0, np.nan, np.nan
+    return _metrics(out)
+
+
+def _metrics(parts) -> RetrievalMetrics:
+    """(ap, first, last, n_rel, ap_at_k, r_precision) arrays as :class:`RetrievalMetrics`."""
+    ap, first, last, n_rel, apk, rprec = parts
+    return RetrievalMetrics(ap, first, last, n_rel, ap_at_k=apk, r_precision=rprec)
 
 
 def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, *, chunk: int = DEFAULT_CHUNK) -> RetrievalMetrics:
@@ -104,7 +124,8 @@ def retrieval_metrics(scores: np.ndarray, relevant: np.ndarray, *, chunk: int = 
         raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be the same 2-D shape")
     k = _kernels()
     if k is not None:
-        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant))
+        # the mask as bytes: the kernel ORs a block of flags in one vectorised step
+        return _compiled(k.metrics_mask, _float_scores(scores), np.ascontiguousarray(relevant).view(np.uint8))
     return _chunked(scores, lambda s, e: np.flatnonzero(relevant[s:e]), chunk,
                     lambda s, e, flat: relevant[s:e].reshape(-1)[flat])
 
@@ -160,8 +181,8 @@ def _chunked(scores: np.ndarray, rel_flat_for, chunk: int, rel_of) -> RetrievalM
         parts = [one(s) for s in starts]
     if not parts:
         empty_f, empty_i = np.zeros(0), np.zeros(0, dtype=np.int64)
-        return RetrievalMetrics(empty_f, empty_i, empty_i, empty_i)
-    return RetrievalMetrics(*(np.concatenate(p) for p in zip(*parts)))
+        return _metrics((empty_f, empty_i, empty_i, empty_i, empty_f, empty_f))
+    return _metrics(tuple(np.concatenate(p) for p in zip(*parts)))
 
 
 def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
@@ -182,7 +203,7 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     first = np.zeros(q, dtype=np.int64)
     last = np.zeros(q, dtype=np.int64)
     if not has.any():
-        return ap, first, last, n_rel
+        return ap, first, last, n_rel, np.full(q, np.nan), np.full(q, np.nan)
     rel_vals = flat_scores[rel_flat]
     if np.isnan(rel_vals).any():
         raise ValueError("relevant items have NaN scores")
@@ -231,7 +252,21 @@ def _chunk_metrics(scores: np.ndarray, rel_flat: np.ndarray, rel_of):
     first = np.where(has, rank_end[first_of_row], 0)
     # The lowest relevant item's tie block ends the row's candidates.
     last = np.where(has, np.bincount(rows, minlength=q), 0)
-    return ap, first.astype(np.int64), last.astype(np.int64), n_rel
+    return (ap, first.astype(np.int64), last.astype(np.int64), n_rel,
+            *_cut_metrics(rows[rel_idx], rank_end[rel_idx], precision, n_rel, has))
+
+
+def _cut_metrics(rows: np.ndarray, ranks: np.ndarray, precision: np.ndarray, n_rel: np.ndarray, has: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(AP@k, R-precision) per row from each relevant item's row, pessimistic rank and precision at it."""
+    q = len(n_rel)
+    top = ranks <= AP_AT_K
+    hits = np.bincount(rows, weights=top, minlength=q)
+    total = np.bincount(rows, weights=np.where(top, precision, 0.0), minlength=q)
+    within_r = np.bincount(rows, weights=ranks <= n_rel[rows], minlength=q)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        apk = np.where(has, np.where(hits > 0, total / np.maximum(hits, 1), 0.0), np.nan)
+        return apk, np.where(has, within_r / np.maximum(n_rel, 1), np.nan)
 
 
 def _dense_counts(scores: np.ndarray, rel_flat: np.ndarray, n_rel: np.ndarray, has: np.ndarray):
@@ -264,7 +299,8 @@ def _dense_counts(scores: np.ndarray, rel_flat: np.ndarray, n_rel: np.ndarray, h
     ap = np.where(has, ap_sum / np.maximum(n_rel, 1), np.nan)
     first = np.where(has, at_or_above[np.minimum(bounds[:-1], max(n - 1, 0))], 0)
     last = np.where(has, at_or_above[np.maximum(bounds[1:] - 1, 0)], 0)
-    return ap, first.astype(np.int64), last.astype(np.int64), n_rel
+    return (ap, first.astype(np.int64), last.astype(np.int64), n_rel,
+            *_cut_metrics(rows, at_or_above, precision, n_rel, has))
 
 
 def _sort_dense(scores: np.ndarray, low: np.ndarray, rel_of):

@@ -79,6 +79,13 @@ PER_QUERY_METRICS: tuple[MetricSpec, ...] = (
                              "(fpr.metrics.top_margin; not AP)", "top margin",
                lambda m, n_scope: m.top_margin, summary="top_margin", summary_label="top margin",
                rule="top_margin", interval=True, schema_version=4),
+    MetricSpec("ap10", "AP@10: mean precision at the ranks of the identity's gallery images within the top 10 "
+                       "(torchmetrics' RetrievalMAP top_k=10; 0 when none is; fpr.metrics.ranking)", "AP@10",
+               lambda m, n_scope: m.ap_at_k, summary="map@10", summary_label="MAP@10", rule="ap10", schema_version=5),
+    MetricSpec("r_precision", "R-precision: share of the top R that has the identity, R = its gallery images in "
+                              "scope (fpr.metrics.ranking)", "R-precision",
+               lambda m, n_scope: m.r_precision, summary="r_precision", summary_label="R-precision",
+               rule="r_precision", schema_version=5),
 )
 
 

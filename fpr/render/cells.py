@@ -15,20 +15,21 @@ from fpr.defaults import MIN_QUERIES_FOR_INTERVAL
 FORMATS = ("table", "json", "csv")
 FALLBACK_WIDTH = 100  # off a terminal (a pipe, a file, a test) and no COLUMNS: fold to this many characters
 MIN_WIDTH = 40  # narrower requests fold to this: below it a table of numbers cannot be read anyway
-ELLIPSIS = "…"  # ends a cut cell: a table never drops characters without saying so
+ELLIPSIS = "…"  # ends a cut name (clip): a cell is cut only where it cannot wrap
 
 
 def format_cell(v: float | None, lo: float | None = math.nan, hi: float | None = math.nan, *,
                 latex: bool = False) -> str:
-    """A number as fpr prints it everywhere: ``0.512``, with its interval ``0.512 [0.40,0.61]``; ``-`` when
+    """A number as fpr prints it everywhere: ``0.512``, with its interval ``0.512 [0.401,0.615]`` (the ends at
+    the value's precision: ``0.999 [1.00,1.00]`` read as an interval the value lies outside); ``-`` when
     missing. The CLI, the paper tables, the HTML report and the demo all format through here."""
     if v is None or not math.isfinite(float(v)):
         return "-"
     if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
         return f"{v:.3f}"
     if latex:
-        return f"{v:.3f} {{\\scriptsize[{lo:.2f}, {hi:.2f}]}}"
-    return f"{v:.3f} [{lo:.2f},{hi:.2f}]"
+        return f"{v:.3f} {{\\scriptsize[{lo:.3f}, {hi:.3f}]}}"
+    return f"{v:.3f} [{lo:.3f},{hi:.3f}]"
 
 
 def interval_footnote(summary: list[dict]) -> str | None:
@@ -62,6 +63,16 @@ def terminal_width(width: int | None = None) -> int:
     return max(MIN_WIDTH, int(width))
 
 
+def wrap_text(text: str, width: int | None = None) -> str:
+    """Prose (a note, a line under a table) at the tables' width (None: :func:`terminal_width`; :data:`WHOLE`: one
+    line), continued lines indented; names such as ``fpr-world-v3`` never split at their hyphens."""
+    import textwrap
+
+    if width == WHOLE:
+        return text
+    return textwrap.fill(text, terminal_width(width), subsequent_indent="  ", break_on_hyphens=False)
+
+
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, the last one an ellipsis when anything was cut."""
     return text if len(text) <= width else text[:max(0, width - 1)] + ELLIPSIS
@@ -83,19 +94,22 @@ def fit_widths(natural: Sequence[int], floors: Sequence[int], width: int, gap: i
 
 def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: int | None = None,
           keys: int = 1) -> str:
-    """Aligned columns. With ``width``, a table wider than that is made to fit: long text cells are cut
-    (ending in an ellipsis, never below :data:`TEXT_FLOOR` characters nor a short column's own width), then,
-    if it still does not fit, the columns fold into blocks, each repeating the first ``keys`` columns (which
-    name the row, and are never cut). Numbers are never cut."""
+    """Aligned columns folded to ``width`` (None: :func:`terminal_width`; :data:`WHOLE`: every cell on one line).
+
+    The one rule of every table fpr prints: a text cell longer than its column wraps onto more lines (at a
+    space, comma, semicolon or slash where it can; a text column keeps at least :data:`TEXT_FLOOR` characters),
+    nothing is cut; if the table still does not fit, its columns fold into blocks, each repeating the first
+    ``keys`` columns (which name the row, and never wrap). Numbers never wrap."""
     if not rows:
         return "(no rows)"
     cols = list(columns or rows[0].keys())
     cells = [[_cell(r.get(c)) for c in cols] for r in rows]
     natural = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     numeric = [all(_looks_numeric(row[i]) for row in cells) for i in range(len(cols))]
-    if width is None:
+    if width == WHOLE:
         return _block(cols, cells, dict(enumerate(natural)), numeric, range(len(cols)))
-    floors = [w if (num or i < keys) else min(w, max(TEXT_FLOOR, len(c)))
+    width = terminal_width(width)
+    floors = [w if (num or i < keys) else min(w, max(TEXT_FLOOR, len(c), _longest_word(cells, i)))
               for i, (c, w, num) in enumerate(zip(cols, natural, numeric))]
     blocks = fold_columns(floors, width, keys=keys)
     out = []
@@ -105,8 +119,41 @@ def table(rows: Sequence[dict], columns: Sequence[str] | None = None, *, width: 
     return "\n\n".join(out)
 
 
-TEXT_FLOOR = 16  # a long text column keeps at least this many characters (15 and the ellipsis) ...
-#                  ... and its header: cut only what is long, fold the rest
+WHOLE = 0  # the ``width`` of a table printed whole (``--wide``): no wrapping, no folding
+TEXT_FLOOR = 16  # a long text column keeps at least this many characters, its header and its longest word
+#                  (to WORD_CAP): wrap only what is long, fold the rest
+_BREAKS = re.compile(r"(?<=[\s,;/])")  # where a wrapped cell may break: after a blank, comma, semicolon or slash
+
+
+WORD_CAP = 32  # a column is widened to its longest word (a name in a list) up to this many characters
+
+
+def _longest_word(cells: Sequence[Sequence[str]], i: int) -> int:
+    """The longest unbreakable piece of column ``i`` (at most :data:`WORD_CAP`): a name in a comma list is not
+    split when the table can afford it."""
+    return min(WORD_CAP, max((len(w.rstrip()) for row in cells for w in _BREAKS.split(row[i])), default=0))
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` as lines of at most ``width`` characters, broken after a blank, comma, semicolon or slash where
+    it can, else within a word; no character but the blanks at a break is dropped."""
+    if len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    line = ""
+    for piece in filter(None, _BREAKS.split(text)):
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        if not line:
+            piece = piece.lstrip()
+        while len(piece.rstrip()) > width:  # one word longer than the column
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines or [""]
 
 
 def fold_columns(widths: Sequence[int], width: int, gap: int = 2, keys: int = 1) -> list[list[int]]:
@@ -128,22 +175,31 @@ def fold_columns(widths: Sequence[int], width: int, gap: int = 2, keys: int = 1)
 
 def _block(cols: Sequence[str], cells: Sequence[Sequence[str]], widths: dict[int, int], numeric: Sequence[bool],
            which: Sequence[int]) -> str:
-    """The columns ``which`` of the table, column ``i`` padded (or cut) to ``widths[i]``."""
-    def fmt(values: Sequence[str]) -> str:
-        return "  ".join(clip(values[i], widths[i]).rjust(widths[i]) if numeric[i]
-                         else clip(values[i], widths[i]).ljust(widths[i]) for i in which).rstrip()
+    """The columns ``which`` of the table, column ``i`` padded to ``widths[i]``, a longer text cell wrapped onto
+    as many lines as it needs (the row's other cells blank on them)."""
+    def fmt(values: Sequence[str]) -> list[str]:
+        parts = {i: [values[i]] if numeric[i] else wrap_cell(values[i], widths[i]) for i in which}
+        height = max(len(p) for p in parts.values())
+        return ["  ".join((parts[i][k] if k < len(parts[i]) else "").rjust(widths[i]) if numeric[i]
+                          else (parts[i][k] if k < len(parts[i]) else "").ljust(widths[i]) for i in which).rstrip()
+                for k in range(height)]
 
-    lines = [fmt(cols), fmt(["-" * widths.get(i, 0) for i in range(len(cols))])]
-    lines += [fmt(row) for row in cells]
+    lines = fmt(cols) + fmt(["-" * widths.get(i, 0) for i in range(len(cols))])
+    for row in cells:
+        lines += fmt(row)
     return "\n".join(lines)
 
 
+_INTERVAL = re.compile(r"-?\d+\.\d+ \[-?\d+\.\d+,-?\d+\.\d+\]")  # format_cell's value with its interval
+
+
 def _looks_numeric(s: str) -> bool:
+    """A number, ``-`` (missing) or a number with its interval: right-aligned, never wrapped."""
     try:
         float(s)
         return True
     except ValueError:
-        return s == "-"
+        return s == "-" or bool(_INTERVAL.fullmatch(s))
 
 
 def to_jsonable(v: Any) -> Any:
@@ -176,8 +232,8 @@ def csv_text(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
 
 def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = None, *,
                 width: int | None = None, keys: int = 1) -> str:
-    """``width`` folds a table, repeating its first ``keys`` columns (see :func:`table`); JSON and CSV are
-    always whole."""
+    """A table folds to ``width`` (None: the terminal's, :data:`WHOLE`: not at all), repeating its first
+    ``keys`` columns (see :func:`table`); JSON and CSV are always whole."""
     if fmt == "json":
         return dumps(list(rows))
     if fmt == "csv":

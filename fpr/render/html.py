@@ -145,7 +145,14 @@ class Reference:
 
 
 TICK_STEP = 0.25  # 0, 0.25, 0.5, 0.75, 1: more than the two ends, few enough to read at 390 px
-CHAR_PX = 6.2  # width of a character of the 11 px labels, to size the label column
+CHAR_PX = 6.2  # the mean width of a character of the 11 px labels (the legend's spacing)
+_PX = {**dict.fromkeys("mwMW@%&", 10.0), **dict.fromkeys("ijlft.,:;|!'()[]I ", 4.0)}  # 11 px glyphs' widths, at most
+
+
+def label_width(names: Sequence[str]) -> int:
+    """The label column: its longest name at the glyphs' widest (at least 4 characters), + 8 px; sized by the mean
+    width it cut first letters off (`ew-scene@0.25`). Labels start at the left edge: never off the chart."""
+    return int(8 + max([28.0] + [sum(_PX.get(c, 8.0 if c.isupper() else 7.0) for c in n) for n in names]))
 
 
 def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence[tuple[str, Sequence[Bar]]],
@@ -157,7 +164,7 @@ def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence
     lo_axis = min(0.0, math.floor(min(finite, default=0.0) / TICK_STEP) * TICK_STEP)
     hi_axis = max(1.0, math.ceil(max(finite, default=1.0) / TICK_STEP) * TICK_STEP)
     bar_h = 9
-    label_w = int(8 + CHAR_PX * max([len(m) for m, _ in rows] + [4]))
+    label_w = label_width([m for m, _ in rows])
     plot_w = 300
     top = 38  # title and legend
     row_h = bar_h * max(1, len(series)) + 6
@@ -188,8 +195,7 @@ def bar_chart(title: str, axis_label: str, series: Sequence[str], rows: Sequence
                  f"{_e(axis_label)}</text>")
     for mi, (method, bars) in enumerate(rows):
         y0 = top + mi * row_h
-        items.append(f'<text x="{label_w - 4}" y="{y0 + row_h / 2 + 3:.1f}" class="s" text-anchor="end">'
-                     f"{_e(method)}</text>")
+        items.append(f'<text x="4" y="{y0 + row_h / 2 + 3:.1f}" class="s">{_e(method)}</text>')
         for b in bars:
             if not np.isfinite(b.value):
                 continue

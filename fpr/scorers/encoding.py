@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fpr.cache import load_once
 from fpr.encoders.registry import Encoder, get_spec, load_encoder
 from fpr.errors import NotFoundError
 
-_ENCODERS: dict[tuple, Encoder] = {}
 
 
 def cached_encoder(encoder_id: str, device: str) -> Encoder:
@@ -19,12 +19,7 @@ def cached_encoder(encoder_id: str, device: str) -> Encoder:
     A missing-weights error is the registry's own one-line :class:`~fpr.errors.NotFoundError`.
     """
     spec = get_spec(encoder_id)
-    key = (encoder_id, device, id(spec))
-    if key not in _ENCODERS:
-        if len(_ENCODERS) >= 2:
-            _ENCODERS.pop(next(iter(_ENCODERS)))
-        _ENCODERS[key] = load_encoder(encoder_id, device=device)
-    return _ENCODERS[key]
+    return load_once("scorer encoders", (encoder_id, device, id(spec)), lambda: load_encoder(encoder_id, device=device))
 
 
 def check_local_model(model_id: str, what: str) -> None:

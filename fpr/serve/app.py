@@ -24,7 +24,7 @@ from fpr.serve.context import ServeContext
 from fpr.serve.jobs import JobStore
 from fpr.serve.lock import ServerLock
 from fpr.serve.log import RequestLog, log_line
-from fpr.serve.routes import docs, listings, runs, submit
+from fpr.serve.routes import benchmarks, docs, listings, runs, submit
 from fpr.serve.security import PageGuard
 from fpr.serve.workers import Dispatcher, recover
 
@@ -78,7 +78,7 @@ def create_app(config: ServeConfig, lock: ServerLock | None = None) -> FastAPI:
     app.state.ctx = ctx
     app.state.device = config.device
     handlers.install(app)
-    for module in (listings, submit, runs, docs):
+    for module in (listings, submit, runs, benchmarks, docs):
         app.include_router(module.router)
     static_openapi = app.openapi
 

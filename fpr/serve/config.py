@@ -45,12 +45,14 @@ class ServeConfig:
     max_queued_per_token: int = 8
     queue_size: int = 64
     origins: frozenset[str] = frozenset()  # web origins allowed besides the service's own (FPR_SERVE_ORIGINS)
+    daily_submissions: int = 5  # per token and UTC day, to sealed benchmarks (FPR_BENCHMARK_DAILY_SUBMISSIONS)
 
     @classmethod
     def from_env(cls, workspace: str | Path | None, *, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
                  device: str = "auto") -> "ServeConfig":
         """Read ``FPR_API_TOKENS_FILE``, ``FPR_MAX_UPLOAD_MB`` (1024), ``FPR_MAX_QUEUED_PER_TOKEN`` (8),
-        ``FPR_SERVE_QUEUE`` (64) and ``FPR_SERVE_ORIGINS``; refuse a non-loopback host without a token file."""
+        ``FPR_SERVE_QUEUE`` (64), ``FPR_SERVE_ORIGINS`` and ``FPR_BENCHMARK_DAILY_SUBMISSIONS`` (5); refuse a
+        non-loopback host without a token file."""
         if workers < 1:
             raise InputError(f"--workers must be at least 1, got {workers}")
         tokens = settings.raw("FPR_API_TOKENS_FILE") or ""
@@ -66,7 +68,8 @@ class ServeConfig:
                    device=device, tokens_file=tokens_file,
                    max_upload_bytes=_env_int("FPR_MAX_UPLOAD_MB") * 1024 * 1024,
                    max_queued_per_token=_env_int("FPR_MAX_QUEUED_PER_TOKEN"),
-                   queue_size=_env_int("FPR_SERVE_QUEUE"), origins=_env_origins())
+                   queue_size=_env_int("FPR_SERVE_QUEUE"), origins=_env_origins(),
+                   daily_submissions=_env_int("FPR_BENCHMARK_DAILY_SUBMISSIONS"))
 
     @property
     def serve_dir(self) -> Path:

@@ -9,12 +9,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fpr.errors import BusyError, ConflictError, FprError, InputError, NotFoundError
+from fpr.errors import BusyError, ConflictError, FprError, InputError, LimitError, NotFoundError
 from fpr.serve.auth import AuthError
 from fpr.serve.log import log_line
 from fpr.serve.uploads import UploadError
 
-ERROR_STATUS = ((InputError, 422), (NotFoundError, 404), (ConflictError, 409), (BusyError, 503))
+ERROR_STATUS = ((InputError, 422), (NotFoundError, 404), (ConflictError, 409), (BusyError, 503), (LimitError, 429))
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:

@@ -25,7 +25,7 @@ STATUSES = (QUEUED, RUNNING, DONE, FAILED)
 REQUIRED_KEYS = ("run", "status", "created_at")
 DAMAGED_SUFFIX = ".json.damaged"
 PUBLIC_JOB_KEYS = ("run", "status", "user", "index", "scope", "scorers", "n_images", "created_at", "started_at",
-                   "finished_at", "progress", "error")
+                   "finished_at", "progress", "error", "benchmark", "submission")
 
 
 def damage_reason(run: str, data: bytes) -> str | None:

@@ -95,12 +95,15 @@ class Upload:
     archive: Path | None = None
     n_bytes: int = 0
     n_parts: int = 0
+    text_fields: tuple[str, ...] = TEXT_FIELDS  # a benchmark submission's are its method card's
+    required: tuple[str, ...] = ("index",)
+    columns: tuple[str, ...] = QUERY_COLUMNS  # a benchmark submission's queries have no method column
 
     @classmethod
-    def begin(cls, uploads_dir: Path, limit: int) -> "Upload":
+    def begin(cls, uploads_dir: Path, limit: int, **form) -> "Upload":
         folder = uploads_dir / f".partial-{keys.random_hex(32)}"
         folder.mkdir(parents=True)
-        return cls(folder, limit)
+        return cls(folder, limit, **form)
 
     def discard(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -156,9 +159,9 @@ class Upload:
         return dest
 
     def set_field(self, name: str, value: bytes) -> None:
-        if name not in TEXT_FIELDS:
+        if name not in self.text_fields:
             raise UploadError(400, f"unknown form field '{name}'; expected one of "
-                                   f"{', '.join(TEXT_FIELDS + FILE_FIELDS)}")
+                                   f"{', '.join(self.text_fields + FILE_FIELDS)}")
         if name in self.fields:
             raise UploadError(400, f"form field '{name}' given twice")
         try:
@@ -213,10 +216,11 @@ class Upload:
         """Fields present, the queries table readable and naming only uploaded images, every image decodable."""
         if self.queries is None:
             raise UploadError(422, "no queries table: send a 'queries' file or an 'archive' with queries.csv")
-        if not self.fields.get("index"):
-            raise UploadError(422, "form field 'index' is required")
+        for name in self.required:
+            if not self.fields.get(name):
+                raise UploadError(422, f"form field '{name}' is required")
         try:
-            df = read_table(self.queries, required=QUERY_COLUMNS, what="queries file")
+            df = read_table(self.queries, required=self.columns, what="queries file")
         except InputError as exc:
             raise UploadError(422, _relocate(exc, self.folder, "queries")) from None
         uploaded = set(self.images)

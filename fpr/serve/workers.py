@@ -130,16 +130,26 @@ def worker_main(conn, workspace: str, device: str, lock_path: str) -> None:
             send(("stage", "waiting for the device"))
             with FileLock(lock_path):
                 send(("stage", "running"))
-                res = api.run_query(job["index"], job["queries_file"], run=job["run"], workspace=workspace,
-                                    scope=job.get("scope") or "group", scorers=job.get("scorers") or "",
-                                    device=device)
-            send(("done", {"n_queries": int(len(res.per_query)), "n_skipped": res.n_skipped}))
+                send(("done", _execute(api, job, workspace, device)))
         except FprError as exc:
             send(("failed", exc.one_line()))
         except Exception as exc:  # a bug: the run fails with its one line, the traceback goes to the log
             traceback.print_exc(file=sys.stderr)
             first = str(exc).splitlines()[0] if str(exc) else ""
             send(("failed", f"internal error: {type(exc).__name__}: {first}"))
+
+
+def _execute(api, job: dict, workspace: str, device: str) -> dict:
+    """Run one job: a benchmark submission (scored by ``run_query`` inside ``submit_to_benchmark``) or a run."""
+    if job.get("benchmark"):
+        row = api.submit_to_benchmark(job["benchmark"], job["queries_file"], card=job["card"],
+                                      images_root=job["upload_dir"], submitter=job.get("user") or "anonymous",
+                                      token_id=job.get("token"), submission=job["submission"], run=job["run"],
+                                      workspace=workspace, device=device)
+        return {"n_queries": row["n_queries"], "submission": row["submission_id"]}
+    res = api.run_query(job["index"], job["queries_file"], run=job["run"], workspace=workspace,
+                        scope=job.get("scope") or "group", scorers=job.get("scorers") or "", device=device)
+    return {"n_queries": int(len(res.per_query)), "n_skipped": res.n_skipped}
 
 
 # --------------------------------------------------------------------------- in the server process

@@ -130,6 +130,24 @@ def build_tables(metrics: tuple[MetricSpec, ...] = PER_QUERY_METRICS) -> dict[st
             Column("scorer", "VARCHAR"), Column("metric", "VARCHAR")),  # what measures the aspect
             ("run_id", "query_id"), "VISTAR routing of each query of a run: its structured prompt's "
                                     "[role|aspect], Core/Hard split, text and control parameters"),
+        Table("benchmarks", (
+            Column("name", "VARCHAR"), Column("index_name", "VARCHAR"), Column("gallery", "VARCHAR"),
+            Column("encoder", "VARCHAR"), Column("scope", "VARCHAR"), Column("scorers", "JSON"),
+            Column("gallery_fingerprint", "VARCHAR"), Column("weights_checksum", "VARCHAR"),
+            Column("created_by", "VARCHAR"), Column("created_at", "TIMESTAMP", NOW)), ("name",),
+            "sealed benchmarks: an index (gallery + encoder) and a protocol submissions are scored with"),
+        Table("submissions", (
+            Column("submission_id", "VARCHAR"), Column("benchmark", "VARCHAR"), Column("run_id", "VARCHAR"),
+            Column("method", "VARCHAR"), Column("card", "JSON"), Column("submitter", "VARCHAR"),
+            Column("token_id", "VARCHAR"), Column("images", "JSON"),  # [[relative path, sha256], ...] sorted
+            Column("gallery_fingerprint", "VARCHAR"), Column("weights_checksum", "VARCHAR"),
+            Column("fpr_version", "VARCHAR"), Column("submission_hash", "VARCHAR"), Column("results", "JSON"),
+            Column("created_at", "VARCHAR"), Column("withdrawn_by", "VARCHAR"), Column("withdrawn_at", "VARCHAR"),
+            Column("withdrawn_reason", "VARCHAR")), ("submission_id",),
+            "one scored submission to a sealed benchmark; a withdrawn one stays, with who, when and why"),
+        Table("submission_quota", (
+            Column("holder", "VARCHAR"), Column("day", "VARCHAR"), Column("n", "INTEGER")), ("holder", "day"),
+            "submissions each token made per UTC day (the service's daily limit counts here, not in memory)"),
     )}
 
 
@@ -222,6 +240,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     # runs stored before keep NULL: their scores are not stored, so it cannot be recomputed from the workspace
     Migration(4, "top margin per-query metric (fpr.metrics.top_margin); NULL for runs stored before", (
         AddColumn("query_results", "top_margin"),
+    )),
+    # like the top margin: the rankings stored are top-k only, so older runs keep NULL
+    Migration(5, "AP@10 and R-precision per-query metrics (fpr.metrics.ranking); NULL for runs stored before", (
+        AddColumn("query_results", "ap10"),
+        AddColumn("query_results", "r_precision"),
+    )),
+    Migration(6, "sealed benchmarks, their submissions (with withdrawals) and the per-token daily quota", (
+        Sql(TABLES["benchmarks"].ddl()),
+        Sql(TABLES["submissions"].ddl()),
+        Sql(TABLES["submission_quota"].ddl()),
     )),
 )
 

@@ -29,6 +29,7 @@ import duckdb
 from filelock import FileLock, Timeout
 
 from fpr import settings
+from fpr.cards import utf8_path
 from fpr.errors import BusyError, ConflictError, InputError, NotFoundError
 from fpr.store.schema import MIGRATIONS, SCHEMA_VERSION, TABLES, VIEWS, view_ddl
 
@@ -58,6 +59,9 @@ class Workspace:
     @classmethod
     def open(cls, workspace: str | Path | None = None) -> "Workspace":
         root = resolve_workspace(workspace)
+        # DuckDB takes its file's path as UTF-8 text: a folder name that is not fails inside it (std::bad_cast)
+        utf8_path(root.absolute(), what="workspace path",
+                  hint="choose a workspace folder whose path is UTF-8 text (--workspace or FPR_WORKSPACE)")
         if root.exists() and not root.is_dir():
             raise InputError("workspace path exists and is not a folder", where=str(root),
                              hint="pass --workspace with a folder (it is created when missing)")

@@ -3,7 +3,7 @@ the encoder an index was built with, the embedding callable the pipeline is give
 stored run's index is still the one it was made with."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from fpr.encoders.background import background_of_key, with_background
 from fpr.errors import ConflictError
@@ -29,12 +29,15 @@ def index_encoder(opened: "relevance.OpenIndex", weights: str | None, device: st
     return with_background(enc, background_of_key(card.preprocessing))
 
 
-def embedder(enc: Encoder, batch_size: int, workers: int | None):
+def embedder(enc: Encoder, batch_size: int, workers: int | None, data: Mapping[str, bytes] | None = None):
+    """``embed(paths, on_error=, desc=)`` for the pipeline; ``data``: the bytes of images held in memory, by the
+    path string that stands for them."""
     from fpr.encoders.embed import embed_paths
 
     def embed(paths, *, on_error: str = "raise", desc: str = "embedding") -> EmbedResult:
 
-        return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc)
+        return embed_paths(enc, paths, batch_size=batch_size, workers=workers, on_error=on_error, desc=desc,
+                           data=data)
     return embed
 
 

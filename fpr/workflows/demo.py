@@ -66,6 +66,10 @@ PAPER = dict(identities=10, gallery=10, lookalikes=0.9, family_size=2)
 WORLDS = {"easy": {}, "paper": PAPER}
 
 
+DEMO_RESULT = "fpr.demo-result/1"  # what `fpr demo --format json` prints; its JSON Schema: DEMO_SCHEMA_FILE
+DEMO_SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "demo-result-v1.json"
+
+
 @dataclass
 class DemoResult:
     run_id: str
@@ -84,7 +88,8 @@ class DemoResult:
     claims_worlds: list = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
+        """The ``fpr.demo-result/1`` document (schema: ``fpr/schemas/demo-result-v1.json``)."""
+        return {"schema": DEMO_RESULT, "run": self.run_id, "gallery": self.gallery, "index": self.index, "encoder": self.encoder,
                 "images": self.images_dir, "world": self.world, "summary": self.summary,
                 "validity": self.validity, "timings": self.timings, "claims": self.claims,
                 "general_runs": self.general_runs, "claims_worlds": self.claims_worlds}
@@ -266,6 +271,16 @@ def _claims_name(config) -> str:
     return f"world-demo-s{config.seed}{_stress_tag(config)}-claims"
 
 
+@contextmanager
+def _speaking(desc: str) -> Iterator[None]:
+    """Off a terminal, a line at least every ``progress.EVERY_S`` seconds while ``desc`` runs, whatever runs
+    inside: a first run on a machine compiles the copy-paste and recheck kernels for tens of seconds inside
+    ``run_query`` with no phase line of their own (measured: 19 s without a line from either process)."""
+    with progress.bar(total=1, desc=desc, unit="step") as line:
+        yield
+        line.update()
+
+
 # What a verdict seed runs (torch, the workflows, the pipeline); importing them starts no thread
 _PRELOAD = ("torch", "fpr.workflows.galleries", "fpr.workflows.indices", "fpr.workflows.runs", "fpr.workflows.meta",
             "fpr.encoders.trained", "fpr.eval.pipeline")
@@ -343,13 +358,15 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str,
     name = _claims_name(config)
     progress.log(f"world seed {config.seed} for the verdicts: {len(config.methods)} methods, both encoders")
     build = World(config).write(ws_root / "demo" / name, workers=render_workers, cache=world_cache)
-    import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
-                       overwrite=True)
-    idx = build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device, overwrite=True)
-    queries = pd.DataFrame(build.queries)
-    spec = run_query(idx.name, queries, workspace=ws_root, seed=config.seed, device=device, oracle=True,
-                         scorers=[])
-    gen = _general_run(ws_root, name, queries, general, config.seed, device)
+    with _speaking(f"world seed {config.seed} for the verdicts ({name})"):
+        import_gallery(name, build.records, GallerySpec(seed=config.seed), workspace=ws_root, source="world",
+                           overwrite=True)
+        idx = build_index(name, encoder, name=f"{name}-{encoder}", workspace=ws_root, device=device,
+                              overwrite=True)
+        queries = pd.DataFrame(build.queries)
+        spec = run_query(idx.name, queries, workspace=ws_root, seed=config.seed, device=device, oracle=True,
+                             scorers=[])
+        gen = _general_run(ws_root, name, queries, general, config.seed, device)
     return claims_frame(spec.per_query, gen.per_query, seed=config.seed), (spec.run_id, gen.run_id)
 
 
@@ -441,15 +458,16 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
                        overwrite=True)
     timings["import_s"] = round(time.perf_counter() - t, 2)
-    t = time.perf_counter()
-    index_name = f"{name}-{encoder}"
-    idx = build_index(name, encoder, name=index_name, workspace=ws.root, device=device, overwrite=True)
-    timings["index_s"] = round(time.perf_counter() - t, 2)
-    t = time.perf_counter()
-    queries = pd.DataFrame(build.queries)
-    res = run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
-                        overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
-    timings["query_s"] = round(time.perf_counter() - t, 2)
+    with _speaking(f"world seed {seed}: index and queries ({name})"):
+        t = time.perf_counter()
+        index_name = f"{name}-{encoder}"
+        idx = build_index(name, encoder, name=index_name, workspace=ws.root, device=device, overwrite=True)
+        timings["index_s"] = round(time.perf_counter() - t, 2)
+        t = time.perf_counter()
+        queries = pd.DataFrame(build.queries)
+        res = run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
+                            overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
+        timings["query_s"] = round(time.perf_counter() - t, 2)
     val = validity(res.per_query, res.aux)
     val["headroom"] = headroom(res.per_query, res.encoder)  # per method: AP = 1 share, AP tie share (fpr report's)
     val["agreement"] = truth_agreement(res.run_id, ws.root, res.per_query, seed=seed)

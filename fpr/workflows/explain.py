@@ -21,7 +21,7 @@ from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE, EXPLAIN_VARIANT
 from fpr.errors import InputError
 from fpr.eval import relevance
-from fpr.files import atomic_write_bytes
+from fpr.files import atomic_write_bytes, safe_stem
 from fpr.images import check_image, load_rgb
 from fpr.metrics.evidence import (EVIDENCE_VARIANTS, FILLS, EvidenceMap, evidence_map, lowest_point, occlude,
                                   occlusion_boxes)
@@ -87,10 +87,6 @@ def _place(point: tuple[int, int], h: int, w: int) -> str:
     rows = ("upper", "middle", "lower")[min(2, 3 * y // max(h, 1))]
     cols = ("left", "centre", "right")[min(2, 3 * x // max(w, 1))]
     return f"at x={x}, y={y} ({rows} {cols})"
-
-
-def _safe(query_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", query_id).strip("_") or "query"
 
 
 def _select(per_query: pd.DataFrame, run_id: str, queries: Sequence[str], methods: Sequence[str],
@@ -198,8 +194,8 @@ def _overlay_paths(ws: Workspace, run: str, ids: list[str], out: str | Path | No
     if out is not None and Path(out).suffix.lower() == ".png":
         raise InputError(f"{len(ids)} queries to explain but --out names one PNG file", where=str(out),
                          hint="pass a folder to --out for several queries")
-    folder = Path(out).expanduser() if out is not None else ws.root / "explain" / _safe(run)
-    return {q: folder / f"{_safe(q)}.png" for q in ids}
+    folder = Path(out).expanduser() if out is not None else ws.root / "explain" / safe_stem(run)
+    return {q: folder / f"{safe_stem(q)}.png" for q in ids}
 
 
 def identity_map(encoder, image, gallery: np.ndarray, keys: np.ndarray, true_key: str, *, variant: str = VARIANT,

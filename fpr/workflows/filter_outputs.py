@@ -3,14 +3,13 @@ tables (streaming), kept images copied into a folder tree, leftovers of a killed
 """
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.files import atomic_write_path
+from fpr.files import atomic_write_path, safe_stem
 
 
 def _fmt_of(path: Path) -> str:
@@ -64,16 +63,13 @@ def _remove_temporary_outputs(out: Path, rej_path: Path | None) -> None:
                 tmp.unlink(missing_ok=True)
 
 
-def _safe(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).lstrip(".")
-    return s or "_"
-
-
 def _copy_kept(df: pd.DataFrame, folder: Path) -> None:
     """``<folder>/<group>/<identity>/<query_id>-<file name>``: a folder tree ``fpr gallery import`` reads."""
     for path, group, ident, qid in zip(df["__path"], df["__group"], df["__identity"], df["__query_id"]):
         src = Path(path)
-        dest = folder / _safe(group) / _safe(ident) / f"{_safe(qid)}-{_safe(src.name)}"
+        # group and identity folders keep their names (they are read back as labels); the file's name is unique
+        dest = (folder / safe_stem(group, unique=False) / safe_stem(ident, unique=False)
+                / f"{safe_stem(qid)}-{safe_stem(src.stem, unique=False)}{src.suffix}")
         if dest.exists() and dest.stat().st_size == src.stat().st_size:
             continue
         atomic_write_path(dest, lambda tmp, src=src: shutil.copyfile(src, tmp))

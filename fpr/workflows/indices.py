@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fpr.defaults import EMBED_BATCH_SIZE
-from fpr.encoders.background import with_background
-from fpr.errors import ConflictError
+from fpr.encoders.background import parse_background, with_background
+from fpr.encoders.catalog import check_batch_size, check_device, check_encoder_id, check_workers
+from fpr.errors import ConflictError, InputError, choices_hint
 from fpr.eval import relevance
 from fpr.galleries.records import GalleryItem
 from fpr.index import faiss_index, versions
@@ -51,6 +52,18 @@ def _changed_files(items: list[GalleryItem], hashes: list[str | None]) -> list[s
     return [it.path for it, h in zip(items, hashes) if h is not None and h != it.content_hash]
 
 
+def _check_build_inputs(encoder: str, device: str, batch_size: int, workers: int | None, background: str,
+                        index_type: str) -> None:
+    """Every name and option of a build, checked before torch loads: a typo is refused in well under a second."""
+    check_encoder_id(encoder)
+    check_device(device)
+    check_batch_size(batch_size)
+    check_workers(workers)
+    parse_background(background)
+    if index_type not in faiss_index.INDEX_TYPES:
+        raise InputError(f"unknown index type '{index_type}'", hint=choices_hint(faiss_index.INDEX_TYPES, "types"))
+
+
 def build_index(gallery: str, encoder: str, *, name: str | None = None, workspace: str | Path | None = None,
                 weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
                 workers: int | None = None, overwrite: bool = False, background: str = "keep",
@@ -66,11 +79,9 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
     (``keep`` | ``remove`` | ``remove:<segmenter>``) is part of the protocol: it is recorded
     in the card, and queries against the index get the same step.
     """
-    from fpr.encoders.embed import embed_paths
-    from fpr.encoders.registry import load_encoder
-
     start = time.perf_counter()
     name = check_name(name or f"{gallery}-{encoder}", "index")
+    _check_build_inputs(encoder, device, batch_size, workers, background, index_type)
     ws = Workspace.open(workspace)
     grow = db.get_gallery(ws, gallery)
     before = db.find_index(ws, name)
@@ -78,6 +89,10 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
         raise ConflictError(f"index '{name}' already exists", where=str(ws.root),
                             hint="choose another --name or pass --overwrite")
     items = gallery_items(gallery, workspace=ws.root)
+    # torch and the encoder load only now, once every name and option has been checked
+    from fpr.encoders.embed import embed_paths
+    from fpr.encoders.registry import load_encoder
+
     enc = load_encoder(encoder, weights=weights, device=device)
     if background != "keep":
         enc = with_background(enc, background)

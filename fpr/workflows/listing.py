@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from fpr import keys
+from fpr.errors import NotFoundError
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
 
@@ -17,6 +18,17 @@ from fpr.store.workspace import Workspace
 def list_runs(*, workspace: str | Path | None = None) -> list[dict]:
     """One row per stored run (a multi-encoder run: one per encoder), oldest first."""
     return db.list_runs(Workspace.open(workspace))
+
+
+def require_workspace(workspace: str | Path | None = None) -> Path:
+    """The workspace's folder if it holds an fpr workspace; else one line naming the path and what to do
+    (a listing of a misspelt workspace would print an empty table and succeed)."""
+    ws = Workspace.open(workspace)
+    if not ws.exists:
+        raise NotFoundError("no fpr workspace here", where=str(ws.root.resolve()),
+                            hint="check --workspace (or FPR_WORKSPACE) for a typo; 'fpr gallery import' or 'fpr demo' "
+                                 "creates one")
+    return ws.root
 
 
 def run_content_version(run: str, *, workspace: str | Path | None = None) -> str | None:
@@ -34,4 +46,4 @@ def run_content_version(run: str, *, workspace: str | Path | None = None) -> str
     return keys.sha256_hex(stamp)[:16]
 
 
-__all__ = ["list_runs", "run_content_version"]
+__all__ = ["list_runs", "require_workspace", "run_content_version"]

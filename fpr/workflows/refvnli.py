@@ -34,11 +34,14 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from fpr.cards import utf8_path
 from fpr.errors import InputError
-from fpr.files import atomic_write_dir
+from fpr.files import atomic_write_dir, safe_stem
 from fpr.keys import fingerprint, keyed_rng
 from fpr.scorers.refvnli import data as rd
 
+DATA_CARD = "refvnli-data.json"  # the card of a data folder (read back by `fpr refvnli train`)
+DATA_FORMAT = "fpr-refvnli-data/1"
 MANIFEST_COLUMNS = ("path", "entity", "subject", "scene", "set", "details")  # + mask or box
 TRIPLET_COLUMNS = ["triplet_id", "reference_path", "target_path", "prompt", "sp", "ta", "pair_kind", "prompt_kind",
                    "prompt_source", "reference_frame", "target_frame", "entity", "corruption_mse"]
@@ -215,7 +218,8 @@ def folder_frames(path: str | Path, entity: str | None = None) -> list[rd.Frame]
     each identity one scene) or video frames ``<folder>/<scene>/<entity>/*.png`` (each scene's entity one
     subject; scenes of an entity paired into sets)."""
     root = Path(path).expanduser()
-    images = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    images = sorted(Path(utf8_path(p, what="frame file name")) for p in root.rglob("*")
+                    if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     depths = sorted({len(p.relative_to(root).parts) for p in images})
     if not images:
         raise InputError("no images in the folder", where=str(root),
@@ -241,10 +245,6 @@ def _png(image: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _safe(frame_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in frame_id)
-
-
 def triplet_table(triplets: list[rd.Triplet], frames: dict[str, rd.Frame],
                   corruptions: dict[str, rd.Corruption]) -> pd.DataFrame:
     """One row per triplet with paths relative to the output folder."""
@@ -252,8 +252,8 @@ def triplet_table(triplets: list[rd.Triplet], frames: dict[str, rd.Frame],
     for n, t in enumerate(triplets):
         corrupted = t.target.endswith("#corrupted")
         base = t.target.split("#", 1)[0]
-        rows.append({"triplet_id": f"t{n:07d}", "reference_path": f"crops/{_safe(t.reference)}.png",
-                     "target_path": f"{'corrupted' if corrupted else 'frames'}/{_safe(base)}.png",
+        rows.append({"triplet_id": f"t{n:07d}", "reference_path": f"crops/{safe_stem(t.reference)}.png",
+                     "target_path": f"{'corrupted' if corrupted else 'frames'}/{safe_stem(base)}.png",
                      "prompt": t.prompt, "sp": t.sp, "ta": t.ta, "pair_kind": t.pair_kind,
                      "prompt_kind": t.prompt_kind, "prompt_source": t.prompt_source, "reference_frame": t.reference,
                      "target_frame": t.target, "entity": frames[base].entity,
@@ -303,14 +303,12 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
     else:
         frames = manifest_frames(source)
         described = {"source": "manifest", "path": str(Path(source).resolve())}
-    if len({_safe(f.frame_id) for f in frames}) != len(frames):
-        raise InputError("two frames would share a file name", hint="give frames distinct set, scene and file names")
     triplets, corruptions = rd.build_triplets(frames, settings)
     by_id = {f.frame_id: f for f in frames}
     table = triplet_table(triplets, by_id, corruptions)
     counts = table.groupby(["pair_kind", "prompt_kind"]).size()
     counts = {f"{a}/{b}": int(v) for (a, b), v in counts.items()}
-    card = {"format": "fpr-refvnli-data/1", "source": described,
+    card = {"format": DATA_FORMAT, "source": described,
             "settings": {k: v for k, v in asdict(settings).items() if k != "slots"},
             "slots": {k: list(v) for k, v in sorted(settings.slots.items())},
             "inpainting": "harmonic (Laplace) fill; the paper used a generative inpainter",
@@ -323,20 +321,20 @@ def build_refvnli_data(out: str | Path, *, source: str = "world", world: WorldFr
         for sub in ("frames", "crops", "corrupted"):
             (tmp / sub).mkdir()
         for f in frames:
-            (tmp / "frames" / f"{_safe(f.frame_id)}.png").write_bytes(_png(f.image))
+            (tmp / "frames" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(f.image))
             box = rd.subject_box(f.mask, settings.box_margin)
-            (tmp / "crops" / f"{_safe(f.frame_id)}.png").write_bytes(_png(rd.crop(f.image, box)))
+            (tmp / "crops" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(rd.crop(f.image, box)))
             if f.frame_id in corruptions:
-                (tmp / "corrupted" / f"{_safe(f.frame_id)}.png").write_bytes(_png(corruptions[f.frame_id].image))
+                (tmp / "corrupted" / f"{safe_stem(f.frame_id)}.png").write_bytes(_png(corruptions[f.frame_id].image))
         if manifest_format == "parquet":
             table.to_parquet(tmp / name, index=False)
         else:
             table.to_csv(tmp / name, index=False)
-        (tmp / "refvnli-data.json").write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+        (tmp / DATA_CARD).write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
 
     atomic_write_dir(out, fill, hint="choose an output folder in a writable place")
     return RefvnliData(out, out / name, len(table), len(frames), counts, time.perf_counter() - start)
 
 
-__all__ = ["RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view", "folder_frames", "manifest_frames",
-           "triplet_table", "world_frames", "world_slots"]
+__all__ = ["DATA_CARD", "DATA_FORMAT", "RefvnliData", "WorldFrames", "build_refvnli_data", "describe_view",
+           "folder_frames", "manifest_frames", "triplet_table", "world_frames", "world_slots"]

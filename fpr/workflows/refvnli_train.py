@@ -16,7 +16,6 @@ logs the SP and TA AUROC there; the last epoch's go into the card.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
@@ -26,16 +25,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from PIL import Image
 from torch import nn
 
 from fpr import progress
+from fpr.cards import Field, finite
 from fpr.errors import ConflictError, InputError, NotFoundError
 from fpr.keys import utc_now
 from fpr.metrics.separation import auroc
 from fpr.scorers.refvnli import model as rm
+from fpr.workflows.refvnli import DATA_CARD, DATA_FORMAT
 
-DATA_CARD = "refvnli-data.json"
 
 
 @dataclass
@@ -53,10 +52,10 @@ class TrainSettings:
     def check(self) -> None:
         if self.epochs < 1 or self.batch_size < 2:
             raise InputError(f"epochs must be >= 1 and batch size >= 2, got {self.epochs} and {self.batch_size}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.clip_weight < 0:
-            raise InputError("lr must be > 0, weight decay and clip weight >= 0")
-        if not 0.0 <= self.full_reference <= 1.0:
-            raise InputError(f"full-reference share must be within [0, 1], got {self.full_reference}")
+        finite(self.lr, name="lr", low=0.0, low_open=True)
+        finite(self.weight_decay, name="weight decay", low=0.0)
+        finite(self.clip_weight, name="clip weight", low=0.0)
+        finite(self.full_reference, name="full-reference share", low=0.0, high=1.0)
 
 
 @dataclass
@@ -75,8 +74,25 @@ class TripletData:
     token_ids: list[list[int]]
 
 
-def read_data(folder: str | Path, encoder, cfg: rm.NetConfig) -> TripletData:
-    """Read a ``fpr refvnli data`` folder; every image embedded once by the frozen encoder."""
+DATA_FIELDS = (Field("format", str), Field("manifest", str), Field("fingerprint", str, required=False))
+TRIPLET_COLUMNS = ("reference_path", "target_path", "prompt", "sp", "ta", "reference_frame")
+
+
+@dataclass
+class TripletFiles:
+    """A ``fpr refvnli data`` folder checked at the door: its card, triplets (labels 0/1) and every image path
+    resolved inside the folder (``frame``: each triplet's reference as a whole frame)."""
+
+    folder: Path
+    card: dict
+    table: pd.DataFrame
+    paths: dict[str, Path]  # path as the table names it -> the file inside the folder
+    frame: list[str]  # per triplet: frames/<its reference crop's name>
+
+
+def read_triplets(folder: str | Path) -> TripletFiles:
+    """Card, triplet table and image paths of a data folder; anything damaged is one line naming file and field."""
+    from fpr.cards import binary_labels, confined, read_card
     from fpr.tables import read_table
 
     folder = Path(folder).expanduser()
@@ -84,25 +100,43 @@ def read_data(folder: str | Path, encoder, cfg: rm.NetConfig) -> TripletData:
     if not card_path.is_file():
         raise NotFoundError(f"no RefVNLI data at {folder} (no {DATA_CARD})",
                             hint="build it with `fpr refvnli data --out FOLDER`")
-    card = json.loads(card_path.read_text())
-    table = read_table(folder / card["manifest"], required=("reference_path", "target_path", "prompt", "sp", "ta",
-                                                            "reference_frame"), what="refvnli triplets")
-    full = ["frames/" + Path(p).name for p in table["reference_path"]]  # crops/X.png -> frames/X.png
-    paths = sorted(set(table["reference_path"]) | set(table["target_path"]) | set(full))
+    card = read_card(card_path, what="RefVNLI data card", fields=DATA_FIELDS,
+                     hint="rebuild the folder with `fpr refvnli data`")
+    if card["format"] != DATA_FORMAT:
+        raise InputError(f"RefVNLI data card format {card['format'][:40]!r} is not {DATA_FORMAT}", where=str(card_path))
+    manifest = confined(folder, card["manifest"], name="manifest", where=str(card_path))
+    table = read_table(manifest, required=TRIPLET_COLUMNS, what="refvnli triplets")
+    for col in rm.ORDER:
+        table[col] = binary_labels(table[col], name=col, where=str(manifest))
+    frame = ["frames/" + Path(p).name for p in table["reference_path"]]  # crops/X.png -> frames/X.png
+    paths: dict[str, Path] = {}
+    for col, values in (("reference_path", table["reference_path"]), ("target_path", table["target_path"]),
+                        ("reference_path", frame)):
+        for v in values:
+            if v not in paths:
+                paths[v] = confined(folder, v, name=col, where=str(manifest))
+    return TripletFiles(folder, card, table, paths, frame)
+
+
+def read_data(folder: str | Path, encoder, cfg: rm.NetConfig) -> TripletData:
+    """Read a ``fpr refvnli data`` folder; every image embedded once by the frozen encoder."""
+    from fpr.images import load_rgb
+
+    files = read_triplets(folder)
+    table = files.table
+    paths = sorted(files.paths)
     index = {p: i for i, p in enumerate(paths)}
     images = []
     for p in progress.bar(paths, desc="reading triplet images", unit="img"):
-        if not (folder / p).is_file():
-            raise NotFoundError(f"triplet image {p} is missing", where=str(folder), hint="rebuild the data folder")
-        images.append(Image.open(folder / p).convert("RGB"))
+        if not files.paths[p].is_file():
+            raise NotFoundError(f"triplet image {p} is missing", where=str(files.folder),
+                                hint="rebuild the data folder")
+        images.append(load_rgb(files.paths[p]))  # the one image reader: bomb limit, one line for a bad file
     ident = rm.identity_vectors(encoder, images)
     pixels = torch.stack([rm.scene_pixels(im, cfg.size) for im in images])
-    try:
-        labels = torch.tensor(table[list(rm.ORDER)].astype(int).to_numpy(), dtype=torch.float32)
-    except ValueError:
-        raise InputError("sp/ta labels must be 0 or 1", where=str(folder / card["manifest"])) from None
-    return TripletData(folder, card, table, ident, pixels, table["reference_path"].map(index).to_numpy(),
-                       np.array([index[p] for p in full]), table["target_path"].map(index).to_numpy(), labels,
+    labels = torch.tensor(table[list(rm.ORDER)].to_numpy(dtype=np.int64), dtype=torch.float32)
+    return TripletData(files.folder, files.card, table, ident, pixels, table["reference_path"].map(index).to_numpy(),
+                       np.array([index[p] for p in files.frame]), table["target_path"].map(index).to_numpy(), labels,
                        [rm.token_ids(p, cfg.buckets) for p in table["prompt"]])
 
 
@@ -304,4 +338,5 @@ def _fit(net: rm.RefvnliNet, data: TripletData, val: TripletData | None, setting
     return history, time.perf_counter() - start
 
 
-__all__ = ["TrainSettings", "TrainedRefvnli", "TripletData", "predict", "read_data", "separations", "train_refvnli"]
+__all__ = ["TrainSettings", "TrainedRefvnli", "TripletData", "TripletFiles", "predict", "read_data", "read_triplets", "separations",
+           "train_refvnli"]

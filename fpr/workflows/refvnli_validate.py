@@ -99,18 +99,22 @@ def data_ta(model: str, data: str | Path, *, device: str = "cpu", n_boot: int = 
     """TA separations on a held-out ``fpr refvnli data`` folder: the model's TA head and its dual-encoder cosine."""
     from fpr.errors import InputError
     from fpr.images import load_rgb
-    from fpr.scorers.refvnli.scorer import model_source
     from fpr.scorers.refvnli.model import load_model
+    from fpr.scorers.refvnli.scorer import model_source
+    from fpr.workflows.refvnli_train import read_triplets
 
     kind, model = model_source(model)
     if kind != "fpr":
         raise InputError("the TA validation reads the dual-encoder cosine of an `fpr refvnli train` model",
                          where=model, hint="pass refvnli.model=builtin or a folder written by `fpr refvnli train`")
-    data = Path(data)
-    t = pd.read_parquet(data / "triplets.parquet")
+    files = read_triplets(data)
+    t = files.table
+    if "pair_kind" not in t.columns or "prompt_kind" not in t.columns:
+        raise InputError("refvnli triplets lack 'pair_kind' or 'prompt_kind'", where=str(files.folder),
+                         hint="rebuild the folder with `fpr refvnli data`")
     t = t[t.pair_kind == "scene-positive"].drop_duplicates(["target_path", "prompt"]).reset_index(drop=True)
     loaded = load_model(model, device)
-    images = {p: load_rgb(data / p) for p in set(t.reference_path) | set(t.target_path)}
+    images = {p: load_rgb(files.paths[p]) for p in set(t.reference_path) | set(t.target_path)}
     probs, cos = loaded.score([images[p] for p in t.reference_path], [images[p] for p in t.target_path],
                               list(t.prompt))
     t["refvnli_ta"], t["dual_encoder_cosine"] = probs[:, 0], cos

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import pandas as pd
 
@@ -15,6 +15,7 @@ from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.engines import ray as ray_engine
 from fpr.engines import ray_runtime
+from fpr.encoders.catalog import check_batch_size, check_device, check_encoder_id, check_workers
 from fpr.engines.parts import discard_parts
 from fpr.errors import ConflictError, FprError, InputError
 from fpr.eval import frames, inputs, pipeline, relevance, sanity
@@ -67,7 +68,8 @@ class RunResult:
         meta = self.meta or RunMeta(self.run_id, None, self.index, None, self.encoder, None, None, None)
         return run_document(meta, self.summary, self.per_query, self.provenance,
                             skipped=skip_reasons(self.per_query, self.skipped_reasons),
-                            sim_definition=self.sim_definition, rows=self.per_query if per_query else None)
+                            sim_definition=self.sim_definition, rows=self.per_query if per_query else None,
+                            aux=self.aux)
 
 
 def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:
@@ -153,6 +155,9 @@ def _degenerate_run(ev: "pipeline.Evaluation", qdf: pd.DataFrame, opened: "relev
 def _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store, device,
               batch_size, workers) -> EvalSettings:
     relevance.check_scope(scope)
+    check_device(device)
+    check_batch_size(batch_size)
+    check_workers(workers)
     if top_k_store < 0:
         raise InputError(f"--top-k must be 0 or more, got {top_k_store}")
     check_scorer_options(scorer_names, scorer_options)  # before any image is embedded
@@ -166,14 +171,22 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
               skip_missing_identities: bool = False, skip_unreadable: bool = False, top_k_store: int = 10,
               seed: int = 0, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE, workers: int | None = None,
               overwrite: bool = False, scorer_options: dict | None = None, oracle: bool = False,
-              engine: str = "local", ray: "ray_runtime.RayOptions | dict | None" = None) -> RunResult:
+              engine: str = "local", ray: "ray_runtime.RayOptions | dict | None" = None,
+              images: Mapping[str, bytes] | None = None) -> RunResult:
     """Evaluate generated images (queries) against an index; store and return the run.
+
+    ``images``: encoded bytes of query images held in memory, by the ``path`` that stands for them
+    (:class:`fpr.workflows.memory.Evaluator` with ``save_to``); local engine only.
 
     ``oracle``: also query with the gallery's reference images (method ``oracle``, see
     :mod:`fpr.eval.oracle`), the paper's real-images row. ``engine="ray"``: embed and score
     on Ray (:mod:`fpr.engines.ray`, options ``ray``); the shards are ingested into the
     store in one transaction like a local run's rows."""
     ray_opts = ray_runtime.ray_options(engine, ray)
+    if images and ray_opts is not None:
+        raise InputError("images held in memory are evaluated locally only", hint="use engine='local'")
+    if encoder is not None:
+        check_encoder_id(encoder)  # a typo is refused before the index or any model is opened
     scorer_names = parse_scorer_list(scorers)
     settings = _settings(scope, scorer_names, scorer_options, skip_missing_identities, skip_unreadable, top_k_store,
                          device, batch_size, workers)
@@ -181,19 +194,21 @@ def run_query(index: str, queries: str | Path | pd.DataFrame, *, run: str | None
     ws = Workspace.open(workspace)
     if not overwrite and db.run_exists(ws, run_id):
         raise ConflictError(f"run '{run_id}' already exists", hint="choose another --run or pass --overwrite")
-    opened = relevance.open_index(ws, index, encoder=encoder)
     where = str(queries) if not isinstance(queries, pd.DataFrame) else "queries"
     qdf = inputs.normalize_queries(queries)
+    opened = relevance.open_index(ws, index, encoder=encoder)
     if oracle:
         qdf = append_oracle(qdf, opened.items)
-    # Missing identities are an error before any model is loaded.
+    # Missing identities and missing image files are errors before any model is loaded.
     relevance.missing_identities(qdf, opened.labels.has_relevant(qdf),
                                 skip=skip_missing_identities, where=where)
+    if not skip_unreadable:
+        inputs.check_query_files(qdf, queries, images)
     # on Ray the model is shipped to the actors from here, which place it on their own device
     enc = index_encoder(opened, weights, "cpu" if ray_opts else device)
     engine_info = None
     if ray_opts is None:
-        ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers),
+        ev = pipeline.evaluate(qdf, opened.labels, opened.index, embedder(enc, batch_size, workers, images),
                                settings, where=where, encoder_id=enc.id, workspace=ws.root, dim=enc.spec.dim)
     else:
         key = {"index": index, "version": opened.row.version, "weights": enc.weights.checksum,
@@ -312,6 +327,8 @@ def run_query_encoders(gallery: str, encoders: Sequence[str] | str, queries: str
         raise InputError("no encoders given", hint="e.g. --encoders pixels-16,fpr-world-v1")
     if len(set(names)) != len(names):
         raise InputError(f"an encoder is listed twice: {', '.join(names)}")
+    for name in names:  # every name before the first index is built
+        check_encoder_id(name)
     run_id = check_name(run, "run") if run else new_id("run")
     ws = Workspace.open(workspace)
     db.get_gallery(ws, gallery)

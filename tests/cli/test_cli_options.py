@@ -37,7 +37,14 @@ def test_q_debug_and_workspace_after_the_subcommand(tmp_path):
     ws = tmp_path / "ws"
     runner = CliRunner()
     res = runner.invoke(cli, ["runs", "--format", "json", "--workspace", str(ws), "-q"], obj={})
-    assert res.exit_code == 0 and json.loads(res.stdout) == [], res.output  # was: no such option
+    # --workspace after the sub-command is taken (was: no such option): the error names that folder
+    assert res.exit_code == 2 and f"no fpr workspace here ({ws.resolve()})" in res.stderr, res.output
+    from fpr.store.workspace import Workspace
+
+    with Workspace.open(tmp_path / "empty").write():  # an empty workspace lists no runs
+        pass
+    res = runner.invoke(cli, ["runs", "--format", "json", "--workspace", str(tmp_path / "empty"), "-q"], obj={})
+    assert res.exit_code == 0 and json.loads(res.stdout) == [], res.output
     # --debug after the sub-command: the traceback (the exception itself), not the one line
     res = runner.invoke(cli, ["report", "--run", "nope", "--workspace", str(ws), "--debug"], obj={})
     assert isinstance(res.exception, NotFoundError) and str(ws) in str(res.exception)  # --workspace taken too

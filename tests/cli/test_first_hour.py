@@ -148,8 +148,9 @@ def test_rows_below_the_interval_minimum_print_no_interval_and_say_why(world):  
     run(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
     table = run(ws, "query", "--index", "g-pixels-16", "--queries", str(queries), "--run", "r").stdout
     # methods a, b x groups cats, dogs, * : 3 to 7 queries each, none with an interval
+    # fpr query prints the report's table, its notes wrapped at the width (100 here)
     assert "(6 rows without a 95% interval: fewer than 10 queries, too few for a bootstrap interval to cover " \
-           "the mean 95% of the time)" in table
+           "the mean 95% of the time)" in " ".join(line.strip() for line in table.splitlines())
     out = json.loads(run(ws, "report", "--run", "r", "--format", "json").stdout)
     assert all(c["lo"] is None and c["hi"] is None for c in out["pivot"] if c["metric"] in ("map", "sim"))
     assert {r["no_interval"] for r in out["runs"][0]["summary"]} == {f"{n} queries, fewer than 10: no 95% interval"

@@ -1,9 +1,10 @@
-"""Wide listings fold to the terminal (issue #27 item 6): ``--width``, ``COLUMNS``, 100 off a terminal; a cut
-cell ends with an ellipsis and ``--wide`` / ``--format csv`` show it whole."""
+"""Wide listings fold to the terminal (issue #27 item 6, #33 item 5): ``--width``, ``COLUMNS``, 100 off a
+terminal; a long cell wraps (nothing is cut) and ``--wide`` / ``--format csv`` show it whole on one line."""
 from __future__ import annotations
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -23,23 +24,34 @@ def test_listings_fold_to_the_width_and_lose_nothing_silently(args, tmp_path, mo
     whole = run_cli(ws, *args, "--wide").stdout
     assert widest(whole) > 100  # these rows were up to ~1,000 characters
     folded = run_cli(ws, *args).stdout  # click's runner is no terminal: 100
-    assert widest(folded) <= 100 and "…" in folded
+    assert widest(folded) <= 100 and "…" not in folded
     assert widest(run_cli(ws, *args, "--width", "60").stdout) <= 60
     monkeypatch.setenv("COLUMNS", "72")
     assert widest(run_cli(ws, *args).stdout) <= 72
-    # every cut cell is a prefix of the whole value, which CSV keeps
+    # nothing is lost: every name or word of every value (up to the longest a column keeps whole) is printed
     rows = list(csv.DictReader(io.StringIO(run_cli(ws, *args, "--format", "csv").stdout)))
-    key = next(iter(rows[0]))
-    values = {r[key]: r for r in rows}
-    lines = folded.split("\n\n")[0].splitlines()
-    header = lines[0].split()
-    for line in lines[2:]:
-        name = line.split()[0]
-        assert name in values, name  # the key column is never cut
-        for cell in (c.strip() for c in line.split("  ") if c.strip()):
-            if cell.endswith("…"):
-                assert any(str(v).startswith(cell[:-1]) for v in values[name].values()), (name, cell, header)
+    printed = set(re.split(r"[\s,;/]+", folded))
+    shown = {c for block in folded.split("\n\n") for c in block.splitlines()[0].split()}  # the table's columns
+    for row in rows:
+        for value in (v for c, v in row.items() if c in shown):
+            words = [w for w in re.split(r"[\s,;/]+", value) if 0 < len(w) <= 32 and not re.search(r"[0-9a-f]{40}", w)]
+            assert set(words) <= printed, (row, set(words) - printed)
 
 
 def test_an_empty_listing_says_so(tmp_path):
-    assert run_cli(tmp_path / "ws", "runs", "--width", "50").stdout.strip() == "(no rows)"
+    from fpr.store.workspace import Workspace
+
+    with Workspace.open(tmp_path / "ws").write():  # a workspace with nothing stored yet
+        pass
+    for args in (["runs"], ["gallery", "list"], ["index", "list"]):
+        assert run_cli(tmp_path / "ws", *args, "--width", "50").stdout.strip() == "(no rows)"
+
+
+@pytest.mark.parametrize("args", (["runs"], ["gallery", "list"], ["index", "list"]), ids=" ".join)
+def test_a_misspelt_workspace_is_an_error_naming_the_path(args, tmp_path):
+    """``fpr runs`` on a misspelt workspace printed "(no rows)" and exited 0 (issue #33)."""
+    res = run_cli(tmp_path / "wokspace", *args, ok=False)
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [
+        f"fpr: error: no fpr workspace here ({(tmp_path / 'wokspace').resolve()}); check --workspace (or "
+        "FPR_WORKSPACE) for a typo; 'fpr gallery import' or 'fpr demo' creates one"]

@@ -223,6 +223,10 @@ def test_scores_from_csv_round_trip_and_errors(world, tmp_path):
     assert bad.exit_code == 2 and "'gpt' is not numeric" in bad.stderr
     bad = run(ws, "score", "--run", "r", "--from-csv", str(tmp_path / "ext.csv"), ok=False)
     assert bad.exit_code == 2 and "--scorer" in bad.stderr
+    bad = run(ws, "score", "--run", "r", "--from-csv", str(tmp_path / "ext.csv"), "--scorer", "x", "--engine", "ray",
+              ok=False)  # an external table runs nothing: no engine
+    assert bad.exit_code == 2 and bad.stderr.strip() == (
+        "fpr: error: --engine and the --ray-* options go with --scorers (--from-csv runs nothing)")
     pd.DataFrame({"id": ids[:1], "gpt": [1]}).to_csv(tmp_path / "noid.csv", index=False)
     bad = run(ws, "score", "--run", "r", "--from-csv", str(tmp_path / "noid.csv"), "--scorer", "x", ok=False)
     assert bad.exit_code == 2 and "query_id" in bad.stderr

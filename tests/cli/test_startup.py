@@ -137,3 +137,44 @@ def test_report_computes_each_interval_once(tmp_path, tiny_tree, monkeypatch):
         mine = rows[(r["method"], r["group"])]
         assert {k: mine[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")} == \
             {k: r[k] for k in ("map", "map_lo", "map_hi", "sim_lo", "sim_hi")}
+
+
+def test_listing_commands_import_no_torch(tmp_path):
+    """`fpr scorers list`/`show` and `fpr encoders list` read catalogs (tests/workflows/test_scorer_catalog.py,
+    test_encoder_catalog.py), not their modules, most of which import torch (issue #33 item 5)."""
+    from fpr.store.workspace import Workspace
+
+    with Workspace.open(tmp_path / "ws").write():
+        pass
+    ws = ["--workspace", str(tmp_path / "ws")]
+    for args in (["scorers", "list"], ["scorers", "show", "copy-paste"], ["encoders", "list"], ["--help"],
+                 [*ws, "runs"]):
+        heavy, proc = _heavy(*args)
+        assert proc.returncode == 0 and heavy == "", (args, heavy, proc.stderr)
+    listed, _ = _heavy("scorers", "list", "--format", "json")
+    assert {r["name"] for r in json.loads(_.stdout)} == set(__import__("fpr.scorers").scorers.BUILTIN)
+
+
+def test_a_mistyped_name_file_or_run_is_refused_before_torch_loads(tmp_path, tiny_tree):
+    """Names, files, existing runs and options are checked before torch or a model loads (issue #33 item 5:
+    typos took 16-43 s to be refused); each is one line, exit 2, and torch is never imported."""
+    ws = _one_run(tmp_path, tiny_tree, [{"path": 3, "identity": "cats-0", "group": "cats", "method": "m"}])
+    q = str(tmp_path / "q.csv")
+    w = ["--workspace", str(ws)]
+    cases = {("query", "--index", "g-pixels-16", "--queries", q, "--run", "r2", "--encoder", "pixles-16"):
+             "unknown encoder 'pixles-16'; did you mean 'pixels-16'? valid encoders: ",
+             ("query", "--index", "g-pixels-16", "--queries", q, "--run", "r2", "--scorers", "copy-pste"):
+             "unknown scorer 'copy-pste'; did you mean 'copy-paste'? valid scorers: cigeval, clip-t, ",
+             ("index", "build", "--gallery", "g", "--encoder", "pixles-16"): "unknown encoder 'pixles-16'",
+             ("index", "build", "--gallery", "gg", "--encoder", "pixels-16"): "no gallery named 'gg'",
+             ("index", "build", "--gallery", "g", "--encoder", "pixels-16", "--device", "gpu"): "unknown device 'gpu'",
+             ("query", "--index", "g-pixels-16", "--queries", str(tmp_path / "nope.csv"), "--run", "r2"):
+             "queries file not found",
+             ("query", "--index", "g-pixels-16", "--queries", q, "--run", "r1"): "run 'r1' already exists",
+             ("query", "--index", "g-pixels-1", "--queries", q, "--run", "r2"): "no index named 'g-pixels-1'"}
+    for args, message in cases.items():
+        heavy, proc = _heavy(*w, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        line = [x for x in proc.stderr.splitlines() if not x.startswith("HEAVY=")]
+        assert len(line) == 1 and line[0].startswith("fpr: error: ") and message in line[0], (args, line)
+        assert heavy == "", (args, heavy)

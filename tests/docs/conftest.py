@@ -1,11 +1,13 @@
 """The prepared workspace the documented examples run in, built once per session.
 
-``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name),
-beside it the files the docs name: ``data/animals/<group>/<identity>/*.png`` (the demo world's gallery and
-reference images), ``generated.csv`` (three of the demo's methods as generated images, with the world's
-``drift`` column), ``textual-inversion.csv`` (two other methods) and ``queries.csv`` with ``a.png``/``b.png``
-(two images, for the serve example's upload). Each document gets a copy of it as its working folder (see
-``workdirs``), and its blocks run there in order, as a reader follows them.
+``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name), with
+the index the full demo leaves (``world-demo-s0-fpr-world-v3``, built over the quick gallery: README's serve
+example names it),
+beside it the files the docs name, written by the documented command a reader runs too, ``fpr examples .``
+(:mod:`fpr.workflows.examples`): ``data/animals/<group>/<identity>/*.png``, ``generations/<method>/<group>/
+<identity>/*.png``, ``generated.csv``, ``textual-inversion.csv`` and ``queries.csv`` with ``a.png``/``b.png``.
+Each document gets a copy of it as its working folder (see ``workdirs``), and its blocks run there in order,
+as a reader follows them.
 """
 from __future__ import annotations
 
@@ -16,14 +18,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RUN = "demo-quick"
 DEMO_GALLERY = "world-demo-s0-quick"
-GENERATED_METHODS = ("new-scene@0", "new-scene@0.5", "paste")  # world version 3 names
-SECOND_RUN_METHODS = ("new-scene@0.1", "new-scene@1")  # docs/reports.md merges a second run
+DEMO_INDEX = "world-demo-s0-fpr-world-v3"  # the full demo's index name, which README.md's serve example uses
 FIRST_DOC = "README.md"
 
 
@@ -56,35 +56,6 @@ def _shims(folder: Path) -> Path:
     return folder
 
 
-def _animals(demo: Path, out: Path) -> None:
-    """data/animals/<group>/<identity>/NN.png from the demo gallery's references and gallery images."""
-    for row in pd.read_csv(demo / "gallery.csv").itertuples():
-        dst = out / row.group / row.identity / f"{row.role[0]}{Path(row.path).stem}.png"
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(demo / row.path, dst)
-
-
-def _generated(demo: Path, base: Path, name: str, methods: tuple[str, ...]) -> None:
-    """NAME: the demo's queries of ``methods``, paths relative to the file's folder."""
-    q = pd.read_csv(demo / "queries.csv")
-    q = q[q["method"].isin(methods)].copy()
-    rel = demo.relative_to(base)
-    q["path"] = [str(rel / p) for p in q["path"]]
-    q["reference_paths"] = [";".join(str(rel / p) for p in s.split(";")) for s in q["reference_paths"]]
-    q[["query_id", "path", "identity", "group", "method", "prompt", "reference_paths", "drift"]].to_csv(
-        base / name, index=False)
-
-
-def _upload(demo: Path, base: Path) -> None:
-    """queries.csv, a.png and b.png: two faithful generations, the files README.md's serve example uploads."""
-    q = pd.read_csv(demo / "queries.csv")
-    q = q[q["method"] == "new-scene@0"].drop_duplicates("identity").head(2).copy()
-    for name, src in zip(("a.png", "b.png"), q["path"]):
-        shutil.copyfile(demo / src, base / name)
-    q["path"] = ["a.png", "b.png"]
-    q[["path", "identity", "group", "method"]].to_csv(base / "queries.csv", index=False)
-
-
 @pytest.fixture(scope="session")
 def docs_world(tmp_path_factory) -> DocsWorld:
     root = tmp_path_factory.mktemp("docs")
@@ -95,11 +66,14 @@ def docs_world(tmp_path_factory) -> DocsWorld:
                        cwd=world.base, env=world.env(world.base), capture_output=True, text=True, timeout=480,
                        check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    demo = ws / "demo" / DEMO_GALLERY
-    _animals(demo, world.base / "data" / "animals")
-    _generated(demo, world.base, "generated.csv", GENERATED_METHODS)
-    _generated(demo, world.base, "textual-inversion.csv", SECOND_RUN_METHODS)
-    _upload(demo, world.base)
+    r = subprocess.run(["fpr", "examples", "."], cwd=world.base, env=world.env(world.base), capture_output=True,
+                       text=True, timeout=480, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # the index `make demo` leaves (README's serve example names it), here over the quick demo's gallery
+    r = subprocess.run(["fpr", "--workspace", str(ws), "index", "build", "--gallery", DEMO_GALLERY, "--encoder",
+                        "fpr-world-v3", "--name", DEMO_INDEX, "--no-difficulty"], cwd=world.base,
+                       env=world.env(world.base), capture_output=True, text=True, timeout=480, check=False)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # a reader runs the docs' `python benchmarks/...` lines from a checkout: the scripts are where they would be
     (world.base / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
     return world

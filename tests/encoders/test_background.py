@@ -13,6 +13,7 @@ from PIL import Image, ImageDraw
 
 import fpr.api as api
 from fpr.cli.main import cli
+from fpr.cache import MODELS
 from fpr.encoders import background as bg
 from fpr.encoders.preprocess import Preprocessing
 from fpr.encoders.registry import embedding_key, get_spec
@@ -74,7 +75,7 @@ def test_model_segmenter_needs_offline_weights(tmp_path, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
-    bg._DEEPLAB.clear()
+    MODELS.forget("deeplab segmenter")
     with pytest.raises(NotFoundError, match="torch hub cache"):
         bg.remove_background(_subject_on_clutter(), "remove:deeplabv3")
 

@@ -306,3 +306,32 @@ def test_counting_passes_and_item_binning_give_the_same_bits(dtype):
     np.testing.assert_array_equal(wide.first_hit_rank, narrow.first_hit_rank)
     np.testing.assert_array_equal(wide.last_hit_rank, narrow.last_hit_rank)
     assert np.isfinite(wide.ap).sum() > 30
+
+
+@pytest.mark.parametrize("g", [1, 7, 8, 9, 63, 64, 65, 129, 200])
+def test_block_and_word_edges_of_the_row_against_the_loop(g):
+    """The kernel reads the mask as 8-byte words in blocks of 64 items and rows start at any byte (g not a
+    multiple of 8): relevant items and candidates on either side of each word and block edge, in the tail
+    after the last whole word, alone in a block, and a NaN relevant score inside a word are all counted
+    as the independent loop counts them (AP and both ranks)."""
+    rng = np.random.default_rng(g)
+    q = 60
+    s = (rng.integers(-8, 9, (q, g)) / 8).astype(np.float32)  # ties
+    rel = np.zeros((q, g), bool)
+    for i in range(q):
+        cols = rng.choice(g, size=min(g, 1 + i % 5), replace=False)
+        edges = [c for c in (0, 7, 8, 63, 64, g - 1) if c < g]
+        rel[i, cols] = True
+        rel[i, edges[i % len(edges)]] = True
+    s[rng.random((q, g)) < 0.05] = np.nan  # non-relevant NaN never counts
+    s[rel & np.isnan(s)] = 0.25
+    m = retrieval_metrics(s, rel)
+    for i in range(q):
+        ref = loop_ap_with_ties(s[i], rel[i])
+        assert m.ap[i] == pytest.approx(ref, abs=1e-12)
+        ends = sorted((int(np.sum(s[i] >= v)) for v in s[i][rel[i]]))
+        assert (m.first_hit_rank[i], m.last_hit_rank[i], m.n_relevant[i]) == (ends[0], ends[-1], rel[i].sum())
+    bad = s.copy()
+    bad[3, np.flatnonzero(rel[3])[0]] = np.nan  # a relevant NaN inside a word: the one-line error
+    with pytest.raises(ValueError, match="NaN"):
+        retrieval_metrics(bad, rel)

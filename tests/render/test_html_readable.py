@@ -80,13 +80,26 @@ def test_sim_vs_map_per_encoder_with_the_oracle_as_reference(report):
 def test_bar_chart_geometry_by_hand():
     bars = [("m-1", [report_html.Bar(0.5, 0.25, 0.75, 0, "tip")])]
     svg = report_html.bar_chart("T", "axis", ["s"], bars, [report_html.Reference(1.0, 0, "oracle")])
-    label_w = int(8 + report_html.CHAR_PX * 4)  # the label column fits "m-1" (at least 4 characters)
+    label_w = int(8 + 4 * 7.0)  # the label column fits "m-1" (at least 4 characters of 7 px)
     x = lambda v: label_w + v * 300  # noqa: E731  0..1 over 300 px
     assert f'<rect x="{x(0):.1f}" y="42" width="{x(0.5) - x(0):.1f}" height="7"' in svg
     assert f'M{x(0.25):.1f} 45.5H{x(0.75):.1f}' in svg  # the interval's whisker
     assert f'<line x1="{x(1.0):.1f}"' in svg and 'class="ref"' in svg
     assert re.findall(r'text-anchor="middle">([0-9.]+)</text>', svg) == ["0", "0.25", "0.5", "0.75", "1"]
     assert '<text x="4" y="14" class="t">T</text>' in svg and ">axis</text>" in svg
+
+
+def test_a_method_label_is_never_cut_off_the_charts_left_edge():
+    """``new-scene@0.25`` showed as ``ew-scene@0.25``: the label ended at the column's right edge, and the
+    column (6.2 px a character) was narrower than the font draws it, so its first letter fell off the left."""
+    name = "new-scene@0.25"
+    bars = [(name, [report_html.Bar(0.5, 0.4, 0.6, 0, "tip")]), ("m", [report_html.Bar(0.2, 0.1, 0.3, 0, "t")])]
+    svg = report_html.bar_chart("T", "axis", ["s"], bars)
+    label = re.search(r'<text ([^>]*)>new-scene@0\.25</text>', svg).group(1)
+    assert 'x="4"' in label and "text-anchor" not in label  # starts at the left edge: drawn from its first letter
+    bar_x = float(re.search(r'<rect x="([0-9.]+)" y="42"', svg).group(1))
+    # 11 px sans-serif: at most 10 px for 'w', 7 px for other lower-case letters, digits and '-', 4 px for '.'
+    assert bar_x >= 4 + 10 + 7 * 12 + 4
 
 
 WIDTHS = (1440, 390)

@@ -50,10 +50,10 @@ def test_pivot_cells_are_the_summary_values():
 
 
 def test_format_cell():
-    assert rep.format_cell(0.51234, 0.4, 0.61) == "0.512 [0.40,0.61]"
+    assert rep.format_cell(0.51234, 0.4, 0.61) == "0.512 [0.400,0.610]"
     assert rep.format_cell(0.5) == "0.500"
     assert rep.format_cell(float("nan"), 0.1, 0.2) == "-"
-    assert rep.format_cell(0.5, 0.4, 0.6, latex=True) == "0.500 {\\scriptsize[0.40, 0.60]}"
+    assert rep.format_cell(0.5, 0.4, 0.6, latex=True) == "0.500 {\\scriptsize[0.400, 0.600]}"
 
 
 @pytest.mark.parametrize("fmt,name", [("markdown", "pivot.md"), ("latex", "pivot.tex"), ("table", "pivot.txt")])
@@ -126,7 +126,8 @@ def test_scorer_columns_only_when_named_or_all():
     rows = summary_rows()
     p = rep.pivot(rows, metrics=("sim", "map"), all_scorers=False)
     assert [c.label for c in p.columns] == ["Sim clip", "mAP clip", "Sim dino_v2", "mAP dino_v2"]
-    assert rep.hidden_note(rows, p) == ("(not shown: CMC@1, CMC@5, CMC@10, mINP, top margin, clip-t (1 column); "
+    assert rep.hidden_note(rows, p) == ("(not shown: CMC@1, CMC@5, CMC@10, mINP, top margin, MAP@10, R-precision, "
+                                        "clip-t (1 column); "
                                         "--all shows every column, --metrics sim,map,clip-t chooses)")
     named = rep.pivot(rows, metrics=("sim", "clip-t"), all_scorers=False)
     assert [c.label for c in named.columns] == ["Sim clip", "Sim dino_v2", "clip-t.score"]
@@ -142,16 +143,16 @@ def test_a_wide_pivot_folds_into_blocks_that_repeat_the_method():
     text = rep.render(rep.pivot(summary_rows(), metrics=("sim", "map"), all_scorers=False), "table", width=60)
     lines = text.splitlines()
     assert max(map(len, lines)) <= 60
-    # per group: [method, n, Sim clip, mAP clip] = 8+2+2+2+17+2+17 = 50; + Sim dino_v2 (19) > 60: a new block
+    # per group: [method, n, Sim clip, mAP clip] = 8+2+2+2+19+2+19 = 54; + Sim dino_v2 (21) > 60: a new block
     first = lines[:lines.index("")]
     assert first == ["leopard",
-                     "method     n           Sim clip           mAP clip",
-                     "--------  --  -----------------  -----------------",
-                     "faithful  10  0.450 [0.43,0.47]  0.900 [0.80,0.95]",
-                     "generic   10  0.250 [0.23,0.27]  0.500 [0.40,0.55]"]
-    assert lines[6:9] == ["method          Sim dino_v2        mAP dino_v2",
-                          "--------  -----------------  -----------------",
-                          "faithful  0.425 [0.40,0.45]  0.850 [0.75,0.90]"]
+                     "method     n             Sim clip             mAP clip",
+                     "--------  --  -------------------  -------------------",
+                     "faithful  10  0.450 [0.430,0.470]  0.900 [0.800,0.950]",
+                     "generic   10  0.250 [0.230,0.270]  0.500 [0.400,0.550]"]
+    assert lines[6:9] == ["method            Sim dino_v2          mAP dino_v2",
+                          "--------  -------------------  -------------------",
+                          "faithful  0.425 [0.405,0.445]  0.850 [0.750,0.900]"]
     assert rep.render(rep.pivot(summary_rows()), "table") == rep.render(rep.pivot(summary_rows()), "table",
                                                                            width=1000)
 
@@ -179,17 +180,17 @@ def test_sim_vs_map_chart_has_every_encoder_and_the_oracle_as_reference():
     lines = blocks[0].splitlines()
     assert lines[0] == "Sim vs mAP, all groups, encoder clip: # mean, [ ] 95% interval, | oracle (Sim"
     assert lines[1] == "  0.750, mAP 1.000)"  # the title wraps at the width
-    name_w, text_w = len("faithful"), len("mAP 0.880 [0.78,0.93]")
-    width = 80 - name_w - text_w - 4  # 47 characters from 0 to 1
+    name_w, text_w = len("faithful"), len("mAP 0.880 [0.780,0.930]")
+    width = 80 - name_w - text_w - 4  # 45 characters from 0 to 1
     axis = rep.Axis(0.0, 1.0, width)
     start = name_w + text_w + 4
     assert lines[2].rstrip() == ("ticks", lines[2])[1].rstrip() and lines[2][start] == "0"
     assert lines[2].rstrip().endswith("1") and len(lines[2].rstrip()) == start + width
     faithful_sim = next(line for line in lines if line.startswith("faithful"))
-    assert faithful_sim == f"faithful  Sim 0.440 [0.42,0.46]  {rep.bar(0.44, 0.42, 0.46, 0.75, axis)}"
+    assert faithful_sim == f"faithful  Sim 0.440 [0.420,0.460]  {rep.bar(0.44, 0.42, 0.46, 0.75, axis)}"
     assert faithful_sim[start + int(0.75 * width)] == "|"  # the oracle's Sim
-    # 0.44 * 47 = 20.7: characters 0-20 are '#', then '[' at int(0.42 * 47) = 19 and ']' at int(0.46 * 47) = 21
-    assert faithful_sim[start:start + 23] == "#" * 19 + "[#]" + " "
+    # 0.44 * 45 = 19.8: characters 0-19 are '#', then '[' at int(0.42 * 45) = 18 and ']' at int(0.46 * 45) = 20
+    assert faithful_sim[start:start + 23] == "#" * 18 + "[#]" + "  "
     no_oracle = rep.sim_map_chart(summary_rows(), width=200)
     assert "no 'oracle' row to mark" in no_oracle and "|" not in no_oracle.replace("| oracle", "")
 
@@ -199,6 +200,6 @@ def test_a_narrow_chart_puts_each_bar_under_its_numbers():
     lines = text.split("\n\n")[0].splitlines()
     assert max(len(line) for line in text.splitlines()) <= 40
     k = next(i for i, line in enumerate(lines) if line.startswith("faithful"))
-    assert lines[k] == "faithful Sim 0.440 [0.42,0.46]"
+    assert lines[k] == "faithful Sim 0.440 [0.420,0.460]"
     assert lines[k + 1] == "    " + rep.bar(0.44, 0.42, 0.46, float("nan"), rep.Axis(0.0, 1.0, 36))
-    assert lines[k + 2] == "  mAP 0.880 [0.78,0.93]"
+    assert lines[k + 2] == "  mAP 0.880 [0.780,0.930]"

@@ -123,3 +123,36 @@ def test_the_schema_refuses_what_the_form_reader_refuses():
     assert not v.is_valid({"queries": "x"})  # no index: 422
     assert not v.is_valid(dict(base, extra="1"))  # an unknown field: 400
     assert not v.is_valid(dict(base, run="x" * 65537))  # over MAX_FIELD_BYTES: 413
+
+
+def test_the_root_leads_to_the_documentation_page(tmp_path):
+    """``/`` answered 404 (issue #33): it redirects to ``/docs``, the page shipped in the package. The
+    application is asked without being started (no workers, nothing written)."""
+    from starlette.testclient import TestClient
+
+    app = create_app(ServeConfig(workspace=tmp_path / "ws"))
+    client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 5000))
+    res = client.get("/", follow_redirects=False)
+    assert res.status_code == 307 and res.headers["location"] == "/docs"
+    page = client.get("/", follow_redirects=True)
+    assert page.status_code == 200 and page.text.lstrip().lower().startswith("<!doctype html")
+    assert not (tmp_path / "ws").exists()
+
+
+def test_benchmark_submission_links_to_every_submission_route(doc):
+    from fpr.serve.routes.benchmarks import SUBMISSION_LINKS
+
+    sub_ops = {op["operationId"]: path for path, ops in doc["paths"].items() for op in ops.values()
+               if path.startswith("/v1/submissions/{submission}")}
+    assert sorted(sub_ops) == ["get_submission", "get_submission_cards", "withdraw_submission"]
+    accepted = doc["paths"]["/v1/benchmarks/{benchmark}/submissions"]["post"]["responses"]["202"]
+    assert accepted["links"] == SUBMISSION_LINKS
+    assert sorted(link["operationId"] for link in accepted["links"].values()) == sorted(sub_ops)
+    assert accepted["content"]["application/json"]["schema"]["required"] == ["submission", "run", "status"]
+    for path in sub_ops.values():
+        params = [p for op in doc["paths"][path].values() for p in op.get("parameters", []) if p["in"] == "path"]
+        assert {p["name"] for p in params} == {"submission"}
+    body = doc["paths"]["/v1/benchmarks/{benchmark}/submissions"]["post"]["requestBody"]["content"]
+    schema = body["multipart/form-data"]["schema"]
+    assert set(schema["properties"]) == {"method", "description", "link", "params", "queries", "images", "archive"}
+    assert schema["required"] == ["method", "description"]

@@ -223,3 +223,68 @@ def test_schemathesis_finds_no_server_error(server, tmp_path):
     statuses = [json.loads(l)["status"] for l in server.log.read_text().splitlines()[start:]
                 if l.startswith("{") and '"event": "request"' in l]
     assert len(statuses) > 100 and max(s for s in statuses if s is not None) < 500
+
+
+def _archive(rows: list[dict]) -> bytes:
+    """A zip of a real submission: ``queries.csv`` at its root and every image under the name it lists."""
+    import io
+    import zipfile
+    from pathlib import Path
+
+    from tests.serve.conftest import queries_csv, upload_name
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("queries.csv", queries_csv(rows))
+        for r in rows:
+            zf.writestr(upload_name(r["path"]), Path(r["path"]).read_bytes())
+    return buf.getvalue()
+
+
+HOOKS = """
+import schemathesis
+
+ARCHIVE = open({archive!r}, "rb").read()
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    # realistic data in the producer only: every consumer's run name comes from its response (the links)
+    if case.method.upper() == "POST" and case.path == "/v1/runs":
+        scope = case.body.get("scope") if isinstance(case.body, dict) else None
+        case.body = {{"index": {index!r}, "archive": ARCHIVE, **({{"scope": scope}} if scope else {{}})}}
+"""
+
+
+@pytest.mark.slow
+def test_a_stateful_fuzzer_follows_submissions_to_real_runs(server, world, tmp_path):
+    """Issue #35 (stateful phase): schemathesis' stateful phase, its submissions carrying a real archive (a hook),
+    follows the OpenAPI links from ``POST /v1/runs`` to the run routes with the run's real name: GET
+    /v1/runs/{run} answers 200 (before the links it only ever saw 404), and nothing is a server error."""
+    st = shutil.which("st", path=os.path.dirname(sys.executable)) or shutil.which("schemathesis")
+    if st is None:
+        pytest.skip("schemathesis is not installed")
+    import json
+    import re
+
+    _ws, queries = world
+    (tmp_path / "archive.zip").write_bytes(_archive(queries[:2]))
+    (tmp_path / "door_hooks.py").write_text(HOOKS.format(archive=str(tmp_path / "archive.zip"), index=INDEX))
+    start = len(server.log.read_text().splitlines())
+    out = subprocess.run([st, "run", f"{server.url}/openapi.json", "--phases", "stateful", "--checks",
+                          "not_a_server_error", "--max-examples", "30", "--seed", "1", "-H",
+                          f"Authorization: Bearer {TOKENS['bob']}", "--request-timeout", "20",
+                          "--generation-database", "none", "--no-color"], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path,
+                         env={**os.environ, "SCHEMATHESIS_HOOKS": "door_hooks", "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1500:]
+    requests = [json.loads(ln) for ln in server.log.read_text().splitlines()[start:]
+                if ln.startswith("{") and '"event": "request"' in ln]
+    seen = sorted({(r["method"], re.sub(r"^/v1/runs/[^/]+", "/v1/runs/{run}", r["path"]), r["status"])
+                   for r in requests})
+    accepted = [r for r in requests if r["method"] == "POST" and r["path"] == "/v1/runs" and r["status"] == 202]
+    run_reads = [r for r in requests if r["method"] == "GET" and re.fullmatch(r"/v1/runs/[^/]+", r["path"])
+                 and r["status"] == 200]
+    print(f"stateful phase: {len(requests)} requests, {len(accepted)} runs accepted, {len(run_reads)} run reads 200")
+    assert accepted and run_reads, seen
+    assert max(r["status"] for r in requests if r["status"] is not None) < 500, seen

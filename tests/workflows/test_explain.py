@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from fpr import api
+from fpr.files import safe_stem
 from fpr.galleries.curate import GallerySpec
 from fpr.render.overlay import blend
 from tests.conftest import run_cli
@@ -87,7 +88,7 @@ def test_the_html_card_holds_the_overlay(case):
     text = html.read_text()
     card = re.search(r'<div class="card".*?</div></div>', text, re.S).group(0)
     assert 'figure class="ev"' in card and "evidence: green for, magenta against" in card
-    overlay = ws / "explain" / "r" / "half.png"
+    overlay = ws / "explain" / safe_stem("r") / f"{safe_stem('half')}.png"
     with Image.open(overlay) as im:  # the report's overlays have no legend strip (the card's caption is it)
         assert im.size == (SIZE, SIZE)
     assert text.count("data:image/jpeg;base64,") >= 2 + 4  # query, overlay, gallery thumbnails

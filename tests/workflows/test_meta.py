@@ -355,7 +355,7 @@ def test_fpr_meta_truth_and_human_files(tmp_path, drift_run):
     res = api.load_run("r", workspace=drift_run)
     pq = res.per_query
     rows = {row["metric"]: row for row in out["rows"]}
-    assert set(rows) == {"ap", "sim", "cmc1", "cmc5", "cmc10", "inp", "top_margin"}
+    assert set(rows) == {"ap", "sim", "cmc1", "cmc5", "cmc10", "inp", "top_margin", "ap10", "r_precision"}
     drift = pq["drift"].astype(float).to_numpy()
     assert rows["sim"]["spearman"] == pytest.approx(spearmanr(pq["sim"], -drift).statistic, abs=1e-9)
     # pairs: all pairs within (group, identity) with different drift; higher sim on the lower drift = right

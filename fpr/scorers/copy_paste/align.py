@@ -259,7 +259,7 @@ def kernel(name: str):
 def _compile(name: str) -> None:
     global best_transform_loops, cabs, cdiv, cmul, near, verify_near
     if not _COMPILED:
-        from numba import njit
+        from fpr.compiled import njit
 
         from fpr.scorers.copy_paste import exact
         from fpr.scorers.copy_paste import kernels
@@ -268,9 +268,9 @@ def _compile(name: str) -> None:
         cabs, cdiv, cmul, near = (exact.compiled(f) for f in ("cabs", "cdiv", "cmul", "near"))
         verify_near = kernels.kernel("_verify_near")
         for callee in _CALLEES:  # callees first: each caller binds the compiled ones
-            globals()[callee] = njit(cache=True, nogil=True, error_model="numpy")(globals()[callee])
+            globals()[callee] = njit(nogil=True, error_model="numpy")(globals()[callee])
         _COMPILED.update({callee: globals()[callee] for callee in _CALLEES})  # published once all are bound
     if name not in _COMPILED:
-        from numba import njit
+        from fpr.compiled import njit
 
-        _COMPILED[name] = njit(cache=True, nogil=True, error_model="numpy")(globals()[name])
+        _COMPILED[name] = njit(nogil=True, error_model="numpy")(globals()[name])

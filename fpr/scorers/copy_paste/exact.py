@@ -162,16 +162,16 @@ def compiled(name: str):
     """The numba-compiled version of one of this module's functions (compiled with its callees on first use)."""
     global fma, cdiv, cmul, cabs, hypot_le, near
     if not _COMPILED:
-        from numba import njit
+        from fpr.compiled import njit
 
         fma = _fma_intrinsic()
         for f in ("cdiv", "cmul", "cabs", "hypot_le", "near"):  # callees first: the kernels bind the compiled ones
-            _COMPILED[f] = njit(cache=True, nogil=True, error_model="numpy")(globals()[f])
+            _COMPILED[f] = njit(nogil=True, error_model="numpy")(globals()[f])
         cdiv, cmul, cabs, hypot_le, near = (_COMPILED[f] for f in ("cdiv", "cmul", "cabs", "hypot_le", "near"))
     if name not in _COMPILED:
-        from numba import njit
+        from fpr.compiled import njit
 
-        _COMPILED[name] = njit(cache=True, nogil=True, error_model="numpy")(globals()[name])
+        _COMPILED[name] = njit(nogil=True, error_model="numpy")(globals()[name])
     return _COMPILED[name]
 
 

@@ -437,11 +437,11 @@ _COMPILED: dict = {}  # numba's import and compile stay out of the module import
 def kernel(name: str):
     """The compiled version of one of this module's kernels (compiled, or loaded from numba's cache, on first use)."""
     if name not in _COMPILED:
-        from numba import njit
+        from fpr.compiled import njit
 
         if not _COMPILED:
             for callee in _CALLEES:
-                _COMPILED[callee] = globals()[callee + "_compiled"] = njit(cache=True, nogil=True)(globals()[callee])
+                _COMPILED[callee] = globals()[callee + "_compiled"] = njit(nogil=True)(globals()[callee])
         if name not in _COMPILED:
-            _COMPILED[name] = njit(cache=True, nogil=True)(globals()[name])
+            _COMPILED[name] = njit(nogil=True)(globals()[name])
     return _COMPILED[name]

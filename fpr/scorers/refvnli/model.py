@@ -212,11 +212,12 @@ class LoadedModel:
 
 
 def read_card(folder: Path) -> dict:
+    from fpr.cards import Field
+    from fpr.cards import read_card as read_json_card
+
     card_path = folder / CARD_NAME
-    try:
-        card = json.loads(card_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"RefVNLI model card is not JSON: {exc.msg} (line {exc.lineno})", where=str(card_path)) from None
+    card = read_json_card(card_path, what="RefVNLI model card", hint="retrain with `fpr refvnli train`", fields=(
+        Field("format", str), Field("architecture", str), Field("net", dict), Field("identity_encoder", dict)))
     if card.get("format") != CARD_FORMAT or card.get("architecture") != ARCHITECTURE:
         raise InputError(f"RefVNLI model card format {card.get('format')!r} / architecture "
                          f"{card.get('architecture')!r} is not {CARD_FORMAT} / {ARCHITECTURE}", where=str(card_path))

@@ -35,13 +35,13 @@ import numpy as np
 import pandas as pd
 
 from fpr import keys, progress
+from fpr.cache import load_once
 from fpr.errors import InputError, NotFoundError
 from fpr.images import load_rgb
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option
 
 OPEN, CLOSE = "<u>", "</u>"
-_MODELS: dict[tuple[str, str], tuple] = {}
 
 
 BUILTIN = "builtin"
@@ -78,10 +78,12 @@ def mark_subject(prompt: str, subject: str | None = None) -> tuple[str, str]:
 
 
 def load_refvnli(model: str, device: str = "auto"):
-    """(processor, model, torch device, where) from local files only; a clear NotFoundError otherwise."""
-    key = (model, device)
-    if key in _MODELS:
-        return _MODELS[key]
+    """(processor, model, torch device, where) from local files only; a clear NotFoundError otherwise.
+    One RefVNLI network is held per process (a PaliGemma is 3B parameters)."""
+    return load_once("refvnli", ("paligemma", model, device), lambda: _load_paligemma(model, device), keep=1)
+
+
+def _load_paligemma(model: str, device: str) -> tuple:
     try:
         import torch
         from transformers import AutoProcessor, PaliGemmaForConditionalGeneration
@@ -104,10 +106,7 @@ def load_refvnli(model: str, device: str = "auto"):
     ids = [proc.tokenizer.convert_tokens_to_ids(t) for t in ("0", "1")]
     if any(i is None or i == proc.tokenizer.unk_token_id for i in ids):
         raise InputError(f"the RefVNLI tokenizer at '{model}' has no '0'/'1' tokens", where=source)
-    if len(_MODELS) >= 1:
-        _MODELS.clear()
-    _MODELS[key] = (proc, net, dev, source, ids)
-    return _MODELS[key]
+    return proc, net, dev, source, ids
 
 
 def score_triplet(loaded, reference, target, prompt: str) -> tuple[float, float]:
@@ -140,16 +139,12 @@ def _fpr_scores(model: str, device: str):
     """A ``score(reference, target, prompt) -> (ta, sp)`` over a model written by ``fpr refvnli train``."""
     from fpr.scorers.refvnli import model as rm
 
-    key = (model, device)
-    if key not in _MODELS:
-        _MODELS.clear()
-        _MODELS[key] = rm.load_model(model, device)
-    loaded = _MODELS[key]
+    network = load_once("refvnli", ("fpr", model, device), lambda: rm.load_model(model, device), keep=1)
 
     def score(references: list, target, prompt: str) -> np.ndarray:
-        probs, _ = loaded.score(references, [target] * len(references), [prompt] * len(references))
+        probs, _ = network.score(references, [target] * len(references), [prompt] * len(references))
         return probs  # (n, 2): ta, sp
-    return score, f"{loaded.card.get('id', '')} ({loaded.folder})"
+    return score, f"{network.card.get('id', '')} ({network.folder})"
 
 
 def _paligemma_scores(model: str, device: str):

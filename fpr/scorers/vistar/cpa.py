@@ -55,8 +55,9 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.cache import load_once
 from fpr.errors import InputError
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.encoding import check_local_model
 from fpr.scorers.options import Option, resolve
@@ -250,13 +251,9 @@ def expected_from(extras: dict | None) -> Expected:
 
 # --------------------------------------------------------------------------- model path
 
-_MODELS: dict[tuple, tuple] = {}
-
-
 def load_models(detector: str, pose: str, expression: str) -> tuple:
     """((det proc, det model), (pose proc, pose model), (expr proc, expr model)), offline, once per process."""
-    key = (detector, pose, expression)
-    if key not in _MODELS:
+    def load() -> tuple:
         check_local_model(detector, "vistar-cpa person detector")
         check_local_model(pose, "vistar-cpa pose model")
         check_local_model(expression, "vistar-cpa expression classifier")
@@ -267,9 +264,10 @@ def load_models(detector: str, pose: str, expression: str) -> tuple:
             return (AutoImageProcessor.from_pretrained(model_id, local_files_only=True),
                     cls.from_pretrained(model_id, local_files_only=True).eval())
 
-        _MODELS[key] = (pair(detector, AutoModelForObjectDetection), pair(pose, VitPoseForPoseEstimation),
-                        pair(expression, AutoModelForImageClassification))
-    return _MODELS[key]
+        return (pair(detector, AutoModelForObjectDetection), pair(pose, VitPoseForPoseEstimation),
+                pair(expression, AutoModelForImageClassification))
+
+    return load_once("vistar-cpa", (detector, pose, expression), load)
 
 
 def detect_people(det, img, min_confidence: float) -> list[tuple[tuple[float, float, float, float], float]]:
@@ -402,7 +400,12 @@ class VistarCPA(Scorer):
                 rows += result_rows(batch.query_ids[i], CpaResult(float("nan"), {}, 0), expected[i])[:-1]
                 rows.append((batch.query_ids[i], "count", float("nan"), "the prompt annotates nothing to check"))
                 continue
-            people = people_in(models, load_rgb(batch.paths[i]), opt["min_confidence"], opt["nms_iou"])
+            image = load_rgb(batch.paths[i])
+            why = shape_reason(image.size)  # the detector's resize would round a side to 0 px
+            if why:
+                rows += [(batch.query_ids[i], m, float("nan"), why) for m in self.metrics]
+                continue
+            people = people_in(models, image, opt["min_confidence"], opt["nms_iou"])
             rows += result_rows(batch.query_ids[i], cpa(people, expected[i], weights), expected[i])
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])
 

@@ -53,7 +53,8 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
-from fpr.images import load_rgb
+from fpr.cache import load_once
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.encoding import check_local_model
 from fpr.scorers.options import Option, resolve
@@ -169,22 +170,19 @@ def psc(instances: list[Instance], depth: np.ndarray, settings: PscSettings = Ps
 
 # --------------------------------------------------------------------------- model path
 
-_MODELS: dict[tuple[str, str], tuple] = {}
-
-
 def load_models(segmenter: str, depth_model: str) -> tuple:
     """(seg processor, seg model, depth processor, depth model), offline, cached per process."""
-    key = (segmenter, depth_model)
-    if key not in _MODELS:
+    def load() -> tuple:
         check_local_model(segmenter, "vistar-psc segmenter")
         check_local_model(depth_model, "vistar-psc depth model")
         from transformers import AutoImageProcessor, AutoModelForDepthEstimation, AutoModelForUniversalSegmentation
 
-        _MODELS[key] = (AutoImageProcessor.from_pretrained(segmenter, local_files_only=True),
-                        AutoModelForUniversalSegmentation.from_pretrained(segmenter, local_files_only=True).eval(),
-                        AutoImageProcessor.from_pretrained(depth_model, local_files_only=True),
-                        AutoModelForDepthEstimation.from_pretrained(depth_model, local_files_only=True).eval())
-    return _MODELS[key]
+        return (AutoImageProcessor.from_pretrained(segmenter, local_files_only=True),
+                AutoModelForUniversalSegmentation.from_pretrained(segmenter, local_files_only=True).eval(),
+                AutoImageProcessor.from_pretrained(depth_model, local_files_only=True),
+                AutoModelForDepthEstimation.from_pretrained(depth_model, local_files_only=True).eval())
+
+    return load_once("vistar-psc", (segmenter, depth_model), load)
 
 
 def segment_instances(proc, model, img, min_confidence: float) -> list[Instance]:
@@ -253,6 +251,10 @@ class VistarPSC(Scorer):
         rows = []
         for i in progress.bar(range(len(batch)), desc="vistar-psc", unit="img"):
             img = load_rgb(batch.paths[i])
+            why = shape_reason(img.size)  # nothing to segment, or a side the resize rounds to 0 px
+            if why:
+                rows += [(batch.query_ids[i], m, float("nan"), why) for m in self.metrics]
+                continue
             inst = segment_instances(sp, sm, img, opt["min_confidence"])
             rows += result_rows(batch.query_ids[i], psc(inst, predict_depth(dp, dm, img), settings))
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])

@@ -35,15 +35,15 @@ import numpy as np
 import pandas as pd
 
 from fpr import progress
+from fpr.cache import load_once
 from fpr.errors import InputError, NotFoundError
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
 
 BACKENDS = ("rapidocr", "tesseract")
 DEFAULT_UNCLIP = 1.45  # RapidOCR's is 1.6; calibrated in benchmarks/vistar_known_answers.py
 QUOTED = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')
-_ENGINES: dict[str, Callable] = {}
 
 
 def expected_text(extras: dict | None, prompt: str | None) -> str | None:
@@ -197,9 +197,7 @@ def _tesseract() -> Callable[[np.ndarray], str]:
 def ocr_engine(backend: str, unclip: float = DEFAULT_UNCLIP) -> Callable[[np.ndarray], str]:
     """The OCR function of a backend, loaded once per process (per detector box expansion for rapidocr)."""
     key = f"{backend}:{unclip}" if backend == "rapidocr" else backend
-    if key not in _ENGINES:
-        _ENGINES[key] = _rapidocr(unclip) if backend == "rapidocr" else _tesseract()
-    return _ENGINES[key]
+    return load_once("vistar-tr ocr", key, lambda: _rapidocr(unclip) if backend == "rapidocr" else _tesseract())
 
 
 @dataclass(frozen=True)
@@ -257,7 +255,12 @@ class VistarTR(Scorer):
                 note = "no expected text: add an expected_text column or quote the text in the prompt"
                 rows += [(qid, m, float("nan"), note) for m in self.metrics]
                 continue
-            text = engine(np.asarray(load_rgb(batch.paths[i])))
+            image = load_rgb(batch.paths[i])
+            why = shape_reason(image.size)  # the OCR detector's resize would round a side to 0 px
+            if why:
+                rows += [(qid, m, float("nan"), why) for m in self.metrics]
+                continue
+            text = engine(np.asarray(image))
             v = tr_values(text, target, case_sensitive=opt["case"] == "sensitive")
             note = f"ocr[{opt['backend']}]: {text}"
             rows += [(qid, m, val, note) for m, val in (

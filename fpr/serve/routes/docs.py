@@ -1,10 +1,10 @@
-"""``/docs``: the API described from ``/openapi.json`` by a page shipped in the package (no CDN, works offline)."""
+"""``/docs`` (and ``/``, which leads there): the API described from ``/openapi.json`` by a page shipped in the package (no CDN, works offline)."""
 from __future__ import annotations
 
 from importlib import resources
 
 from fastapi import APIRouter
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 
 from fpr.errors import NotFoundError
 
@@ -22,6 +22,12 @@ def _asset(name: str) -> Response:
     data = resources.files("fpr.serve").joinpath("static", name).read_bytes()
     return Response(data, media_type=ASSETS[name], headers={"Content-Security-Policy": DOCS_CSP,
                                                              "Cache-Control": "no-cache"})
+
+
+@router.get("/")
+def index_page() -> RedirectResponse:
+    """The service's root leads to its documentation page (it answered 404)."""
+    return RedirectResponse("/docs", status_code=307)
 
 
 @router.get("/docs")

@@ -7,6 +7,7 @@ import fpr
 from fpr import api
 from fpr.render.cells import to_jsonable
 from fpr.serve.auth import Caller
+from fpr.serve import sealing
 from fpr.serve.context import ServeContext, get_ctx, reader
 from fpr.serve.jobs import PUBLIC_JOB_KEYS
 
@@ -35,24 +36,28 @@ def _workspace_listing(request: Request, lister) -> list[dict]:
 
 @router.get("/v1/galleries", tags=["listings"])
 def galleries(request: Request, who: Caller = Depends(reader)) -> list[dict]:
-    """Stored galleries (as 'fpr gallery list --format json')."""
-    return _workspace_listing(request, api.list_galleries)
+    """Stored galleries (as 'fpr gallery list --format json'); sealed benchmarks' galleries only for an admin."""
+    sealed = sealing.hidden(get_ctx(request), who)["galleries"]
+    return [g for g in _workspace_listing(request, api.list_galleries) if g.get("name") not in sealed]
 
 
 @router.get("/v1/indices", tags=["listings"])
 def indices(request: Request, who: Caller = Depends(reader)) -> list[dict]:
-    """Built indices (as 'fpr index list --format json')."""
-    return _workspace_listing(request, api.list_indices)
+    """Built indices (as 'fpr index list --format json'); sealed benchmarks' indices only for an admin."""
+    sealed = sealing.hidden(get_ctx(request), who)["indices"]
+    return [i for i in _workspace_listing(request, api.list_indices) if i.get("name") not in sealed]
 
 
 @router.get("/v1/runs", tags=["runs"])
 def runs(request: Request, who: Caller = Depends(reader)) -> list[dict]:
-    """Stored runs (as 'fpr runs --format json'); queued, running, failed and damaged ones are at /v1/jobs."""
-    return _workspace_listing(request, api.list_runs)
+    """Stored runs (as 'fpr runs --format json'); queued, running, failed and damaged ones are at /v1/jobs. Runs
+    on a sealed benchmark's index: the caller's own, or all for an admin."""
+    return sealing.visible_runs(get_ctx(request), who, _workspace_listing(request, api.list_runs))
 
 
 @router.get("/v1/jobs", tags=["runs"])
 def jobs(request: Request, who: Caller = Depends(reader)) -> list[dict]:
     """The service's job records, oldest first: status, submitter, times; damaged records with the reason."""
     ctx = get_ctx(request)
-    return ctx.scrub_obj([{k: job.get(k) for k in PUBLIC_JOB_KEYS} for job in ctx.jobs.all()])
+    jobs = sealing.visible_jobs(ctx, who, ctx.jobs.all())
+    return ctx.scrub_obj([{k: job.get(k) for k in PUBLIC_JOB_KEYS} for job in jobs])

@@ -17,6 +17,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fpr import api
 from fpr.render.cells import to_jsonable
 from fpr.errors import ConflictError, NotFoundError
+from fpr.serve import sealing
 from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, caller, check_run_name, get_ctx, reader
 from fpr.serve.jobs import DONE, FAILED, PUBLIC_JOB_KEYS, QUEUED, RUNNING, now
@@ -42,6 +43,7 @@ def run_status(run: str, request: Request, who: Caller = Depends(reader)) -> dic
     ctx = get_ctx(request)
     check_run_name(run)
     job = ctx.jobs.get(run)
+    sealing.require_visible_run(ctx, who, run, job)
     if job is None:
         res = api.report(run, workspace=ctx.ws)  # a run made with the CLI: 404 if there is none
         return ctx.scrub_obj(to_jsonable({"run": run, "status": DONE, "report": res.to_dict()}))
@@ -68,6 +70,7 @@ def run_queries(run: str, request: Request, format: str = Query("json", pattern=
     """The per-query table (as 'fpr export'), as JSON records, CSV or Parquet."""
     ctx = get_ctx(request)
     check_run_name(run)
+    sealing.require_visible_run(ctx, who, run, ctx.jobs.get(run))
     with tempfile.TemporaryDirectory(prefix="fpr-serve-") as tmp:
         path = api.export_run(run, Path(tmp) / f"{run}.parquet", workspace=ctx.ws)
         df = client_table(ctx, run, pd.read_parquet(path))
@@ -89,6 +92,8 @@ def run_report_html(run: str, request: Request, who: Caller = Depends(reader)):
     ctx = get_ctx(request)
     check_run_name(run)
     job = ctx.jobs.get(run)
+    sealing.require_visible_run(ctx, who, run, job)
+    sealing.require_visible_run(ctx, who, run, job, cards=True)
     if job is not None and job["status"] != DONE:
         raise NotFoundError(f"run '{run}' has no HTML report: it is {job['status']}")
     version = content_version(ctx, run)
@@ -150,6 +155,10 @@ def delete_run(run: str, request: Request, who: Caller = Depends(caller)) -> dic
         if job is None and not ctx.run_exists(run):
             raise NotFoundError(f"no run named '{run}'", hint="GET /v1/runs lists them")
         _may_change(who, job, run)
+        if job is not None and job.get("benchmark") and job["status"] == DONE and not who.can("admin"):
+            raise ConflictError(f"run '{run}' holds the per-query rows of submission '{job.get('submission')}' to "
+                                f"benchmark '{job['benchmark']}'", hint="an admin withdraws the submission (the run "
+                                                                        "stays as its evidence)")
         if job is not None and job["status"] == RUNNING:
             raise ConflictError(f"run '{run}' is running", hint=f"cancel it first (POST /v1/runs/{run}/cancel)")
         if job is not None:

@@ -104,28 +104,37 @@ SUBMITTED = {"description": "Queued; poll the Location, or follow a link with th
                         422: {"description": "Unusable input"}, 429: {"description": "Too many queued runs"}})
 async def submit(request: Request, who: Caller = Depends(submitter)):
     """Queue a run: multipart fields index, run, scope, scorers; files queries + images, or archive."""
+    job = await receive(request, who, accept, what="fields index, queries, images or archive")
+    if job is None:
+        return Response(status_code=400)  # nobody reads it: the client is gone
+    return JSONResponse({"run": job["run"], "status": QUEUED}, status_code=202,
+                        headers={"Location": f"/v1/runs/{job['run']}"})
+
+
+async def receive(request: Request, who: Caller, accept_upload, *, what: str, **form) -> dict | None:
+    """Stream a multipart upload to a private folder (``form``: :class:`Upload`'s fields and columns) and hand it
+    to ``accept_upload(ctx, up, who)`` in a thread; None when the client disconnected. Any failure removes the
+    folder."""
     ctx = get_ctx(request)
     boundary = multipart.boundary_of(request.headers.get("content-type"))
     if not boundary:
-        raise UploadError(415, "send multipart/form-data (fields index, queries, images or archive)")
+        raise UploadError(415, f"send multipart/form-data ({what})")
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > ctx.config.max_upload_bytes:
         raise UploadError(413, f"upload exceeds the limit of {ctx.config.max_upload_bytes // (1024 * 1024)} MB "
                                "(FPR_MAX_UPLOAD_MB)")
     check_quota(ctx, who)
-    up = Upload.begin(ctx.config.uploads_dir, ctx.config.max_upload_bytes)
+    up = Upload.begin(ctx.config.uploads_dir, ctx.config.max_upload_bytes, **form)
     try:
         await multipart.receive(request, up, boundary)
-        job = await run_in_threadpool(accept, ctx, up, who)
+        return await run_in_threadpool(accept_upload, ctx, up, who)
     except ClientDisconnect:
         up.discard()
         log_line(event="upload_aborted", user=who.name, bytes=up.n_bytes)
-        return Response(status_code=400)  # nobody reads it: the client is gone
+        return None
     except BaseException:
         up.discard()  # only this request's own folder: uploads in flight belong to their requests
         raise
-    return JSONResponse({"run": job["run"], "status": QUEUED}, status_code=202,
-                        headers={"Location": f"/v1/runs/{job['run']}"})
 
 
 def check_quota(ctx: ServeContext, who: Caller) -> None:
@@ -163,16 +172,25 @@ def accept(ctx: ServeContext, up: Upload, who: Caller) -> dict:
     up.extract_archive()
     up.check()
     index, scope, scorers, run = _settings(ctx, up)
+    job = enqueue(ctx, up, who, run, {"index": index, "scope": scope, "scorers": ",".join(scorers)})
+    log_line(event="run_queued", run=run, user=who.name, images=len(up.images), bytes=up.n_bytes)
+    return job
+
+
+def enqueue(ctx: ServeContext, up: Upload, who: Caller, run: str, settings: dict, before=None) -> dict:
+    """Move a checked upload into ``uploads/<run>/``, write its job record (``settings``: what the worker needs)
+    and queue it; ``before()`` runs under the job lock just before anything is written (a last check)."""
     with ctx.jobs.lock:
         check_quota(ctx, who)
         if ctx.jobs.get(run) is not None or ctx.run_exists(run):
             raise ConflictError(f"run '{run}' already exists", hint="choose another run name or DELETE it")
+        if before is not None:
+            before()
         folder = ctx.config.uploads_dir / run
         shutil.rmtree(folder, ignore_errors=True)  # left by a run deleted from the CLI; never a .partial folder
         replace_file(up.folder, folder)
         up.folder = folder
-        job = ctx.jobs.put({"run": run, "status": QUEUED, "user": who.name, "token": who.token_id, "index": index,
-                            "scope": scope, "scorers": ",".join(scorers),
+        job = ctx.jobs.put({"run": run, "status": QUEUED, "user": who.name, "token": who.token_id, **settings,
                             "queries_file": str(folder / up.queries.name), "upload_dir": str(folder),
                             "n_images": len(up.images), "created_at": now(), "started_at": None,
                             "finished_at": None, "progress": None, "error": None})
@@ -182,5 +200,4 @@ def accept(ctx: ServeContext, up: Upload, who: Caller) -> dict:
             ctx.jobs.delete(run)
             raise BusyError(f"the run queue is full ({ctx.config.queue_size} runs; FPR_SERVE_QUEUE)",
                             hint="retry later") from None
-    log_line(event="run_queued", run=run, user=who.name, images=len(up.images), bytes=up.n_bytes)
     return job
