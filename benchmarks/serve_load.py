@@ -192,12 +192,16 @@ def _hook(queries: list[dict], tmp: Path) -> dict:
 
 def fuzz(args, server, ws: Path, queries: list[dict], tmp: Path) -> None:
     """The plain pass (``--phases``), then with ``--stateful-hook`` the stateful phase with real archives."""
-    passes = [("plain", args.phases, {})]
+    passes = [] if args.phases == "none" else [("plain", args.phases, {})]
     if args.stateful_hook:
         passes.append(("hooked", "stateful", _hook(queries, tmp)))
     for label, phases, hook_env in passes:
         print(f"--- {label} pass: phases {phases}, --max-examples {args.max_examples}, seed {args.seed}")
-        _fuzz_pass(args, server, tmp, phases, dict(os.environ, **hook_env), tmp / f"{label}.har")
+        har = tmp / f"{label}.har"
+        _fuzz_pass(args, server, tmp, phases, dict(os.environ, **hook_env), har)
+        if args.har_dir and har.exists():
+            Path(args.har_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copy(har, Path(args.har_dir) / har.name)
 
 
 def _fuzz_pass(args, server, tmp: Path, phases: str, env: dict, har_path: Path) -> None:
@@ -243,8 +247,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-examples", type=int, default=100)
-    ap.add_argument("--phases", default="examples,coverage,fuzzing,stateful")
+    ap.add_argument("--phases", default="examples,coverage,fuzzing,stateful", help="'none': only the hooked pass")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--har-dir", help="keep schemathesis' HAR files here")
     ap.add_argument("--user", default="bob")
     ap.add_argument("--stateful-hook", action="store_true", help="real archives in submissions (a hook)")
     ap.add_argument("--queued-per-token", default="3")
