@@ -44,6 +44,7 @@ _OWNERS: dict[str, tuple[str, ...]] = {
     "fpr.workflows.ablate_official": ("ablate_official",),
     "fpr.workflows.filter": ("filter_queries",),
     "fpr.workflows.plan": ("plan",),
+    "fpr.workflows.reproduce": ("Reproduction", "reproduce"),
     "fpr.workflows.benchmarks": ("MethodCard", "check_card", "register_benchmark", "list_benchmarks",
                                  "submit_to_benchmark", "leaderboard", "submission_history", "withdraw_submission",
                                  "get_submission", "submission_run", "submission_cards", "verify_submission",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # what editors and type checkers see (every PUBLIC name; test
     from fpr.workflows.difficulty import Difficulty, gallery_difficulty, identities_of_interest, indexed_difficulty
     from fpr.workflows.explain import Explanation, explain, explain_queries
     from fpr.workflows.plan import plan
+    from fpr.workflows.reproduce import Reproduction, reproduce
     from fpr.workflows.benchmarks import (
         MethodCard, check_card, check_submission_slot, get_submission, image_hashes, leaderboard, list_benchmarks,
         register_benchmark, sealed_names, submission_cards, submission_hash, submission_history, submission_run,

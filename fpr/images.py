@@ -108,6 +108,25 @@ def bit_depth(im: Image.Image) -> int:
     return 16
 
 
+# The smallest image side and the most elongated shape a vision model's preprocessing reads: below these its
+# resize rounds a side to 0 px (rapidocr's detector at 4000x20, a DETR processor's longest-edge cap) or leaves
+# nothing to segment (a 1x1 image). Scorers give such an image NaN with :func:`shape_reason`'s phrase.
+MODEL_MIN_SIDE = 8  # px
+MODEL_MAX_ASPECT = 20.0  # longer side / shorter side
+
+
+def shape_reason(size: tuple[int, int], *, min_side: int = MODEL_MIN_SIDE,
+                 max_aspect: float = MODEL_MAX_ASPECT) -> str | None:
+    """Why a model cannot read an image of ``size`` (width, height): ``image too small: 1x1 px (...)`` or
+    ``image too thin: 4000x20 px (...)``, the phrase before the colon stable for counting; None when it can."""
+    w, h = size
+    if min(w, h) < min_side:
+        return f"image too small: {w}x{h} px (a side under {min_side} px)"
+    if max(w, h) / min(w, h) > max_aspect:
+        return f"image too thin: {w}x{h} px (sides {max(w, h) / min(w, h):.0f}:1, over {max_aspect:.0f}:1)"
+    return None
+
+
 def _too_large(size: str, where: str) -> InputError:
     return InputError(f"image declares {size} (more than {MAX_PIXELS} pixels: refused as a possible "
                       "decompression bomb)", where=where, hint="downscale it, or remove it from the manifest")

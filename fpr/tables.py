@@ -93,6 +93,13 @@ def resolve_path(value: str, base: Path) -> str:
     return utf8_path(p if p.is_absolute() else (base / p), what="listed file name")
 
 
+def split_paths(value, base: Path) -> list[str]:
+    """A ';'-joined list of paths (or a list of them), each resolved against ``base``: the queries file's
+    ``reference_paths`` and the VISTAR prompts file's, read alike."""
+    parts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value or "").split(";")
+    return [resolve_path(v.strip(), base) for v in parts if v.strip()]
+
+
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
     """Write CSV or Parquet (by suffix) atomically (a reader never sees half a file), mode per the umask."""
     p = Path(path)

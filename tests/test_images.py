@@ -114,3 +114,39 @@ def test_16_bit_and_8_bit_copies_embed_alike(tmp_path):
     enc = load_encoder("fpr-world-v1", device="cpu")
     v = embed_paths(enc, [tmp_path / "p8.png", tmp_path / "p16.png"], cache=None, workers=0).vectors
     assert float(v[0] @ v[1]) > 0.999
+
+
+def test_every_degenerate_image_reads_the_one_way(tmp_path):
+    """#33's degenerate images (tests/degenerate_images.py) through the one reader: EXIF orientation applied,
+    transparency on white, CMYK / 16-bit / palette to RGB, an animation's first frame; and which of them a model
+    cannot read (shape_reason)."""
+    from fpr.images import load_rgb, shape_reason
+    from tests.degenerate_images import write_degenerate_images
+
+    paths = write_degenerate_images(tmp_path)
+    got = {name: load_rgb(p) for name, p in paths.items()}
+    assert all(im.mode == "RGB" for im in got.values())
+    arr = {name: np.asarray(im).astype(int) for name, im in got.items()}
+    assert (arr["uniform-grey"] == 128).all() and (arr["black"] == 0).all()
+    assert arr["one-pixel"].tolist() == [[[200, 30, 60]]]
+    assert (arr["alpha-only"] == 255).all()  # fully transparent: white, not the hidden RGB
+    with Image.open(paths["exif-rotated"]) as raw:
+        assert raw.size == (80, 48) and got["exif-rotated"].size == (48, 80)
+        upright = np.asarray(raw.convert("RGB").transpose(Image.Transpose.ROTATE_270)).astype(int)
+    assert (arr["exif-rotated"] == upright).all()
+    with Image.open(paths["animated"]) as gif:
+        assert gif.n_frames == 2
+        first = np.asarray(gif.convert("RGB")).astype(int)
+    assert (arr["animated"] == first).all()
+    with Image.open(paths["palette"]) as pal:
+        assert pal.mode == "P" and (arr["palette"] == np.asarray(pal.convert("RGB"))).all()
+    with Image.open(paths["sixteen-bit"]) as g16:
+        assert g16.mode == "I;16"
+        eight = np.rint(np.asarray(g16).astype(np.float64) / 257.0)
+    assert (arr["sixteen-bit"] == eight[..., None]).all() and (arr["sixteen-bit"][..., 0] == arr["sixteen-bit"][..., 2]).all()
+    with Image.open(paths["cmyk"]) as cmyk:
+        assert cmyk.mode == "CMYK" and (arr["cmyk"] == np.asarray(cmyk.convert("RGB"))).all()
+    reasons = {name: shape_reason(im.size) for name, im in got.items()}
+    assert reasons.pop("one-pixel") == "image too small: 1x1 px (a side under 8 px)"
+    assert reasons.pop("strip-4000x20") == "image too thin: 4000x20 px (sides 200:1, over 20:1)"
+    assert set(reasons.values()) == {None}

@@ -18,16 +18,17 @@ from fpr.registry import import_module
 # Sub-command modules; each defines commands with ``@cli.command`` / ``@cli.group``.
 COMMAND_MODULES = ("gallery", "encoders", "datasets", "train", "index", "query", "evaluate", "demo", "workflows", "meta",
                    "refvnli", "vistar", "serve", "trajectories", "explain", "plan",
-                   "benchmark")
+                   "benchmark", "reproduce")
 
 
 # `fpr --help` lists the commands in these sections, in this order (a command in none: "other commands")
 COMMAND_SECTIONS = {
-    "evaluate": ("demo", "evaluate", "query", "score", "compare", "filter", "ablate", "plan", "explain"),
+    "evaluate": ("demo", "evaluate", "query", "score", "compare", "filter", "ablate", "plan", "explain", "reproduce",
+                 "examples"),
     "galleries & indices": ("gallery", "index", "encoders", "embed"),
     "scorers & judges": ("scorers", "vistar", "refvnli", "meta", "export-trajectories"),
     "reports": ("report", "runs", "export", "sql"),
-    "service & admin": ("serve",),
+    "service & admin": ("serve", "benchmark"),
 }
 
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")

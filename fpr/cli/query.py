@@ -143,7 +143,8 @@ def report_cmd(ctx, runs, metrics, all_columns, width, wide, html_path, confusio
         from fpr.render.roles import role_report_text
 
         r = api.role_report(runs, workspace=ws, relevance=relevance)
-        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table"))
+        click.echo(role_report_text(r.aspects, r.splits, r.roles, fmt if fmt in ("json", "csv") else "table",
+                                    r.nan_reasons))
         return
     if relevance:
         raise InputError("--relevance applies to --by role only", hint="add --by role")
@@ -191,13 +192,14 @@ def print_paper(runs, ws, fmt: str, cols: int | None, *, metrics: str | None = N
     if fmt not in ("table", "markdown"):
         return
     from fpr.eval.similarity import SIM_SOURCES
+    from fpr.render.result import nan_reason_text
 
     n_skipped = int((data.per_query["status"] != "ok").sum())
     notes = [rep.hidden_note(data.summary, pivot),
              # one line per definition: each phrase stays whole on its line
              "\n".join(("Sim: " if k == 0 else "     ") + f"{SIM_SOURCES[src]} ({n} queries)"
                        for k, (src, n) in enumerate(data.sim_definition.items())) or None,
-             interval_footnote(data.summary),
+             interval_footnote(data.summary), nan_reason_text(data.aux),
              f"({n_skipped} queries skipped; '--format json' lists them with reasons)" if n_skipped else None]
     for note in filter(None, notes):  # prose wraps at the table's width (never cut)
         click.echo("\n".join(_wrap(line, cols) for line in note.splitlines()))

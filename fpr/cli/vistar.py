@@ -36,4 +36,4 @@ def vistar_run_cmd(ctx, generations, prompts_file, run_id, relevance, scorer_opt
                          options=parse_options(scorer_options), device=device, overwrite=overwrite)
     from fpr.render.roles import role_report_text  # pandas: imported when a report is printed, not at start-up
 
-    click.echo(role_report_text(rep.aspects, rep.splits, rep.roles, fmt))
+    click.echo(role_report_text(rep.aspects, rep.splits, rep.roles, fmt, rep.nan_reasons))

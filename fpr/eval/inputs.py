@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from fpr.errors import InputError
-from fpr.tables import read_table, resolve_path
+from fpr.tables import read_table, resolve_path, split_paths
 
 QUERY_COLUMNS = ("path", "identity", "group", "method")
 
@@ -63,7 +63,7 @@ def normalize_queries(queries: str | Path | pd.DataFrame, *, base: Path | None =
     dup = df["query_id"][df["query_id"].duplicated()]
     if len(dup):
         raise InputError(f"query_id '{dup.iloc[0]}' appears more than once", where=where)
-    df["reference_list"] = [_split_refs(v, base) for v in df["reference_paths"]]
+    df["reference_list"] = [split_paths(v, base) for v in df["reference_paths"]]
     df["reference_paths"] = [";".join(r) for r in df["reference_list"]]
     df["sim_reference"] = [resolve_path(v, base) if v else "" for v in df["sim_reference"]]
     df["row_number"] = np.arange(id_offset, id_offset + len(df))
@@ -74,11 +74,6 @@ def _text(v) -> str:
     if v is None or (isinstance(v, float) and np.isnan(v)):
         return ""
     return str(v).strip()
-
-
-def _split_refs(value, base: Path) -> list[str]:
-    parts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value or "").split(";")
-    return [resolve_path(v.strip(), base) for v in parts if v.strip()]
 
 
 def extra_columns(qdf: pd.DataFrame) -> list[str]:

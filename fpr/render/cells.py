@@ -239,3 +239,18 @@ def render_rows(rows: Sequence[dict], fmt: str, columns: Sequence[str] | None = 
     if fmt == "csv":
         return csv_text(rows, columns)
     return table(rows, columns, width=width, keys=keys)
+
+
+def tex_escape(s: str) -> str:
+    for a in ("&", "%", "_", "#", "$"):
+        s = s.replace(a, "\\" + a)
+    return s
+
+
+def rows_latex(rows: Sequence[dict], columns: Sequence[str], *, caption: str) -> str:
+    """Rows as a complete ``table`` float (needs ``booktabs``); cells as :func:`render_rows` shows them."""
+    lines = ["\\begin{table}[t]", "\\centering", f"\\caption{{{tex_escape(caption)}}}",
+             "\\begin{tabular}{l" + "r" * (len(columns) - 1) + "}", "\\toprule",
+             " & ".join(tex_escape(c) for c in columns) + " \\\\", "\\midrule"]
+    lines += [" & ".join(tex_escape(_cell(r.get(c))) for c in columns) + " \\\\" for r in rows]
+    return "\n".join(lines + ["\\bottomrule", "\\end{tabular}", "\\end{table}"])

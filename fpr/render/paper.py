@@ -30,6 +30,7 @@ from fpr.defaults import READABLE_REPORT_METRICS
 from fpr.metrics.specs import DEFAULT_REPORT_METRICS, summary_labels
 from fpr.metrics.summary import aux_columns, summarize, with_aux
 from fpr.render.cells import clip, fit_widths, fold_columns, format_cell
+from fpr.render.cells import tex_escape as _tex
 
 # Summary metric -> label in the paper's layout.
 METRIC_LABELS = summary_labels()  # declared in fpr/metrics/specs.py
@@ -221,12 +222,6 @@ def _aligned(header: list[str], rows: list[list[str]], width: int | None) -> str
         out += [line(header), line(["-" * ws.get(i, 0) for i in range(len(header))])] + [line(r) for r in rows]
         out.append("")
     return "\n".join(out).rstrip("\n")
-
-
-def _tex(s: str) -> str:
-    for a in ("&", "%", "_", "#", "$"):
-        s = s.replace(a, "\\" + a)
-    return s
 
 
 def _latex(p: Pivot, header: list[str]) -> str:

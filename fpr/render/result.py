@@ -15,6 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from fpr.metrics.reasons import NanCount, nan_counts
+
 RUN_RESULT = "fpr.run-result/1"
 RUN_RESULTS = "fpr.run-results/1"
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "run-result-v1.json"
@@ -80,9 +82,10 @@ def summary_records(summary: pd.DataFrame) -> list[dict]:
 
 def run_document(meta: RunMeta, summary: pd.DataFrame, per_query: pd.DataFrame, provenance: dict, *,
                  skipped: dict[str, str], sim_definition: dict[str, int],
-                 rows: pd.DataFrame | None = None) -> dict:
+                 rows: pd.DataFrame | None = None, aux: pd.DataFrame | None = None) -> dict:
     """The ``fpr.run-result/1`` document of one stored run. ``per_query`` gives the counts; ``rows``, when
-    given, is listed as ``per_query`` (the rows ``fpr export`` writes)."""
+    given, is listed as ``per_query`` (the rows ``fpr export`` writes); ``aux`` (the run's auxiliary scores),
+    when given, is counted in ``nan_reasons``."""
     status = per_query["status"] if "status" in per_query else pd.Series([], dtype=object)
     n_ok = int((status == "ok").sum())
     doc = {"schema": RUN_RESULT,
@@ -93,9 +96,32 @@ def run_document(meta: RunMeta, summary: pd.DataFrame, per_query: pd.DataFrame, 
            "summary": summary_records(summary), "skipped": dict(skipped),
            "sim_definition": {str(k): int(v) for k, v in sim_definition.items()},
            "provenance": value(provenance), "headroom": headroom_section(per_query, meta.encoder)}
+    if aux is not None:
+        doc["nan_reasons"] = [c.record() for c in nan_reasons(aux)]
     if rows is not None:
         doc["per_query"] = records(rows)
     return doc
+
+
+def nan_reasons(aux: pd.DataFrame | None) -> list[NanCount]:
+    """Per scorer of a run's auxiliary scores: its primary metric's NaNs counted by reason phrase
+    (:mod:`fpr.metrics.reasons`); a scorer this fpr does not have is counted on its ``score`` metric."""
+    from fpr.scorers import SCORERS  # the scorers' primary metrics: imported when a run is summarised
+
+    if aux is None or aux.empty:
+        return []
+    primary = {}
+    for name in sorted(set(aux["scorer"].astype(str))):
+        scorer = SCORERS.find(name)
+        if scorer is not None and scorer.primary_metric:
+            primary[name] = scorer.primary_metric
+    return nan_counts(aux, primary)
+
+
+def nan_reason_text(aux: pd.DataFrame | None) -> str | None:
+    """The lines a run's summary prints for its scorers' NaNs (``copy-paste: 3 of 40 NaN (2 ...)``); None
+    when no scorer has one."""
+    return "\n".join(c.line() for c in nan_reasons(aux) if c.n_nan) or None
 
 
 def headroom_section(per_query: pd.DataFrame, encoder: str | None) -> dict:
@@ -119,5 +145,5 @@ def collection_document(runs: Sequence[dict], *, pivot: Sequence[dict] | None = 
     return doc
 
 
-__all__ = ["RUN_RESULT", "RUN_RESULTS", "RunMeta", "SCHEMA_FILE", "collection_document", "headroom_section", "records",
-           "run_document", "summary_frame", "summary_records", "value"]
+__all__ = ["RUN_RESULT", "RUN_RESULTS", "RunMeta", "SCHEMA_FILE", "collection_document", "headroom_section",
+           "nan_reason_text", "nan_reasons", "records", "run_document", "summary_frame", "summary_records", "value"]

@@ -300,8 +300,12 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
                     seed: int = SUBSAMPLE_SEED, name: str | None = None, workspace: str | Path | None = None,
                     weights: str | None = None, device: str = "auto", batch_size: int = EMBED_BATCH_SIZE,
                     workers: int | None = None, skip_missing_identities: bool = False, overwrite: bool = False,
-                    store: bool = True) -> OfficialAblationResult:
-    """Run the released settings grid and gallery-selection ablation on a stored gallery."""
+                    store: bool = True, background: str = "keep") -> OfficialAblationResult:
+    """Run the released settings grid and gallery-selection ablation on a stored gallery.
+
+    ``background``: ``remove`` segments every image before the evaluation encoder embeds it (the paper's
+    Table 14); the k-means features stay those of the images as they are, as the released selection script's."""
+    from fpr.encoders.background import with_background
     from fpr.encoders.embed import embed_paths
     from fpr.encoders.registry import load_encoder
 
@@ -331,7 +335,7 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
             progress.log(f"skipping {int((~has).sum())} queries without gallery images of their identity")
             qdf = qdf[has].reset_index(drop=True)
 
-    enc = load_encoder(encoder, weights=weights, device=device)
+    enc = with_background(load_encoder(encoder, weights=weights, device=device), background)
     paths = list(dict.fromkeys([it.path for it in pool] + [it.path for it in refs]
                                + (qdf["path"].tolist() if qdf is not None else [])))
     vec_of = dict(zip(paths, embed_paths(enc, paths, batch_size=batch_size, workers=workers,
@@ -359,6 +363,7 @@ def ablate_official(gallery: str, encoder: str, queries: str | Path | pd.DataFra
               "selection": selection, "cluster_encoder": cluster_encoder if "kmeans" in selection else None,
               "kmeans": {**KMEANS_SETTINGS, "k": KMEANS_K, "features": "raw, fp16 autocast on CUDA"},
               "seed": seed, "random_seed": RANDOM_SEED, "weights_checksum": enc.weights.checksum,
+              "background": enc.spec.preprocessing.background,
               "queries": None if queries is None else (str(queries) if not isinstance(queries, pd.DataFrame)
                                                        else "dataframe"),
               "distractors": {f"{g}|{n}": ids for (g, n), ids in distractors.items()}}

@@ -151,7 +151,7 @@ def delete_gallery(name: str, *, workspace: str | Path | None = None, force: boo
     return {"deleted": name, **deps}
 
 
-def build_preset_gallery(preset: str, root: str | Path, *, name: str | None = None, seed: int = 0,
+def build_preset_gallery(preset: str, root: str | Path, *, name: str | None = None, seed: int | None = None,
                          sampling: str = "random", encoder: str | None = None, workspace: str | Path | None = None,
                          overwrite: bool = False) -> GalleryInfo:
     """A dataset preset (e.g. ``cub-paper``) read from its official folder layout, curated and stored."""

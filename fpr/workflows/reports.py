@@ -111,7 +111,7 @@ def report_document(data: ReportData, *, pivot: Sequence[dict] | None = None,
             own = own.drop(columns="run_id")
         docs.append(run_document(res.meta, summary_frame(summary, encoder=res.encoder), res.per_query,
                                  res.provenance, skipped=skip_reasons(res.per_query, res.skipped_reasons),
-                                 sim_definition=sim_definition(res.per_query), rows=own))
+                                 sim_definition=sim_definition(res.per_query), rows=own, aux=res.aux))
     return collection_document(docs, pivot=pivot)
 
 

@@ -68,7 +68,8 @@ class RunResult:
         meta = self.meta or RunMeta(self.run_id, None, self.index, None, self.encoder, None, None, None)
         return run_document(meta, self.summary, self.per_query, self.provenance,
                             skipped=skip_reasons(self.per_query, self.skipped_reasons),
-                            sim_definition=self.sim_definition, rows=self.per_query if per_query else None)
+                            sim_definition=self.sim_definition, rows=self.per_query if per_query else None,
+                            aux=self.aux)
 
 
 def sim_definition(per_query: pd.DataFrame) -> dict[str, int]:

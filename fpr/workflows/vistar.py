@@ -2,28 +2,33 @@
 
 Inputs: a prompts file (CSV/TSV/Parquet) with ``prompt_id``, ``prompt`` (the structured
 language, :mod:`fpr.scorers.vistar.prompts`) and optionally ``split`` (``core``, the
-default, or ``hard``); a folder ``<generations>/<model>/<prompt_id>.<png|jpg|jpeg|webp>``.
+default, or ``hard``) and ``reference_paths`` (real images of the prompt's subject, ';'-joined,
+relative to the prompts file: GC fits its PaDiM cue on them, without them that cue and GC's
+six-cue score are NaN with the reason); a folder ``<generations>/<model>/<prompt_id>.<ext>``
+(any image fpr reads: PNG, JPEG, WebP, GIF, BMP, TIFF).
 Each image is routed by its prompt's ``[role|aspect]`` to the aspect's scorer, with the
 prompt's control parameters as the scorer's expected values. The run is stored like any
 other (``query_results`` with ``method`` = model, ``aux_scores``) plus its routing
 (``vistar_prompts``), so ``vistar_tensor`` in ``fpr sql`` is the paper's S[R x A x G x N]. A scorer whose
 model is missing (its weights not here, e.g. CLIP for CSE offline) gives NaN for its images, the reason
 in the note and the run's provenance (``scorers.<name>.not_scored``), with one warning line; every other
-aspect is scored and the run is stored.
+aspect is scored and the run is stored. The report counts each scorer's NaNs by reason.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from fpr import progress
 from fpr.errors import ConflictError, InputError, NotFoundError
-from fpr.images import check_image
+from fpr.images import IMAGE_SUFFIXES, check_image
 from fpr.keys import utc_now
+from fpr.metrics.reasons import NanCount
 from fpr.metrics.roles import SPLITS, aspect_scores, role_scores, split_scores
+from fpr.render.result import nan_reasons
 from fpr.scorers import QueryBatch, all_scorers, check_scorer_options, run_scorers
 from fpr.scorers.vistar.cpa import canonical
 from fpr.scorers.vistar.li import parse_direction
@@ -31,9 +36,7 @@ from fpr.scorers.vistar.prompts import StructuredPrompt, parse_prompt
 from fpr.scorers.vistar.roles import aspect, read_mask, role_names
 from fpr.store import records as db
 from fpr.store.workspace import Workspace
-from fpr.tables import read_table
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+from fpr.tables import read_table, split_paths
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class RoutedPrompt:
     split: str
     prompt: StructuredPrompt
     row: int  # line of the prompts file (header = 1)
+    references: tuple[str, ...] = ()  # real images of the subject (the prompts file's reference_paths), resolved
 
 
 @dataclass
@@ -52,6 +56,7 @@ class VistarReport:
     aspects: pd.DataFrame  # model, aspect, score, n, n_missing (Core split)
     splits: pd.DataFrame  # model, core, hard, drop, n_aspects
     roles: pd.DataFrame  # role, role_name, model, role_score, role_score_measured, n_relevant, n_measured, ranks
+    nan_reasons: list[NanCount] = field(default_factory=list)  # per scorer: its NaNs by reason phrase
 
 
 def read_prompts(path: str | Path, mask: pd.DataFrame) -> list[RoutedPrompt]:
@@ -84,8 +89,14 @@ def read_prompts(path: str | Path, mask: pd.DataFrame) -> list[RoutedPrompt]:
         if r.prompt_id in seen:
             raise InputError(f"{where}: prompt_id '{r.prompt_id}' is used twice", where=str(p))
         seen.add(r.prompt_id)
-        out.append(RoutedPrompt(r.prompt_id, split, StructuredPrompt(sp.role, a, sp.core, sp.params), row))
+        refs = tuple(split_paths(_cell(getattr(r, "reference_paths", "")), p.resolve().parent))
+        out.append(RoutedPrompt(r.prompt_id, split, StructuredPrompt(sp.role, a, sp.core, sp.params), row, refs))
     return out
+
+
+def _cell(v) -> str:
+    """A table cell as text: an empty CSV cell (NaN) is ''."""
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
 def _check_expected_values(sp: StructuredPrompt, where: str, path: Path) -> None:
@@ -153,6 +164,8 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
     # every option names a scorer the routing uses, before any image is read; each scorer then gets its own
     check_scorer_options(sorted({aspect(p.prompt.aspect).scorer for p in prompts}), options)
     images = find_generations(generations, prompts)
+    for ref in sorted({r for p in prompts for r in p.references}):  # before any image is scored
+        check_image(ref)
     rows = []
     for model, by_prompt in images.items():
         for p in prompts:
@@ -169,7 +182,8 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
         progress.log(f"vistar: {name} on {len(group)} images")
         batch = QueryBatch(query_ids=[r["query_id"] for r in group], paths=[r["path"] for r in group],
                            identities=[r["p"].prompt_id for r in group], groups=[r["p"].split for r in group],
-                           prompts=[r["p"].prompt.core for r in group], reference_paths=[[] for _ in group],
+                           prompts=[r["p"].prompt.core for r in group],
+                           reference_paths=[list(r["p"].references) for r in group],
                            device=device, options=own, workspace=ws.root,
                            extras=[{**r["p"].prompt.expected_values(), "aspect": r["p"].prompt.aspect}
                                    for r in group])
@@ -185,7 +199,8 @@ def vistar_run(generations: str | Path, prompts_file: str | Path, run_id: str, *
     query_results = pd.DataFrame([{
         "run_id": run_id, "query_id": r["query_id"], "row_number": k, "path": r["path"], "method": r["model"],
         "identity": r["p"].prompt_id, "group_name": r["p"].split, "prompt": r["p"].prompt.core,
-        "status": "ok", "extra": json.dumps(r["p"].prompt.params)} for k, r in enumerate(rows)])
+        "reference_paths": ";".join(r["p"].references), "status": "ok",
+        "extra": json.dumps(r["p"].prompt.params)} for k, r in enumerate(rows)])
     routing = pd.DataFrame([{
         "query_id": r["query_id"], "prompt_id": r["p"].prompt_id, "role": r["p"].prompt.role,
         "aspect": r["p"].prompt.aspect, "split": r["p"].split, "core": r["p"].prompt.core,
@@ -205,7 +220,7 @@ def _missing_model_rows(name: str, batch: QueryBatch, exc: NotFoundError) -> pd.
     """NaN for every metric of scorer ``name`` on every query of its batch, the reason in the note; one warning."""
     from fpr.scorers import get_scorer
 
-    reason = f"not scored: {exc.one_line()}"
+    reason = f"model missing: {exc.one_line()}"
     progress.warn(f"vistar: {name} could not run ({exc.what}): its {len(batch)} image(s) are NaN with that reason "
                   f"in the note; every other aspect is scored and the run is stored")
     metrics = get_scorer(name).metrics
@@ -234,4 +249,5 @@ def role_report(runs: list[str] | tuple[str, ...] | str, *, workspace: str | Pat
     core_rank = splits.set_index("model")["core"].rank(method="min", ascending=False).astype("Int64")
     roles.insert(1, "role_name", roles["role"].map(role_names()).fillna(""))
     roles["core_rank"] = roles["model"].map(core_rank).astype("Int64")
-    return VistarReport(runs=ids, aspects=core_aspects, splits=splits, roles=roles)
+    aux = pd.concat([db.run_tables(ws, r)[1] for r in ids], ignore_index=True)
+    return VistarReport(runs=ids, aspects=core_aspects, splits=splits, roles=roles, nan_reasons=nan_reasons(aux))

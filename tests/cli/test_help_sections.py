@@ -25,7 +25,8 @@ def test_help_groups_the_commands_and_lists_each_once():
     titles = [t for t in sections if t != "Options"]
     assert titles[:5] == ["Evaluate", "Galleries & indices", "Scorers & judges", "Reports", "Service & admin"]
     assert "Commands" not in sections  # no alphabetical list besides them
-    assert sections["Evaluate"][:2] == ["demo", "query"] and sections["Reports"][0] == "report"
+    assert sections["Evaluate"][:3] == ["demo", "evaluate", "query"] and sections["Reports"][0] == "report"
+    assert sections["Service & admin"] == ["serve", "benchmark"] and "Other commands" not in sections
     listed = [n for t in titles for n in sections[t]]
     visible = {n for n, c in cli.commands.items() if not c.hidden}
     assert sorted(listed) == sorted(visible)  # every command, once

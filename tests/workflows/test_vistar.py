@@ -214,7 +214,7 @@ def test_a_scorer_whose_model_is_missing_gives_nan_with_its_reason_and_the_rest_
     aux = api.sql("SELECT query_id, scorer, metric, value, note FROM aux_scores WHERE run_id = 'v'", workspace=ws)
     cse = aux[aux["scorer"] == "vistar-cse"]
     assert len(cse) == 6 and cse["value"].isna().all() and set(cse["query_id"]) == {"crisp/c-cse-1"}
-    assert cse["note"].str.startswith("not scored: weights for encoder 'clip-vit-b-32' are missing").all()
+    assert cse["note"].str.startswith("model missing: weights for encoder 'clip-vit-b-32' are missing").all()
     assert "fpr encoders fetch clip-vit-b-32" in cse["note"].iloc[0]
     tr = aux[(aux["scorer"] == "vistar-tr") & (aux["metric"] == "score_robust")].set_index("query_id")["value"]
     assert tr.to_dict() == {"crisp/c-sign-1": 1.0, "crisp/c-sign-2": 1.0}
@@ -224,3 +224,55 @@ def test_a_scorer_whose_model_is_missing_gives_nan_with_its_reason_and_the_rest_
     assert prov["scorers"]["vistar-cse"]["not_scored"] == cse["note"].iloc[0]
     t = api.sql("SELECT aspect, score FROM vistar_tensor WHERE run_id = 'v' ORDER BY aspect", workspace=ws)
     assert t["aspect"].tolist() == ["CSE", "LI", "TR", "TR"] and np.isnan(t["score"].iloc[0])
+
+
+def test_gc_is_fitted_on_the_prompts_reference_images_and_the_nans_are_counted_by_reason(tmp_path):
+    """#33: GC's PaDiM cue needs real images of the subject; the prompts file's reference_paths (relative to
+    it) reach vistar-gc, so the six-cue score is a value where references are given and NaN with the reason
+    where not; the printed report and its JSON count the NaNs per scorer by reason."""
+    from tests.scorers.tiny_models import write_psc_models
+
+    depth = write_psc_models(tmp_path / "models") / "depth"
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    rng = np.random.default_rng(5)
+    for k in range(4):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(refs / f"r{k}.png")
+    rows = [("g1", "core", "[AR|GC] a chair in a hall", "refs/r0.png; refs/r1.png;refs/r2.png;refs/r3.png"),
+            ("g2", "core", "[AR|GC] a table in a hall", "")]
+    pd.DataFrame(rows, columns=["prompt_id", "split", "prompt", "reference_paths"]).to_csv(
+        tmp_path / "prompts.csv", index=False)
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    for pid in ("g1", "g2"):
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "gen" / "m" / f"{pid}.png")
+    ws = tmp_path / "ws"
+    args = ["--workspace", str(ws), "vistar", "run", "--generations", str(tmp_path / "gen"),
+            "--prompts", str(tmp_path / "prompts.csv"), "--scorer-option", f"vistar-gc.depth_model={depth}",
+            "--scorer-option", "vistar-gc.padim_encoder=pixels-16"]
+    r = CliRunner().invoke(cli, [*args, "--run", "v"])
+    assert r.exit_code == 0, r.output
+    aux = api.sql("SELECT query_id, metric, value, note FROM aux_scores WHERE run_id = 'v' AND scorer = 'vistar-gc'",
+                  workspace=ws)
+    got = {(q, m): (v, n) for q, m, v, n in aux.itertuples(index=False)}
+    assert np.isfinite(got[("m/g1", "padim")][0]) and np.isfinite(got[("m/g1", "score")][0])
+    assert np.isnan(got[("m/g2", "padim")][0]) and got[("m/g2", "padim")][1] == "no reference images to fit PaDiM on"
+    assert np.isnan(got[("m/g2", "score")][0]) and json.loads(got[("m/g2", "score")][1])["missing"] == {
+        "padim": "no reference images to fit PaDiM on"}
+    stored = api.sql("SELECT query_id, reference_paths FROM query_results WHERE run_id = 'v' ORDER BY query_id",
+                     workspace=ws)
+    assert [len(p.split(";")) if p else 0 for p in stored["reference_paths"]] == [4, 0]
+    assert "missing values (NaN, by reason; each in its note):\nvistar-gc: 1 of 2 NaN (1 missing padim)" in r.output
+    j = CliRunner().invoke(cli, [*args, "--run", "w", "--format", "json"])
+    assert json.loads(j.output[j.output.index("{"):])["nan_reasons"] == [
+        {"scorer": "vistar-gc", "metric": "score", "n": 2, "n_nan": 1, "reasons": {"missing padim": 1}}]
+
+
+def test_a_missing_reference_image_is_one_line_before_scoring(tmp_path):
+    pd.DataFrame([("g1", "core", "[AR|GC] a chair", "nowhere.png")],
+                 columns=["prompt_id", "split", "prompt", "reference_paths"]).to_csv(tmp_path / "p.csv", index=False)
+    (tmp_path / "gen" / "m").mkdir(parents=True)
+    Image.new("RGB", (32, 32)).save(tmp_path / "gen" / "m" / "g1.png")
+    r = CliRunner().invoke(cli, ["--workspace", str(tmp_path / "ws"), "vistar", "run", "--generations",
+                                 str(tmp_path / "gen"), "--prompts", str(tmp_path / "p.csv"), "--run", "v"])
+    assert r.exit_code != 0 and "image file not found" in r.output and "nowhere.png" in r.output
+    assert "vistar-gc on" not in r.output and len(r.output.strip().splitlines()) == 1

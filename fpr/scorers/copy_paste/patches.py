@@ -41,10 +41,14 @@ MAX_PROPOSALS = 3  # per reference and direction: the ones that collect most are
 # all of the 8x8 digits shown at 64 px (where 35 of 40 non-copies were flagged, max score 0.981).
 # A query below one of these floors is scored as usual, with the reason in its note and one warning per run.
 DOMAIN_MIN_SIDE = 48  # px, longer side: half the world's 96 (upsampled > 2.7x to the working side)
+# longer / shorter side: the world's renders are square; at 4:1 the working image's shorter side is 32 px, four
+# rows of patches, and a strip (4000x20) leaves one row of 8-px patches to match
+DOMAIN_MAX_ASPECT = 4.0
 DOMAIN_MIN_TEXTURED = 0.05  # share of the working image's 8x8 grid patches with residual std >= TEXTURE_MIN
 DOMAIN_MIN_DETAIL = 0.003  # share of its variance lost by halving and re-enlarging it: ~0 when upsampled or blurred
-NO_QUERY_TEXTURE = ("the query has no textured patch (uniform, blank, black or blurred image): copy-paste cannot "
-                    "check it")
+# 'textureless image' is the reason's phrase: run summaries count NaNs by it (fpr.metrics.reasons)
+NO_QUERY_TEXTURE = ("textureless image: the query has no textured patch (uniform, blank, black or blurred): "
+                    "copy-paste cannot check it")
 DEFAULTS = {"max_refs": 5, "threshold": 0.380, "appearance_threshold": 0.98}  # threshold: see the calibration
 
 
@@ -99,6 +103,7 @@ class Domain:
     side: int  # the image's longer side, px, as given
     textured: float  # share of the working image's grid patches (8x8, stride 4) that are textured
     detail: float  # share of the working image's variance lost by a 2x bilinear down-and-up resize
+    aspect: float = 1.0  # longer side / shorter side, as given
 
     @classmethod
     def of(cls, image: Image.Image, grey: np.ndarray | None = None) -> "Domain":
@@ -110,12 +115,14 @@ class Domain:
         lost = g.astype(np.float64) - np.asarray(half.resize((w, h), Image.BILINEAR), np.float64)
         var = float(((g - g.mean(dtype=np.float64)) ** 2).sum())
         return cls(max(image.size), float((std >= TEXTURE_MIN).mean()) if len(std) else 0.0,
-                   float((lost ** 2).sum()) / var if var > 0 else 0.0)
+                   float((lost ** 2).sum()) / var if var > 0 else 0.0, max(image.size) / max(1, min(image.size)))
 
     def reasons(self) -> list[str]:
         out = []
         if self.side < DOMAIN_MIN_SIDE:
             out.append(f"tiny ({self.side} px < {DOMAIN_MIN_SIDE})")
+        if self.aspect > DOMAIN_MAX_ASPECT:
+            out.append(f"thin (sides {self.aspect:.0f}:1 > {DOMAIN_MAX_ASPECT:.0f}:1)")
         if self.textured < DOMAIN_MIN_TEXTURED:
             out.append(f"low texture ({self.textured:.0%} of patches textured < {DOMAIN_MIN_TEXTURED:.0%})")
         if self.detail < DOMAIN_MIN_DETAIL:

@@ -74,7 +74,7 @@ more than about 12 degrees, or warped, are not caught; a subject smaller than
 about a third of the frame leaves few patches; periodic textures shared by
 reference and query (brick walls, tiles) can produce consistent matches; a
 faithful generation that happens to take a reference's pose almost exactly
-scores in between. A query outside the calibrated domain (tiny, low texture, upsampled or
+scores in between. A query outside the calibrated domain (tiny, thin, low texture, upsampled or
 blurred: :class:`Domain`, floors measured by ``benchmarks/copy_paste_domain.py``) is scored as
 usual, its ``note`` says why it is outside, and one warning per run counts them.
 
@@ -161,7 +161,7 @@ class CopyPaste(Scorer):
         outside = sum(bool(Domain.of(load_rgb(p)).reasons()) for p in batch.paths)
         if outside:
             progress.warn(f"copy-paste: {outside} of {len(batch)} queries are outside its calibrated domain (tiny, "
-                          "low-texture, upsampled or blurred images; the reason is in each one's note): their scores "
+                          "thin, low-texture, upsampled or blurred images; the reason is in each one's note): their scores "
                           "are less reliable, non-copies may be flagged; see docs/workflows.md, copy-paste")
         if coverage.get("identity_references"):
             progress.warn(f"copy-paste compared {coverage['identity_references']} of {len(batch)} queries only with "

@@ -57,7 +57,7 @@ import pandas as pd
 from fpr import progress
 from fpr.cache import load_once
 from fpr.errors import InputError
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.encoding import check_local_model
 from fpr.scorers.options import Option, resolve
@@ -400,7 +400,12 @@ class VistarCPA(Scorer):
                 rows += result_rows(batch.query_ids[i], CpaResult(float("nan"), {}, 0), expected[i])[:-1]
                 rows.append((batch.query_ids[i], "count", float("nan"), "the prompt annotates nothing to check"))
                 continue
-            people = people_in(models, load_rgb(batch.paths[i]), opt["min_confidence"], opt["nms_iou"])
+            image = load_rgb(batch.paths[i])
+            why = shape_reason(image.size)  # the detector's resize would round a side to 0 px
+            if why:
+                rows += [(batch.query_ids[i], m, float("nan"), why) for m in self.metrics]
+                continue
+            people = people_in(models, image, opt["min_confidence"], opt["nms_iou"])
             rows += result_rows(batch.query_ids[i], cpa(people, expected[i], weights), expected[i])
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])
 

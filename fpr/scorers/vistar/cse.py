@@ -40,7 +40,7 @@ from fpr.cache import load_once
 from fpr.encoders.embed import embed_pil
 from fpr.encoders.registry import Encoder, load_encoder
 from fpr.errors import InputError
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
 
@@ -162,6 +162,11 @@ class VistarCSE(Scorer):
                 continue
             subs = sub_prompt_list(extras[i].get("sub_prompts"))
             panels = split_panels(load_rgb(batch.paths[i]), *grid)
+            # a 1x1 image's panels are 0 px, a strip's too thin to embed
+            unreadable = next(filter(None, (shape_reason(p.size) for p in panels)), None)
+            if unreadable:
+                rows += _nan_rows(qid, self.metrics, f"{unreadable} (a panel of {grid[0]}x{grid[1]})")
+                continue
             subject = opt["subject"] or str(batch.groups[i])
             head = f"panels {grid[0]}x{grid[1]}; consistency by {dino_id}, coverage by {clip_id}"
             if subs:
@@ -189,7 +194,8 @@ class VistarCSE(Scorer):
                 if len(g.crops) >= 2:
                     con = consistency(embed_pil(dino, g.crops))
                 else:
-                    con, con_note = float("nan"), con_note + ": consistency needs the subject in at least two"
+                    con, con_note = float("nan"), (f"subject in fewer than two panels: {con_note}: consistency "
+                                                   "needs the subject in at least two")
             for name, c, note in (("score", con, con_note), ("score_whole", con_whole, whole_note)):
                 if math.isnan(cov) or math.isnan(c):
                     rows.append((qid, name, float("nan"), cov_note if math.isnan(cov) else note))

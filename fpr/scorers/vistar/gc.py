@@ -28,8 +28,8 @@ reference images): patch features of a 4x4 grid of crops (any registered encoder
 dimensions, as PaDiM does), a Gaussian per grid position (Ledoit-Wolf covariance), the
 query's largest Mahalanobis distance ``d``; the cue is ``min(1, d95 / d)`` with ``d95``
 the 95th percentile of the references' own distances (each from a model fitted without
-it). No references: missing.
-``vistar-gc.padim=off`` turns it off.
+it). No references, or the encoder's weights not here: missing, with the reason (``padim encoder
+missing: ...``), and the other cues are scored. ``vistar-gc.padim=off`` turns it off.
 
 Scores over fixed cue sets, so two images' values are comparable: ``score`` (VISTAR's GC)
 is the minimum of all six cues; ``score_no_depth`` of the four without a depth model;
@@ -167,16 +167,16 @@ def _load_depth(model_id: str):
 
     if "/" in model_id and not Path(model_id).is_dir() and not isinstance(
             try_to_load_from_cache(model_id, "config.json"), str):
-        return f"depth model {model_id} is not in the local Hugging Face cache (offline)"
+        return f"depth model missing: {model_id} is not in the local Hugging Face cache (offline)"
     try:
         from transformers import AutoImageProcessor, AutoModelForDepthEstimation
     except ImportError:
-        return "transformers is not installed (pip install 'fpr[vistar]')"
+        return "depth model missing: transformers is not installed (pip install 'fpr[vistar]')"
     try:
         proc = AutoImageProcessor.from_pretrained(model_id, local_files_only=True)
         model = AutoModelForDepthEstimation.from_pretrained(model_id, local_files_only=True).eval()
     except OSError as exc:  # not in the local cache: the cue is missing, with the reason
-        return (f"depth model {model_id} is not in the local Hugging Face cache (offline): "
+        return (f"depth model missing: {model_id} is not in the local Hugging Face cache (offline): "
                 f"{str(exc).splitlines()[0][:160]}")
     return proc, model
 
@@ -273,11 +273,15 @@ class VistarGC(Scorer):
         opt = resolve(self.name, self.options, batch.options)
         depth_id, padim_on = opt["depth_model"], opt["padim"]
         est = "turned off (vistar-gc.depth_model=none)" if depth_id == "none" else depth_estimator(depth_id)
-        enc = None
+        enc, no_encoder = None, ""
         if padim_on == "on" and any(batch.reference_paths):
             from fpr.encoders.registry import load_encoder
+            from fpr.errors import NotFoundError
 
-            enc = load_encoder(opt["padim_encoder"], device=batch.device)
+            try:
+                enc = load_encoder(opt["padim_encoder"], device=batch.device)
+            except NotFoundError as exc:  # its weights are not here: the cue is missing with the reason, as depth's
+                no_encoder = f"padim encoder missing: {exc.one_line()}"
         models: dict[tuple, Padim] = {}
         rows = []
         for i in progress.bar(range(len(batch)), desc="vistar-gc", unit="img"):
@@ -302,8 +306,10 @@ class VistarGC(Scorer):
             refs = tuple(batch.reference_paths[i])
             if padim_on == "off":
                 values["padim"], missing["padim"] = float("nan"), "turned off (vistar-gc.padim=off)"
-            elif not refs or enc is None:
+            elif not refs:
                 values["padim"], missing["padim"] = float("nan"), "no reference images to fit PaDiM on"
+            elif enc is None:
+                values["padim"], missing["padim"] = float("nan"), no_encoder
             else:
                 if refs not in models:
                     models[refs] = Padim(np.stack([_padim_features(enc, load_rgb(p)) for p in refs]))

@@ -54,7 +54,7 @@ import pandas as pd
 
 from fpr import progress
 from fpr.cache import load_once
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.encoding import check_local_model
 from fpr.scorers.options import Option, resolve
@@ -251,6 +251,10 @@ class VistarPSC(Scorer):
         rows = []
         for i in progress.bar(range(len(batch)), desc="vistar-psc", unit="img"):
             img = load_rgb(batch.paths[i])
+            why = shape_reason(img.size)  # nothing to segment, or a side the resize rounds to 0 px
+            if why:
+                rows += [(batch.query_ids[i], m, float("nan"), why) for m in self.metrics]
+                continue
             inst = segment_instances(sp, sm, img, opt["min_confidence"])
             rows += result_rows(batch.query_ids[i], psc(inst, predict_depth(dp, dm, img), settings))
         return pd.DataFrame(rows, columns=["query_id", "metric", "value", "note"])

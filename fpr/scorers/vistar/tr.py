@@ -37,7 +37,7 @@ import pandas as pd
 from fpr import progress
 from fpr.cache import load_once
 from fpr.errors import InputError, NotFoundError
-from fpr.images import load_rgb
+from fpr.images import load_rgb, shape_reason
 from fpr.scorers import QueryBatch, Scorer, register_scorer
 from fpr.scorers.options import Option, resolve
 
@@ -255,7 +255,12 @@ class VistarTR(Scorer):
                 note = "no expected text: add an expected_text column or quote the text in the prompt"
                 rows += [(qid, m, float("nan"), note) for m in self.metrics]
                 continue
-            text = engine(np.asarray(load_rgb(batch.paths[i])))
+            image = load_rgb(batch.paths[i])
+            why = shape_reason(image.size)  # the OCR detector's resize would round a side to 0 px
+            if why:
+                rows += [(qid, m, float("nan"), why) for m in self.metrics]
+                continue
+            text = engine(np.asarray(image))
             v = tr_values(text, target, case_sensitive=opt["case"] == "sensitive")
             note = f"ocr[{opt['backend']}]: {text}"
             rows += [(qid, m, val, note) for m, val in (

@@ -201,7 +201,7 @@ def test_a_query_or_reference_without_texture_is_nan_with_its_reason_and_the_bat
         row = wide.loc[name]
         assert row.drop("appearance").isna().all() and row["appearance"] < 0.98, row.to_dict()
         notes = first[(first["query_id"] == name) & (first["metric"] != "appearance")]["note"]
-        assert len(notes) == 7 and notes.str.startswith("the query has no textured patch (uniform, blank").all()
+        assert len(notes) == 7 and notes.str.startswith("textureless image: the query has no textured patch (uniform, blank").all()
     assert wide.loc["copy", "flag"] == 1.0 and wide.loc["copy", "score"] == 0.84375  # noise, exact copy
     monkeypatch.setattr(CopyPaste, "score", lambda self, batch: pytest.fail(f"scored again: {batch.query_ids}"))
     pd.testing.assert_frame_equal(run_scorers(["copy-paste"], batch), first)
@@ -250,3 +250,16 @@ def test_queries_outside_the_calibrated_domain_get_a_note_and_one_warning(tmp_pa
         "upsampled"] and "tiny" not in notes["upsampled"]
     assert notes["tiny"].startswith("outside copy-paste's calibrated domain") and "tiny (30 px < 48)" in notes["tiny"]
     assert out[out["metric"] == "score"].set_index("query_id")["value"]["noise"] == 0.8854166666666666  # scored as usual (an exact copy of r1)
+
+
+def test_a_thin_strip_is_outside_the_domain_and_a_landscape_photo_is_not():
+    """#33: a 4000x20 strip keeps one row of 8-px patches at the working size; past 4:1 a query is 'thin'."""
+    import numpy as np
+
+    from fpr.scorers.copy_paste.patches import Domain
+
+    rng = np.random.default_rng(7)
+    strip = Domain.of(Image.fromarray(rng.integers(0, 256, (40, 400, 3), dtype=np.uint8)))
+    wide = Domain.of(Image.fromarray(rng.integers(0, 256, (100, 200, 3), dtype=np.uint8)))
+    assert strip.aspect == 10.0 and strip.reasons() == ["thin (sides 10:1 > 4:1)"]
+    assert wide.aspect == 2.0 and wide.reasons() == []

@@ -116,6 +116,27 @@ def test_padim_cue_normal_vs_anomalous_patch(tmp_path):
     assert out.loc[("odd", "score_no_depth"), "value"] < out.loc[("normal", "score_no_depth"), "value"]
 
 
+def test_a_missing_padim_encoder_leaves_padim_missing_with_its_reason_and_the_rest_scored(tmp_path, monkeypatch):
+    """#33: offline, the default PaDiM encoder (DINOv2) has no weights; GC used to fail the whole batch (in a
+    VISTAR run: every GC image NaN). Now the PaDiM cue is missing with the reason, as a missing depth model's
+    cues are, and the weight-free cues and their score are computed."""
+    monkeypatch.setenv("FPR_WEIGHTS_DIR", str(tmp_path / "no-weights"))
+    rng = np.random.default_rng(4)
+    paths = []
+    for name in ("q", "r"):
+        paths.append(str(tmp_path / f"{name}.png"))
+        Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(paths[-1])
+    batch = QueryBatch(["q"], [paths[0]], ["x"], ["g"], [None], [[paths[1]]], device="cpu",
+                       options={"vistar-gc.depth_model": "none"})
+    out = run_scorers(["vistar-gc"], batch).set_index("metric")
+    assert math.isnan(out.loc["padim", "value"])
+    assert out.loc["padim", "note"].startswith("padim encoder missing: weights for encoder 'dinov2-vitb14' are missing")
+    weight_free = min(out.loc[c, "value"] for c in ("contour", "lbp", "highlight"))
+    assert out.loc["score_weight_free", "value"] == weight_free and np.isfinite(weight_free)
+    assert math.isnan(out.loc["score_no_depth", "value"])
+    assert json.loads(out.loc["score_no_depth", "note"])["missing"]["padim"] == out.loc["padim", "note"]
+
+
 def test_cue_set_score_by_hand():
     values = {"contour": 0.9, "lbp": 0.7, "highlight": 1.0, "depth_normals": float("nan"),
               "depth_curvature": float("nan"), "padim": 0.8}
