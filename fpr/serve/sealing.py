@@ -27,6 +27,8 @@ def _sealed_job(job: dict, sealed: set[str]) -> bool:
 def _sealed_run(ctx: ServeContext, run: str, job: dict | None, sealed: set[str]) -> bool:
     if job is not None and _sealed_job(job, sealed):
         return True
+    if not sealed:  # nothing sealed: no stored run can be hidden, and listing them all per poll cost ~0.8 s at load
+        return False
     return any(r["run_id"] == run and r["index"] in sealed for r in api.list_runs(workspace=ctx.ws))
 
 

@@ -79,8 +79,8 @@ def launch_server(workspace: Path, tmp: Path, *, workers: int = 2, extra_env: di
         tokens_file.write_text("# test tokens\n" + "".join(f"{t} {n}\n" for n, t in TOKENS.items()))
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), FPR_API_TOKENS_FILE=str(tokens_file), FPR_MAX_UPLOAD_MB="2",
-               FPR_MAX_QUEUED_PER_TOKEN="3", FPR_QUIET="1", FPR_SERVE_ORIGINS="https://fpr.lab.example",
-               **(extra_env or {}))
+               FPR_MAX_QUEUED_PER_TOKEN="3", FPR_QUIET="1", FPR_SERVE_ORIGINS="https://fpr.lab.example")
+    env.update(extra_env or {})  # may override a default above
     if not tokens:
         del env["FPR_API_TOKENS_FILE"]
     log = tmp / f"server-{port}.log"

@@ -46,6 +46,15 @@ def test_submission_links_to_every_run_route(doc):
         assert {p["name"] for p in params} == {"run"}
 
 
+def test_a_cancelled_run_links_to_reading_and_deleting_it(doc):
+    """A stateful fuzzer mostly followed the submission's link to cancel (16 of 40 link steps) and then guessed
+    names (404s); a cancelled run still exists, so the cancel answer links on to GET and DELETE of that run."""
+    answer = doc["paths"]["/v1/runs/{run}/cancel"]["post"]["responses"]["200"]
+    assert answer["links"] == {"GetRun": RUN_LINKS["GetRun"], "DeleteRun": RUN_LINKS["DeleteRun"]}
+    assert {link["operationId"] for link in answer["links"].values()} == {"get_run", "delete_run"}
+    assert all(link["parameters"] == {"run": "$response.body#/run"} for link in answer["links"].values())
+
+
 def test_served_document_names_the_workspace_indices_and_the_scorers(doc, tmp_path):
     schema = doc["paths"]["/v1/runs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["required"] == ["index"] and schema["additionalProperties"] is False

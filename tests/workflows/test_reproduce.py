@@ -4,6 +4,7 @@ steps run by hand (the official ablation for the oracle tables, single-encoder r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,9 @@ def _args(ws: Path, root: Path, out: Path, *extra: str) -> list[str]:
     return ["--workspace", str(ws), "reproduce", "--data-root", str(root), "--out", str(out), *enc, *extra]
 
 
-def test_reproduce_runs_what_it_can_and_names_what_it_skips(data_root, tmp_path):
+def test_reproduce_runs_what_it_can_and_names_what_it_skips(data_root, tmp_path, monkeypatch):
     ws, out = tmp_path / "ws", tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["fpr", "reproduce"])  # the command line provenance records (not pytest's)
     # Table 14 (GrabCut on every image, per encoder) is too slow for all of them here: its own test below
     r = CliRunner().invoke(cli, _args(ws, data_root, out, "--tables", "1,2,5-13"))
     assert r.exit_code == 0, r.output

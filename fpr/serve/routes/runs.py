@@ -22,6 +22,7 @@ from fpr.serve.auth import Caller
 from fpr.serve.context import ServeContext, caller, check_run_name, get_ctx, reader
 from fpr.serve.jobs import DONE, FAILED, PUBLIC_JOB_KEYS, QUEUED, RUNNING, now
 from fpr.serve.log import log_line
+from fpr.serve.routes.submit import RUN_LINKS
 from fpr.files import atomic_write_text
 from fpr.tables import write_table
 
@@ -30,6 +31,10 @@ router = APIRouter()
 REPORT_CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "
               "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 PATH_COLUMNS = ("path", "reference_paths")
+# A cancelled run still exists (failed, record and uploads kept): its answer links to reading and deleting it, so a
+# stateful fuzzer that cancels a real run goes on to read it rather than guessing names (issue #35, item 5).
+CANCELLED = {"description": "Cancelled; the run is now failed and can be read or deleted.",
+             "links": {k: RUN_LINKS[k] for k in ("GetRun", "DeleteRun")}}
 
 
 def content_version(ctx: ServeContext, run: str) -> str | None:
@@ -124,7 +129,7 @@ def _may_change(who: Caller, job: dict | None, run: str, action: str = "deleting
     who.require("admin", f"{action} run '{run}' ({owner})")
 
 
-@router.post("/v1/runs/{run}/cancel", tags=["runs"], operation_id="cancel_run")
+@router.post("/v1/runs/{run}/cancel", tags=["runs"], operation_id="cancel_run", responses={200: CANCELLED})
 def cancel_run(run: str, request: Request, who: Caller = Depends(caller)) -> dict:
     """Cancel a queued or running run: it ends 'failed' with 'cancelled by <name>' and stores nothing; its record
     and uploads stay until DELETE. Own runs need scope 'submit'; anyone else's needs 'admin'."""
