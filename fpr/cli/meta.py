@@ -6,7 +6,7 @@ import click
 from fpr.cli.main import cli, format_option
 from fpr.errors import InputError
 from fpr.files import check_plot_path
-from fpr.render.cells import dumps, render_rows
+from fpr.render.cells import dumps, render_rows, wrap_text
 from fpr.render.claims import claims_lines
 
 META_COLUMNS = ["metric", "n_pairs", "ppa", "ppa_lo", "ppa_hi", "ppa_ties_half", "ppa_ties_half_lo", "ppa_ties_half_hi",
@@ -89,14 +89,16 @@ def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, me
     click.echo(render_rows(res.rows, fmt, META_COLUMNS))
     if fmt == "table":
         i = res.info
-        click.echo(f"\njudge {i['source']}: {i['n_pairs_used']} non-tied pairs ({i['n_pairs_tied_excluded']} ties "
-                   f"excluded), {i['n_rated_queries']} rated queries, {i['n_raters']} rater(s); 95% bootstrap "
-                   f"intervals over queries ({i['n_boot']} resamples, seed {i['seed']})")
-        click.echo("ppa: VISTAR's (right only if S(A) > S(B)); ppa_ties_half: a metric tie counts 1/2; "
-                   "kendall_within: tau-b over the judged pairs (judge ties included)")
+        # the notes wrap at the tables' width: off a terminal they were 136-170 characters (#33 audit)
+        click.echo("\n" + wrap_text(f"judge {i['source']}: {i['n_pairs_used']} non-tied pairs "
+                                    f"({i['n_pairs_tied_excluded']} ties excluded), {i['n_rated_queries']} rated "
+                                    f"queries, {i['n_raters']} rater(s); 95% bootstrap intervals over queries "
+                                    f"({i['n_boot']} resamples, seed {i['seed']})"))
+        click.echo(wrap_text("ppa: VISTAR's (right only if S(A) > S(B)); ppa_ties_half: a metric tie counts 1/2; "
+                             "kendall_within: tau-b over the judged pairs (judge ties included)"))
         if res.levels:
-            click.echo("\nAUROC per adjacent judge level: P(S(better) > S(worse)) + P(tie)/2, over all queries of "
-                       "the two levels (pooled) and within --pair-within")
+            click.echo("\n" + wrap_text("AUROC per adjacent judge level: P(S(better) > S(worse)) + P(tie)/2, over "
+                                        "all queries of the two levels (pooled) and within --pair-within"))
             click.echo(render_rows(res.levels, "table", LEVEL_COLUMNS))
         c = res.comparison
         if c:
@@ -106,7 +108,7 @@ def meta_cmd(ctx, run, human, imagenhub, truth, truth_higher_better, metrics, me
             if "spearman_diff" in c:
                 line += (f"; Spearman diff {c['spearman_diff']:+.3f} [{c['spearman_diff_lo']:+.3f},"
                          f"{c['spearman_diff_hi']:+.3f}], p={c['spearman_diff_p']:.3g}")
-            click.echo(line)
+            click.echo(wrap_text(line))
         if plot_file:
             click.echo(f"figure: {plot_file}")
 
@@ -122,6 +124,6 @@ def _imagenhub(ctx, run, folder, human, truth, metrics, fmt) -> None:
         return
     click.echo(render_rows(rows, fmt, ["task", "model", "metric", "n", "spearman"]))
     if fmt == "table":
-        click.echo("\nspearman: the value against the mean SC of the sample's raters (0-1), per task: over all its "
-                   "models' samples (pooled), per model, and the per-model values' Fisher-z mean; "
-                   "(mean): the plain mean over tasks")
+        click.echo("\n" + wrap_text("spearman: the value against the mean SC of the sample's raters (0-1), per "
+                                    "task: over all its models' samples (pooled), per model, and the per-model "
+                                    "values' Fisher-z mean; (mean): the plain mean over tasks"))

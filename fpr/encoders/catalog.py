@@ -54,6 +54,14 @@ def check_encoder_id(encoder_id: str) -> str:
     return encoder_id
 
 
+def require_builtin_weights(encoder_id: str) -> None:
+    """A built-in encoder whose weights are not on this machine, refused from the catalog before torch loads
+    (it took 4 s and torch's import to say so); trained, plugin and toy encoders are checked when they load."""
+    entry = stored_catalog().get(encoder_id)
+    if entry is not None and builtin_only():
+        resolve_weights(encoder_id, weights_source(entry["weights"]), required=True)
+
+
 # The built-in encoders' declarations `fpr encoders list` shows (family, dimension, input size, protocol name,
 # description, text tower, weights source), read instead of importing their modules (which import torch).
 # Written from the specs by fpr.workflows.encoders.write_catalog; tests/workflows/test_encoder_catalog.py checks it.

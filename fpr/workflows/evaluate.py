@@ -17,6 +17,8 @@ import pandas as pd
 
 from fpr import progress
 from fpr.defaults import EMBED_BATCH_SIZE
+from fpr.encoders.catalog import (check_batch_size, check_device, check_encoder_id, check_workers,
+                                  require_builtin_weights)
 from fpr.errors import ConflictError, InputError
 from fpr.galleries.curate import GallerySpec
 from fpr.galleries.manifest import read_folder
@@ -144,6 +146,12 @@ def evaluate_folders(generations: str | Path, gallery: str | Path, encoder: str,
 
     if not encoder:
         raise InputError("no encoder given", hint="pass --encoder (offline: fpr-world-v3, fpr-general-v2)")
+    # names and options first: the registry below imports torch, and a typo is refused in well under a second
+    check_encoder_id(encoder)
+    check_device(device)
+    check_batch_size(batch_size)
+    check_workers(workers)
+    require_builtin_weights(encoder)
     from fpr.encoders.registry import get_spec
     from fpr.encoders.weights import resolve_weights
 

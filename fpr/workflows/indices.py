@@ -13,7 +13,8 @@ import numpy as np
 
 from fpr.defaults import EMBED_BATCH_SIZE
 from fpr.encoders.background import parse_background, with_background
-from fpr.encoders.catalog import check_batch_size, check_device, check_encoder_id, check_workers
+from fpr.encoders.catalog import (check_batch_size, check_device, check_encoder_id, check_workers,
+                                  require_builtin_weights)
 from fpr.errors import ConflictError, InputError, choices_hint
 from fpr.eval import relevance
 from fpr.galleries.records import GalleryItem
@@ -82,6 +83,8 @@ def build_index(gallery: str, encoder: str, *, name: str | None = None, workspac
     start = time.perf_counter()
     name = check_name(name or f"{gallery}-{encoder}", "index")
     _check_build_inputs(encoder, device, batch_size, workers, background, index_type)
+    if weights is None:  # a --weights file is the user's; the catalog knows only the built-in places
+        require_builtin_weights(encoder)
     ws = Workspace.open(workspace)
     grow = db.get_gallery(ws, gallery)
     before = db.find_index(ws, name)

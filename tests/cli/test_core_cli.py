@@ -201,6 +201,20 @@ def test_missing_things_name_what_exists(flow):
     assert_one_line_error(run(ws.parent / "empty", "report", "--run", "x", ok=False), "no fpr workspace")
 
 
+def test_a_relative_query_path_error_names_the_queries_file_and_the_folder_it_resolves_against(flow, tmp_path):
+    """Issue #33: the error called the queries file a "manifest" and never said where relative paths resolve."""
+    ws, _ = flow
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    pd.DataFrame([{"path": "q/cats0.png", "identity": "cats-0", "group": "cats", "method": "m"}]).to_csv(
+        sub / "rel.csv", index=False)  # the image is in tmp_path/q, not in sub/q
+    res = run(ws, "query", "--index", "g-pixels-16", "--queries", str(sub / "rel.csv"), ok=False)
+    assert_one_line_error(res, f"query image not found: {sub.resolve() / 'q' / 'cats0.png'} (row 2",
+                          str(sub / "rel.csv"), f"relative paths resolve against the queries file's folder, "
+                                                f"{sub.resolve()}", "--skip-unreadable")
+    assert "manifest" not in res.stderr
+
+
 def test_busy_workspace_waits_then_says_so(flow, monkeypatch):
     ws, queries = flow
     holder = subprocess.Popen([sys.executable, "-c", (

@@ -55,3 +55,26 @@ def test_a_misspelt_workspace_is_an_error_naming_the_path(args, tmp_path):
     assert res.stderr.strip().splitlines() == [
         f"fpr: error: no fpr workspace here ({(tmp_path / 'wokspace').resolve()}); check --workspace (or "
         "FPR_WORKSPACE) for a typo; 'fpr gallery import' or 'fpr demo' creates one"]
+
+
+def test_meta_notes_under_its_tables_wrap_to_the_width(tmp_path, tiny_tree, monkeypatch):
+    """`fpr meta`'s lines under its tables (the judge, what ppa means, the AUROC levels) were printed whole:
+    170 characters off a terminal (found by the #33 audit); they wrap as the tables fold, nothing lost."""
+    import pandas as pd
+
+    from tests.conftest import write_image
+
+    ws = tmp_path / "ws"
+    run_cli(ws, "gallery", "import", "--name", "g", "--folder", str(tiny_tree), "--references", "1")
+    run_cli(ws, "index", "build", "--gallery", "g", "--encoder", "pixels-16")
+    rows = [{"path": str(write_image(tmp_path / f"q{s}.png", seed=s)), "identity": f"cats-{s // 2}", "group": "cats",
+             "method": "m", "drift": float(s % 2)} for s in range(6)]
+    pd.DataFrame(rows).to_csv(tmp_path / "q.csv", index=False)
+    run_cli(ws, "query", "--index", "g-pixels-16", "--queries", str(tmp_path / "q.csv"), "--run", "r1")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = run_cli(ws, "meta", "--run", "r1", "--truth", "drift", "--n-boot", "5").stdout
+    assert "AUROC per adjacent judge level" in out and "kendall_within: tau-b over the judged pairs" in " ".join(
+        out.split())
+    assert widest(out) <= 100
+    monkeypatch.setenv("COLUMNS", "72")
+    assert widest(run_cli(ws, "meta", "--run", "r1", "--truth", "drift", "--n-boot", "5").stdout) <= 72

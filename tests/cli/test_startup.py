@@ -171,7 +171,16 @@ def test_a_mistyped_name_file_or_run_is_refused_before_torch_loads(tmp_path, tin
              ("query", "--index", "g-pixels-16", "--queries", str(tmp_path / "nope.csv"), "--run", "r2"):
              "queries file not found",
              ("query", "--index", "g-pixels-16", "--queries", q, "--run", "r1"): "run 'r1' already exists",
-             ("query", "--index", "g-pixels-1", "--queries", q, "--run", "r2"): "no index named 'g-pixels-1'"}
+             ("query", "--index", "g-pixels-1", "--queries", q, "--run", "r2"): "no index named 'g-pixels-1'",
+             # fpr evaluate imported torch to name its encoder (found by the #33 audit)
+             ("evaluate", str(tmp_path), str(tiny_tree), "--encoder", "pixles-16"): "unknown encoder 'pixles-16'",
+             ("evaluate", str(tmp_path), str(tiny_tree), "--encoder", "pixels-16", "--device", "gpu"):
+             "unknown device 'gpu'",
+             # a built-in encoder's missing weights were found only after torch loaded (4 s; #33 audit)
+             ("index", "build", "--gallery", "g", "--encoder", "miewid-msv2"):
+             "weights for encoder 'miewid-msv2' are missing",
+             ("evaluate", str(tmp_path), str(tiny_tree), "--encoder", "miewid-msv2"):
+             "weights for encoder 'miewid-msv2' are missing"}
     for args, message in cases.items():
         heavy, proc = _heavy(*w, *args)
         assert proc.returncode == 2, (args, proc.stderr)
