@@ -67,6 +67,7 @@ def blocker(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once(tmp_path, blocker):
     proc = _run(_install(tmp_path), blocker / "numba", blocker / "xdg")
     _values(proc)
@@ -76,6 +77,7 @@ def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_writable_numba_cache_dir_is_used_and_nothing_is_said(tmp_path, blocker):
     proc = _run(_install(tmp_path), tmp_path / "numba-cache", blocker / "xdg")
     _values(proc)

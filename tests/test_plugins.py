@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PLUGIN = '''
 import numpy as np
 import pandas as pd
@@ -67,6 +69,7 @@ def _run(site: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_an_installed_plugin_adds_a_scorer_and_an_encoder(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
@@ -76,6 +79,7 @@ def test_an_installed_plugin_adds_a_scorer_and_an_encoder(tmp_path):
     Image.new("RGB", (8, 8), (100, 100, 100)).save(img)
     code = f"""
 import json
+
 from fpr.scorers import QueryBatch, all_scorers, run_scorers
 from fpr.encoders.registry import all_specs, load_encoder
 from fpr.encoders.embed import embed_paths

@@ -134,6 +134,7 @@ def check_pivot_cells_equal_sql_over_stored_rows(ws):
     assert csv[0] == "group,method,n_queries,encoder,metric,value,lo,hi" and len(csv) == 1 + len(out["pivot"])
 
 
+@pytest.mark.slow
 def test_report_merges_runs_over_the_same_queries(world, tmp_path):
     ws, queries = world
     q = pd.read_csv(queries)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 import fpr
@@ -155,6 +156,7 @@ def test_listing_commands_import_no_torch(tmp_path):
     assert {r["name"] for r in json.loads(_.stdout)} == set(__import__("fpr.scorers").scorers.BUILTIN)
 
 
+@pytest.mark.slow
 def test_a_mistyped_name_file_or_run_is_refused_before_torch_loads(tmp_path, tiny_tree):
     """Names, files, existing runs and options are checked before torch or a model loads (issue #33 item 5:
     typos took 16-43 s to be refused); each is one line, exit 2, and torch is never imported."""

@@ -38,6 +38,7 @@ def trained(tmp_path_factory):
     return res, src
 
 
+@pytest.mark.slow
 def test_small_training_improves_oracle_map(trained):
     """A few seconds of training learn the training identities: on fresh renders of them the oracle mAP
     rises well above the untrained network's (the same seed's initialisation). Held-out identities of

@@ -34,6 +34,7 @@ SEEDS = [*range(0, 40), *range(50_000, 50_020), *range(100_000, 100_020), *range
          *range(20_000_000, 20_000_040)]
 
 
+@pytest.mark.slow
 def test_blocked_rosette_search_equals_the_dense_one_bit_for_bit():
     for seed in SEEDS:
         want = _spots_dense(keyed_rng("pattern", "leopard", seed))

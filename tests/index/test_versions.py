@@ -101,6 +101,7 @@ print(ok, bad)
 """
 
 
+@pytest.mark.slow
 def test_readers_never_fail_while_the_index_is_replaced(gallery):
     api.build_index("g", "pixels-16", workspace=gallery)
     reader = subprocess.Popen([sys.executable, "-c", READER, str(gallery), "40"], stdout=subprocess.PIPE,

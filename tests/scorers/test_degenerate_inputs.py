@@ -110,7 +110,12 @@ def test_every_registered_scorer_has_an_offline_setup():
     assert set(all_scorers()) <= OFFLINE, sorted(set(all_scorers()) - OFFLINE)
 
 
-@pytest.mark.parametrize("name", sorted(all_scorers()))
+# the judge scorers' questionnaires and agent loops over every image take 3-10 s each: the slow run
+HEAVY = {"hwpq", "cigeval"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n
+                                  for n in sorted(all_scorers())])
 def test_every_scorer_gives_every_degenerate_image_a_value_or_a_reason(name, request, tmp_path, monkeypatch):
     options = _offline_options(name, request, tmp_path, monkeypatch)
     batch = _batch(tmp_path, name, options)

@@ -60,6 +60,7 @@ def _args(ws: Path, root: Path, out: Path, *extra: str) -> list[str]:
     return ["--workspace", str(ws), "reproduce", "--data-root", str(root), "--out", str(out), *enc, *extra]
 
 
+@pytest.mark.slow
 def test_reproduce_runs_what_it_can_and_names_what_it_skips(data_root, tmp_path, monkeypatch):
     ws, out = tmp_path / "ws", tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["fpr", "reproduce"])  # the command line provenance records (not pytest's)

@@ -29,6 +29,7 @@ def _cli(ws, *args):
     return CliRunner().invoke(cli, ["--workspace", str(ws), *args], obj={})
 
 
+@pytest.mark.slow
 def test_query_report_and_score_with_the_judge(small_world, judge_env):
     ws, queries = small_world
     r = _cli(ws, "query", "--index", "w-idx", "--queries", str(queries), "--run", "judged", "--scorers",

@@ -252,6 +252,7 @@ def test_hwpq_questionnaire_validation():
     assert validate_questionnaire({"levels": []}) == "levels: [] is too short"
 
 
+@pytest.mark.slow
 def test_hwpq_end_to_end_with_votes_and_stored_questionnaires(tmp_path, judge_env):
     batch = make_batch(tmp_path, ["a striped animal", "a striped animal"], [10, 20], [None, None],
                        options={"hwpq.concurrency": "1"})

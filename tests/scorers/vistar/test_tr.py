@@ -174,6 +174,7 @@ def test_bad_options_are_one_line(tmp_path):
             run_scorers(["vistar-tr"], b)
 
 
+@pytest.mark.slow
 def test_importing_the_cli_and_scorers_loads_no_heavy_optional_modules():
     code = ("import sys, fpr.cli.main, fpr.scorers as s; s.all_scorers(); "
             "print(sorted(m for m in ('cv2', 'onnxruntime', 'transformers', 'rapidocr_onnxruntime', 'skimage') "
