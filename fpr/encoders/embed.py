@@ -279,7 +279,7 @@ def decode_paths(preprocess, paths: Sequence[str | Path]) -> Decoded:
     """Hash, decode and preprocess files in order, with the same reader and decoder as :func:`embed_paths`."""
     paths = [str(p) for p in paths]
     kept: dict[int, bytes] = {}
-    hashes, failed = _hash_all(paths, kept, data)
+    hashes, failed = _hash_all(paths, kept)
     ds = _DecodeDataset(paths, preprocess, [kept.get(i) for i in range(len(paths))])
     size = preprocess.output_size
     pixels = np.zeros((len(paths), 3, size, size), dtype=np.float32)

@@ -196,3 +196,15 @@ def test_cpu_default_decodes_and_embeds_micro_batches_in_threads(images, tmp_pat
     names = {name for name, _ in seen}
     assert len(names) == 2 and all(n.startswith("fpr-forward") for n in names), names
     assert {t for _, t in seen} == {1}
+
+
+def test_decode_paths_gives_the_embed_paths_pixels_and_a_reason_for_a_missing_file(tmp_path):
+    """The Ray engine's first half (decode in tasks, embed in actors) equals ``embed_paths``' own decoding."""
+    pre = Preprocessing(name="t", size=16)
+    good = write_image(tmp_path / "a.png", seed=3)
+    dec = E.decode_paths(pre, [good, tmp_path / "missing.png"])
+    assert dec.hashes[0] == hashlib.sha256(good.read_bytes()).hexdigest() and dec.hashes[1] is None
+    assert set(dec.failed) == {1} and dec.failed[1]  # a one-line reason for the missing file
+    with Image.open(good) as im:
+        np.testing.assert_array_equal(dec.pixels[0], pre(im.convert("RGB")).numpy())
+    assert not dec.pixels[1].any()
