@@ -1,4 +1,4 @@
-"""Test isolation: every test gets its own cache, weights folder and workspace; no network."""
+"""Test isolation: every test gets its own cache, weights folder and workspace, the width of a pipe; no network."""
 from __future__ import annotations
 
 import os
@@ -20,6 +20,10 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("FPR_WEIGHTS_DIR", str(base / "weights"))
     monkeypatch.setenv("HF_HOME", str(base / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(base / "hf" / "hub"))
+    # Printed tables fold at the width a pipe gives (100), whoever runs the tests: in pytest-xdist's workers
+    # readline (imported with pdb by pytest) exports COLUMNS=80 and LINES=24, which would fold them at 80.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     yield
 
 
