@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   - create .venv, install fpr with what the demo uses (fpr[cpu]), run the built-in demo
 #   make test   - the same, plus the test extras (fpr[cpu,test]), run the default test suite (not slow, not docs)
+#                 on two workers (pytest -n 2)
 # make test-slow / make test-docs run the two marked sets the default run leaves out (.ci/run runs all three).
 VENV ?= .venv
 PYTHON ?= python3
@@ -51,8 +52,12 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo
 demo: $(VENV)/.installed-demo
 	$(VENV)/bin/fpr demo
 
+# The default run on two pytest-xdist workers (one per core of the 2-core machines it is sized for): about half
+# the wall time of one process. make test TEST_WORKERS=0 runs it in one process (for pdb, or -p no:xdist).
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 test-slow: $(VENV)/.installed-test
 	$(PY) -m pytest -m slow

@@ -27,9 +27,10 @@ def test_every_marker_the_default_run_leaves_out_is_a_ci_step():
         assert any(re.search(rf"-m {marker}\b", s) for s in steps), marker
 
 
-def test_make_test_runs_the_default_and_make_demo_installs_no_test_extra():
+def test_make_test_runs_the_default_on_two_workers_and_make_demo_installs_no_test_extra():
     make = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest$", make, re.M)
+    assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest -n \$\(TEST_WORKERS\)$", make, re.M)
+    assert re.search(r"^TEST_WORKERS \?= 2$", make, re.M)  # two xdist workers: one per core of a 2-core machine
     assert "DEMO_SPEC := -e '.[cpu]'" in make and "TEST_SPEC := -e '.[cpu,test]'" in make
     assert re.search(r"^\$\(VENV\)/\.installed-demo: .*\n(\t.*\n)*\t\$\(call pip_retry,[^\n]*\$\(DEMO_SPEC\)\)", make,
                      re.M)
