@@ -11,12 +11,19 @@ arguments, so the cache only saves compile time: here such a kernel is compiled 
 Every numba kernel in fpr is compiled through :func:`njit` (``tests/test_ownership.py`` holds every
 other module to that). numba's import stays inside the call: a module of kernels imports numba when
 it decorates, so ``ImportError`` still tells its caller that numba is missing (the NumPy engines).
+
+A set of kernels may be compiled ahead, by another process, into numba's cache (``fpr demo`` does, on
+the core its own work leaves idle: :mod:`fpr.workflows.kernels`): :func:`compile_ahead` registers that
+process, and the set's first use here calls :func:`wait_ahead`, which waits for it and then loads the
+set from the cache instead of compiling the same kernels a second time beside it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import os
+import time
+from typing import Any, Callable, Iterable
 
-from fpr import cache, settings
+from fpr import cache, progress, settings
 
 _HINT = "set NUMBA_CACHE_DIR to a writable folder to keep compiled kernels between runs"
 
@@ -40,4 +47,52 @@ def njit(**options: Any) -> Callable[[Callable], Any]:
     return decorate
 
 
-__all__ = ["njit"]
+def cacheable() -> bool:
+    """Whether numba can keep compiled kernels here: the same test :func:`njit` meets (a writable place for
+    fpr's sources' cache), on a function of this module; nothing is compiled."""
+    from numba import njit as numba_njit
+
+    try:
+        numba_njit(cache=True)(_probe)
+    except RuntimeError as exc:
+        if "cannot cache function" not in str(exc):
+            raise
+        return False
+    return True
+
+
+def _probe() -> None:
+    """What :func:`cacheable` decorates (never called)."""
+
+
+# kernel set -> (the process that registered it, the process compiling the set into numba's cache)
+_AHEAD: dict[str, tuple[int, Any]] = {}
+
+
+def compile_ahead(name: str, process: Any) -> None:
+    """Say that ``process`` (a started child of this process) compiles kernel set ``name`` into numba's cache."""
+    _AHEAD[name] = (os.getpid(), process)
+
+
+def wait_ahead(name: str) -> None:
+    """Before this process compiles kernel set ``name``: if a child compiles it into numba's cache, wait for
+    the child to end, so the set loads from the cache here. A child that failed or was stopped leaves the
+    set to this process, as without it. A forked process inherits the table but waits for no one's child."""
+    owner, process = _AHEAD.pop(name, (None, None))
+    if process is None or owner != os.getpid():
+        return
+    t0 = time.perf_counter()
+    process.join(1.0)
+    if process.exitcode is None:  # said only when the wait is felt
+        progress.log(f"waiting for the {name} kernels, compiling in the background into numba's cache")
+        process.join()
+        progress.log(f"{name} kernels compiled in the background: waited {time.perf_counter() - t0:.1f} s")
+
+
+def forget_ahead(names: Iterable[str] | None = None) -> None:
+    """Wait for no process compiling the sets ``names`` (None: any; a child that compiles ahead itself)."""
+    for name in list(_AHEAD) if names is None else names:
+        _AHEAD.pop(name, None)
+
+
+__all__ = ["cacheable", "compile_ahead", "forget_ahead", "njit", "wait_ahead"]
