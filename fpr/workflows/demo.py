@@ -36,7 +36,7 @@ import pandas as pd
 from fpr import progress
 from fpr.metrics.headroom import ap_one_share, headroom
 from fpr.registry import import_module
-from fpr.workflows.kernels import COPY_PASTE, compiling_ahead
+from fpr.workflows.kernels import COPY_PASTE, compiling_ahead, stop_with_parent
 
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
@@ -332,17 +332,10 @@ def _background_init() -> None:
     The seed's numbers do not change: the CPU embedding protocol's bits do not depend on the thread count.
     Stopped with the parent (killed by a time limit, say) instead of finishing a seed nobody waits for:
     Linux only (prctl); elsewhere it runs to its end."""
-    import ctypes
-    import signal
-    import sys
-
     import torch
 
     torch.set_num_threads(1)
-
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    stop_with_parent()
 
 
 def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0,

@@ -74,7 +74,7 @@ def can_compile_ahead() -> bool:
 
 def _ahead(sets: Sequence[str]) -> None:
     """The forked process: compile ``sets`` into numba's cache; a failure is said, and leaves them to the parent."""
-    _stop_with_parent()
+    stop_with_parent()
     compiled.forget_ahead()
     try:
         compile_kernels(sets)
@@ -84,13 +84,15 @@ def _ahead(sets: Sequence[str]) -> None:
         sys.exit(1)
 
 
-def _stop_with_parent() -> None:
-    """Stopped with the process that started it (killed by a time limit, say), not compiling for nobody: Linux only."""
+def stop_with_parent() -> None:
+    """In a forked background process: stopped with the process that started it (killed by a time limit, say)
+    rather than working on for nobody. Linux only (prctl); elsewhere it runs to its end."""
     import ctypes
     import signal
 
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @contextmanager
@@ -122,6 +124,7 @@ def compiling_ahead(sets: Sequence[str]) -> Iterator[bool]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m fpr.workflows.kernels``: every kernel set into numba's cache (two at a time), one line."""
     t0 = time.perf_counter()
+    progress.set_enabled(False)  # one line: this one's, below
     if not compiled.cacheable():
         print("fpr: numba cannot cache compiled kernels here (set NUMBA_CACHE_DIR to a writable folder): nothing "
               "compiled ahead; each run compiles them in memory", file=sys.stderr)
