@@ -296,7 +296,7 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
     assert full.output.rstrip().splitlines()[-1].startswith("  regime, general fpr-general-v2: oracle mAP")
     r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo"], obj={})
     assert r.exit_code == 0, r.output
-    demo_text = r.stdout
+    demo_text = full.stdout  # ends with the verdicts
     claim_lines = [line for line in r.output.splitlines() if line.startswith("  claim ")]
     # the default (quick) demo: the verdicts, then the newcomer's next step
     assert r.output.rstrip().splitlines()[-3:] == full.output.rstrip().splitlines()[-1:] + ["", f"next: {FULL_HINT}"]
