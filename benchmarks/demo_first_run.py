@@ -98,8 +98,8 @@ def one_demo(trees: dict[str, Path], demo: str, tmp: Path, meta: dict) -> None:
 
 
 def measure(anchor: str, rounds: int, demos: list[str]) -> None:
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
+                          text=True).stdout.strip() or "?"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "anchor").mkdir()
