@@ -1,4 +1,4 @@
-"""``fpr demo``: the protocol end to end on the built-in world (offline, CPU, minutes)."""
+"""``fpr demo``: the protocol end to end on the built-in world (offline, CPU; seconds, ``--full`` minutes)."""
 from __future__ import annotations
 
 import click

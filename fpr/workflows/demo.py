@@ -1,4 +1,4 @@
-"""``fpr demo``: the whole protocol on the built-in world, offline, on a CPU, in minutes.
+"""``fpr demo``: the whole protocol on the built-in world, offline, on a CPU, in seconds (``--full``: minutes).
 
 1. render a world (per species a group of identities with gallery and reference
    images) and each simulated method's queries, whose identity drift is known;
