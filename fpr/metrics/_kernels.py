@@ -28,43 +28,46 @@ from fpr.compiled import njit  # numba, cached where it can write (else in memor
 from fpr.defaults import AP_AT_K
 
 LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
-# A row with m <= PASSES_MAX distinct relevant values is counted with one vectorised pass per distinct
-# value instead of binning item by item (the same integers: each pass counts the items >= one relevant
-# value) when that is cheaper: m passes cost about m * G / 8 (8 comparisons per SIMD instruction), the
-# binning about c * (m + PASS_COST) / 8 for the c items at or above the lowest relevant value.
-PASSES_MAX = 64
-PASS_COST = 48
-# A row is read in blocks of BLOCK items: one vectorised test per block (any relevant flag; how many scores
-# at or above the lowest relevant one) so that the scalar work touches only the few blocks that hold
-# something (on retrieval scores about 1% of a row's items are candidates). 64 float32 are one cache line
-# pair; smaller blocks pay the per-block test more often, larger ones scan more items one by one.
+# A row is read in blocks of BLOCK items: one vectorised count per block of the scores at or above the
+# lowest relevant one, so that later work touches only the blocks that hold such a candidate (on retrieval
+# scores about 1% of a row's items are candidates, in a third of its blocks). 64 float32 are one cache line
+# pair; smaller blocks pay the per-block test more often, larger ones read more items again.
 BLOCK = 64
+# The candidate blocks are then counted again against the other distinct relevant values, GROUP of them per
+# read of a block (GROUP_COST: about 3 ns per block and group, ~0.01 ns per item and threshold on AMD EPYC),
+# or, when there are many distinct values and few candidates, item by item: each candidate binned by a
+# linear or binary search (BIN_COST per candidate, SCAN_COST per block scanned: a branch per item).
+GROUP = 4
+GROUP_COST = 1
+SCAN_COST = 12
+BIN_COST = 3
 INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort allocates a copy per row)
-
-
-@njit(nogil=True)
-def _any(words):
-    """Any non-zero of the mask words ``words`` (vectorises)."""
-    acc = np.uint64(0)
-    for k in range(words.shape[0]):
-        acc |= words[k]
-    return acc
 
 
 @njit(nogil=True)
 def _gather(s, rel, u):
     """The relevant scores of row ``s`` (``rel``: its mask as bytes) into ``u``: their count, or -1 if one
-    is NaN. The mask is read as 8-byte words, BLOCK bytes tested at once; only a non-zero word's bytes are
+    is NaN. The mask is read as 8-byte words, BLOCK bytes tested at once (one vectorised OR, indices
+    rather than slices: a slice costs two atomic reference counts); only a non-zero word's bytes are
     looked at one by one, and only the relevant scores are read (a few cache lines of the row)."""
     g = s.shape[0]
     g8 = g - g % 8
     words = rel[:g8].view(np.uint64)  # x86 and ARM load unaligned words (a row starts at any byte)
     nw = words.shape[0]
     step = BLOCK // 8
+    full = nw // step
     r = 0
-    for j in range(0, nw, step):
-        e = min(j + step, nw)
-        if _any(words[j:e]):
+    for b in range(full + 1):
+        j = b * step
+        e = j + step if b < full else nw
+        acc = np.uint64(0)
+        if b < full:
+            for w in range(step):
+                acc |= words[j + w]
+        else:
+            for w in range(j, e):
+                acc |= words[w]
+        if acc:
             for w in range(j, e):
                 if words[w]:
                     r = _take(s, rel, u, r, 8 * w, 8 * w + 8)
@@ -89,7 +92,7 @@ def _take(s, rel, u, r, j, e):
 @njit(nogil=True)
 def _row(s, rel, u, hist, bc):
     """(ap, first, last, n_rel, ap@k, r-precision, bad) of one row; ``u``/``hist``/``bc`` are scratch arrays (len(row),
-    2 len(row) + 1, len(row) / BLOCK + 1)."""
+    2 len(row) + 1, 2 (len(row) / BLOCK + 1))."""
     r = _gather(s, rel, u)
     if r < 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, True
@@ -112,21 +115,15 @@ def _row_idx(s, idx, u, hist, bc):
 def _finish(s, u, r, hist, bc):
     """AP, ranks, AP@k and R-precision from the row ``s`` and its ``r`` relevant scores in ``u[:r]`` (``u`` in s's dtype, so
     every comparison is between two values of the row: exact)."""
-    g = s.shape[0]
     if r == 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, False
     m = distinct(u, r, hist)
-    low = u[0]
-    c = block_counts(s, low, bc)
-    if m <= PASSES_MAX and c * (m + PASS_COST) >= m * g:
-        # many items at or above the lowest relevant score (i.i.d.-like rows): m counting passes
-        above = 0
-        for t in range(m - 1, -1, -1):
-            n = count_ge(s, u[t])
-            hist[t] = n - above
-            above = n
+    c, nb = block_counts(s, u[0], bc)
+    groups = (m + GROUP - 2) // GROUP  # the thresholds u[1:m] in groups of GROUP
+    if groups * nb * GROUP_COST <= nb * SCAN_COST + c * BIN_COST:
+        count_blocks(s, u, m, c, hist, bc, nb)
     else:
-        bin_blocks(s, low, u, m, hist, bc)
+        bin_blocks(s, u[0], u, m, hist, bc, nb)
     ap, first, last, n_rel, _ = walk(hist, m, r)
     apk, rprec = walk_cut(hist, m, r, AP_AT_K)
     return ap, first, last, n_rel, apk, rprec, False
@@ -134,28 +131,90 @@ def _finish(s, u, r, hist, bc):
 
 @njit(nogil=True)
 def block_counts(s, low, bc):
-    """Per block of BLOCK items, how many score >= ``low`` (into ``bc``); returns the row's total."""
+    """The blocks of BLOCK items holding a score >= ``low``: their indices into ``bc[:nb]``, their counts
+    into ``bc[h:h + nb]`` (h = len(bc) // 2), appended without a branch so that the later passes loop over
+    a list (a test per block there mispredicts once per candidate block); returns (total count, nb). A
+    fixed trip count and 32-bit lanes (a block holds at most BLOCK) keep the count one compare and one
+    subtract per vector."""
     g = s.shape[0]
+    full = g // BLOCK
+    h = bc.shape[0] // 2
     c = 0
-    b = 0
-    for j in range(0, g, BLOCK):
-        n = count_ge(s[j:min(j + BLOCK, g)], low)
-        bc[b] = n
+    nb = 0
+    for b in range(full + 1):
+        j = b * BLOCK
+        n = np.int32(0)
+        if b < full:
+            for k in range(BLOCK):
+                n = np.int32(n + (s[j + k] >= low))
+        else:
+            for k in range(j, g):
+                n = np.int32(n + (s[k] >= low))
+        bc[nb] = b
+        bc[h + nb] = n
         c += n
-        b += 1
-    return c
+        nb += n != 0
+    return c, nb
 
 
 @njit(nogil=True)
-def bin_blocks(s, low, u, m, hist, bc):
-    """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``),
-    reading only the blocks whose count ``bc`` is not zero, each up to its last candidate (a block
-    usually holds one: on average half of it is read)."""
+def count_blocks(s, u, m, c, hist, bc, nb):
+    """The counts ``hist[:m]`` (items in [u_t, u_t+1)) from N_t = #items >= u_t: N_0 = ``c``, the others
+    counted GROUP thresholds per read of each block that holds a candidate (an item >= u_t > u_0 is one)."""
+    above = c
+    t = 1
+    while t + GROUP <= m:
+        n = count4(s, bc, nb, u[t], u[t + 1], u[t + 2], u[t + 3])
+        for i in range(GROUP):
+            hist[t + i - 1] = above - n[i]
+            above = n[i]
+        t += GROUP
+    for k in range(t, m):  # fewer than GROUP left: a pass each (a padded group costs GROUP thresholds' compares)
+        n1 = count1(s, bc, nb, u[k])
+        hist[k - 1] = above - n1
+        above = n1
+    hist[m - 1] = above
+
+
+@njit(nogil=True)
+def count4(s, bc, nb, x0, x1, x2, x3):
+    """How many items of the blocks ``bc[:nb]`` score >= each of x0..x3 (NaN never): one read of a block
+    feeds four 32-bit counts (the compiler keeps them in vector registers, reduced per block)."""
     g = s.shape[0]
-    b = 0
-    for j in range(0, g, BLOCK):
-        left = bc[b]
-        k = j
+    n0 = n1 = n2 = n3 = 0
+    for i in range(nb):
+        j = max(bc[i], 0) * BLOCK  # known >= 0: no negative-index wrap, so no vector gathers
+        c0 = c1 = c2 = c3 = np.int32(0)
+        if j + BLOCK <= g:
+            for k in range(BLOCK):
+                v = s[j + k]
+                c0 = np.int32(c0 + (v >= x0))
+                c1 = np.int32(c1 + (v >= x1))
+                c2 = np.int32(c2 + (v >= x2))
+                c3 = np.int32(c3 + (v >= x3))
+        else:  # the row's last, partial block
+            for k in range(j, g):
+                v = s[k]
+                c0 = np.int32(c0 + (v >= x0))
+                c1 = np.int32(c1 + (v >= x1))
+                c2 = np.int32(c2 + (v >= x2))
+                c3 = np.int32(c3 + (v >= x3))
+        n0 += c0
+        n1 += c1
+        n2 += c2
+        n3 += c3
+    return n0, n1, n2, n3
+
+
+@njit(nogil=True)
+def bin_blocks(s, low, u, m, hist, bc, nb):
+    """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``),
+    reading only the blocks ``bc[:nb]``, each up to its last candidate (its count is known: a block
+    usually holds one, on average half of it is read)."""
+    h = bc.shape[0] // 2
+    for i in range(nb):
+        left = bc[h + i]
+        k = bc[i] * BLOCK
         while left:
             v = s[k]
             if v >= low:
@@ -168,16 +227,24 @@ def bin_blocks(s, low, u, m, hist, bc):
                 else:
                     hist[bin_of(u, m, v)] += 1
             k += 1
-        b += 1
 
 
 @njit(nogil=True)
-def count_ge(s, x):
-    """How many of ``s`` are >= x (NaN never): a branchless pass the compiler vectorises."""
-    c = 0
-    for j in range(s.shape[0]):
-        c += s[j] >= x
-    return c
+def count1(s, bc, nb, x):
+    """:func:`count4` for one threshold."""
+    g = s.shape[0]
+    n = 0
+    for i in range(nb):
+        j = max(bc[i], 0) * BLOCK  # known >= 0: no negative-index wrap, so no vector gathers
+        c = np.int32(0)
+        if j + BLOCK <= g:
+            for k in range(BLOCK):
+                c = np.int32(c + (s[j + k] >= x))
+        else:
+            for k in range(j, g):
+                c = np.int32(c + (s[k] >= x))
+        n += c
+    return n
 
 
 @njit(nogil=True)
@@ -265,10 +332,10 @@ def walk_cut(hist, m, r, k):
 
 @njit(nogil=True)
 def _scratch(scores):
-    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, per-block counts."""
+    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, candidate blocks."""
     g = scores.shape[1]
     return (np.empty(g, dtype=scores.dtype), np.empty(2 * g + 1, dtype=np.int64),
-            np.empty(g // BLOCK + 1, dtype=np.int64))
+            np.empty(2 * (g // BLOCK + 1), dtype=np.int64))
 
 
 @njit(nogil=True)
