@@ -38,18 +38,20 @@ BLOCK = 64
 # or, when there are many distinct values and few candidates, item by item: each candidate binned by a
 # linear or binary search (BIN_COST per candidate, SCAN_COST per block scanned: a branch per item).
 GROUP = 4
+CHUNK = 16  # blocks counted against every threshold before the next ones (16 x 64 float32: 4 KB, in L1)
 GROUP_COST = 1
 SCAN_COST = 12
 BIN_COST = 3
+DENSE_MAX = 64  # a row with more distinct relevant values goes through the candidate blocks' list (and may be binned)
 INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort allocates a copy per row)
 
 
 @njit(nogil=True)
-def _gather(s, rel, u):
+def _gather(s, rel, u, pos):
     """The relevant scores of row ``s`` (``rel``: its mask as bytes) into ``u``: their count, or -1 if one
     is NaN. The mask is read as 8-byte words, BLOCK bytes tested at once (one vectorised OR, indices
     rather than slices: a slice costs two atomic reference counts); only a non-zero word's bytes are
-    looked at one by one, and only the relevant scores are read (a few cache lines of the row)."""
+    looked at, their relevant positions appended to ``pos`` (len(row) + 8), and the scores read after."""
     g = s.shape[0]
     g8 = g - g % 8
     words = rel[:g8].view(np.uint64)  # x86 and ARM load unaligned words (a row starts at any byte)
@@ -70,30 +72,37 @@ def _gather(s, rel, u):
         if acc:
             for w in range(j, e):
                 if words[w]:
-                    r = _take(s, rel, u, r, 8 * w, 8 * w + 8)
-                    if r < 0:
-                        return r
-    return _take(s, rel, u, r, g8, g)
+                    r = _take(rel, pos, r, 8 * w, 8 * w + 8)
+    return _load(s, pos, _take(rel, pos, r, g8, g), u)
 
 
 @njit(nogil=True)
-def _take(s, rel, u, r, j, e):
-    """Append the relevant scores of items [j, e) to ``u[:r]``; the new count, or -1 at a NaN."""
+def _take(rel, pos, r, j, e):
+    """Append the relevant positions among items [j, e) to ``pos[:r]`` (each written, kept if relevant:
+    no branch); the new count."""
     for k in range(j, e):
-        if rel[k]:
-            v = s[k]
-            if v != v:
-                return -1
-            u[r] = v
-            r += 1
+        pos[r] = k
+        r += rel[k] != 0
     return r
 
 
 @njit(nogil=True)
-def _row(s, rel, u, hist, bc):
-    """(ap, first, last, n_rel, ap@k, r-precision, bad) of one row; ``u``/``hist``/``bc`` are scratch arrays (len(row),
-    2 len(row) + 1, 2 (len(row) / BLOCK + 1))."""
-    r = _gather(s, rel, u)
+def _load(s, pos, r, u):
+    """``u[:r] = s[pos[:r]]``; r, or -1 if one is NaN. Without a branch: the row is not in cache yet and
+    the reads, all issued at once, wait for memory together rather than one after the other."""
+    bad = False
+    for k in range(r):
+        v = s[pos[k]]
+        bad |= v != v
+        u[k] = v
+    return -1 if bad else r
+
+
+@njit(nogil=True)
+def _row(s, rel, u, hist, bc, pos):
+    """(ap, first, last, n_rel, ap@k, r-precision, bad) of one row; ``u``/``hist``/``bc``/``pos`` are scratch arrays
+    (len(row), 2 len(row) + 1, 2 (len(row) / BLOCK + 1), len(row) + 8)."""
+    r = _gather(s, rel, u, pos)
     if r < 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, True
     return _finish(s, u, r, hist, bc)
@@ -102,12 +111,9 @@ def _row(s, rel, u, hist, bc):
 @njit(nogil=True)
 def _row_idx(s, idx, u, hist, bc):
     """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
-    r = idx.shape[0]
-    for k in range(r):
-        v = s[idx[k]]
-        if v != v:
-            return np.nan, 0, 0, 0, np.nan, np.nan, True
-        u[k] = v
+    r = _load(s, idx, idx.shape[0], u)
+    if r < 0:
+        return np.nan, 0, 0, 0, np.nan, np.nan, True
     return _finish(s, u, r, hist, bc)
 
 
@@ -118,12 +124,15 @@ def _finish(s, u, r, hist, bc):
     if r == 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, False
     m = distinct(u, r, hist)
-    c, nb = block_counts(s, u[0], bc)
-    groups = (m + GROUP - 2) // GROUP  # the thresholds u[1:m] in groups of GROUP
-    if groups * nb * GROUP_COST <= nb * SCAN_COST + c * BIN_COST:
-        count_blocks(s, u, m, c, hist, bc, nb)
+    if m <= DENSE_MAX and dense(s, u[0]):
+        count_blocks(s, u, m, 0, 0, hist, bc, all_blocks(s, bc))
     else:
-        bin_blocks(s, u[0], u, m, hist, bc, nb)
+        c, nb = block_counts(s, u[0], bc)
+        groups = (m + GROUP - 2) // GROUP  # the thresholds u[1:m] in groups of GROUP
+        if groups * nb * GROUP_COST <= nb * SCAN_COST + c * BIN_COST:
+            count_blocks(s, u, m, 1, c, hist, bc, nb)
+        else:
+            bin_blocks(s, u[0], u, m, hist, bc, nb)
     ap, first, last, n_rel, _ = walk(hist, m, r)
     apk, rprec = walk_cut(hist, m, r, AP_AT_K)
     return ap, first, last, n_rel, apk, rprec, False
@@ -135,74 +144,101 @@ def block_counts(s, low, bc):
     into ``bc[h:h + nb]`` (h = len(bc) // 2), appended without a branch so that the later passes loop over
     a list (a test per block there mispredicts once per candidate block); returns (total count, nb). A
     fixed trip count and 32-bit lanes (a block holds at most BLOCK) keep the count one compare and one
-    subtract per vector."""
+    subtract per vector; the partial last block has its own loop (one loop for both is 3x slower)."""
     g = s.shape[0]
     full = g // BLOCK
     h = bc.shape[0] // 2
     c = 0
     nb = 0
-    for b in range(full + 1):
+    for b in range(full):
         j = b * BLOCK
         n = np.int32(0)
-        if b < full:
-            for k in range(BLOCK):
-                n = np.int32(n + (s[j + k] >= low))
-        else:
-            for k in range(j, g):
-                n = np.int32(n + (s[k] >= low))
+        for k in range(BLOCK):
+            n = np.int32(n + (s[j + k] >= low))
         bc[nb] = b
         bc[h + nb] = n
         c += n
         nb += n != 0
-    return c, nb
+    n = np.int32(0)
+    for k in range(full * BLOCK, g):
+        n = np.int32(n + (s[k] >= low))
+    bc[nb] = full
+    bc[h + nb] = n
+    return c + n, nb + (n != 0)
 
 
 @njit(nogil=True)
-def count_blocks(s, u, m, c, hist, bc, nb):
-    """The counts ``hist[:m]`` (items in [u_t, u_t+1)) from N_t = #items >= u_t: N_0 = ``c``, the others
-    counted GROUP thresholds per read of each block that holds a candidate (an item >= u_t > u_0 is one)."""
-    above = c
-    t = 1
-    while t + GROUP <= m:
-        n = count4(s, bc, nb, u[t], u[t + 1], u[t + 2], u[t + 3])
-        for i in range(GROUP):
-            hist[t + i - 1] = above - n[i]
-            above = n[i]
-        t += GROUP
-    for k in range(t, m):  # fewer than GROUP left: a pass each (a padded group costs GROUP thresholds' compares)
-        n1 = count1(s, bc, nb, u[k])
-        hist[k - 1] = above - n1
-        above = n1
-    hist[m - 1] = above
+def count_blocks(s, u, m, t0, c, hist, bc, nb):
+    """The counts ``hist[:m]`` (items in [u_t, u_t+1)) from N_t = #items >= u_t, each N_t with t >= t0
+    counted in the blocks ``bc[:nb]`` (those holding an item >= u_0: every item >= u_t is in one), GROUP
+    thresholds per read of a block (the last group padded with a repeated threshold when it holds three),
+    N_0 = ``c`` when t0 = 1. The blocks are taken CHUNK at a time, every threshold counted over a chunk
+    before the next: a chunk stays in L1 for all its passes (a whole row of 20 KB does not)."""
+    full = s.shape[0] // BLOCK
+    nf = nb - (nb > 0 and bc[nb - 1] == full)  # the whole blocks; the partial last one is read to the end
+    for t in range(t0, m):
+        hist[t] = 0
+    hist[0] += c
+    for i0 in range(0, max(nf, 1), CHUNK):
+        i1 = min(i0 + CHUNK, nf)
+        tail = full * BLOCK if i1 == nf else s.shape[0]  # the items after the last whole block, once
+        t = t0
+        while m - t >= GROUP - 1:
+            n = count4(s, bc, i0, i1, tail, u[t], u[t + 1], u[t + 2], u[min(t + 3, m - 1)])
+            for i in range(min(GROUP, m - t)):
+                hist[t + i] += n[i]
+            t += GROUP
+        for k in range(t, m):  # one or two left: a pass each (cheaper than a group's four compares)
+            hist[k] += count1(s, bc, i0, i1, tail, u[k])
+    for k in range(m - 1):
+        hist[k] -= hist[k + 1]
 
 
 @njit(nogil=True)
-def count4(s, bc, nb, x0, x1, x2, x3):
-    """How many items of the blocks ``bc[:nb]`` score >= each of x0..x3 (NaN never): one read of a block
-    feeds four 32-bit counts (the compiler keeps them in vector registers, reduced per block)."""
-    g = s.shape[0]
+def dense(s, low):
+    """Whether at least a quarter of the row's first block scores >= ``low``: then most of the row is likely
+    to (i.i.d.-like scores) and every block is counted at once, without first listing the candidate
+    blocks (a guess: it picks the cheaper path, never the numbers)."""
+    e = min(BLOCK, s.shape[0])
+    n = 0
+    for k in range(e):
+        n += s[k] >= low
+    return 4 * n >= e
+
+
+@njit(nogil=True)
+def all_blocks(s, bc):
+    """Every whole block of the row listed in ``bc`` (the counts read the partial last one anyway); their number."""
+    full = s.shape[0] // BLOCK
+    for b in range(full):
+        bc[b] = b
+    return full
+
+
+@njit(nogil=True)
+def count4(s, bc, i0, i1, tail, x0, x1, x2, x3):
+    """How many items of the blocks ``bc[i0:i1]`` and of ``s[tail:]`` score >= each of x0..x3 (NaN never):
+    one read of a block feeds four 32-bit counts (the compiler keeps them in vector registers)."""
     n0 = n1 = n2 = n3 = 0
-    for i in range(nb):
+    for i in range(i0, i1):
         j = max(bc[i], 0) * BLOCK  # known >= 0: no negative-index wrap, so no vector gathers
         c0 = c1 = c2 = c3 = np.int32(0)
-        if j + BLOCK <= g:
-            for k in range(BLOCK):
-                v = s[j + k]
-                c0 = np.int32(c0 + (v >= x0))
-                c1 = np.int32(c1 + (v >= x1))
-                c2 = np.int32(c2 + (v >= x2))
-                c3 = np.int32(c3 + (v >= x3))
-        else:  # the row's last, partial block
-            for k in range(j, g):
-                v = s[k]
-                c0 = np.int32(c0 + (v >= x0))
-                c1 = np.int32(c1 + (v >= x1))
-                c2 = np.int32(c2 + (v >= x2))
-                c3 = np.int32(c3 + (v >= x3))
+        for k in range(BLOCK):
+            v = s[j + k]
+            c0 = np.int32(c0 + (v >= x0))
+            c1 = np.int32(c1 + (v >= x1))
+            c2 = np.int32(c2 + (v >= x2))
+            c3 = np.int32(c3 + (v >= x3))
         n0 += c0
         n1 += c1
         n2 += c2
         n3 += c3
+    for k in range(tail, s.shape[0]):
+        v = s[k]
+        n0 += v >= x0
+        n1 += v >= x1
+        n2 += v >= x2
+        n3 += v >= x3
     return n0, n1, n2, n3
 
 
@@ -230,20 +266,17 @@ def bin_blocks(s, low, u, m, hist, bc, nb):
 
 
 @njit(nogil=True)
-def count1(s, bc, nb, x):
+def count1(s, bc, i0, i1, tail, x):
     """:func:`count4` for one threshold."""
-    g = s.shape[0]
     n = 0
-    for i in range(nb):
-        j = max(bc[i], 0) * BLOCK  # known >= 0: no negative-index wrap, so no vector gathers
+    for i in range(i0, i1):
+        j = max(bc[i], 0) * BLOCK
         c = np.int32(0)
-        if j + BLOCK <= g:
-            for k in range(BLOCK):
-                c = np.int32(c + (s[j + k] >= x))
-        else:
-            for k in range(j, g):
-                c = np.int32(c + (s[k] >= x))
+        for k in range(BLOCK):
+            c = np.int32(c + (s[j + k] >= x))
         n += c
+    for k in range(tail, s.shape[0]):
+        n += s[k] >= x
     return n
 
 
@@ -332,19 +365,19 @@ def walk_cut(hist, m, r, k):
 
 @njit(nogil=True)
 def _scratch(scores):
-    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, candidate blocks."""
+    """Per-thread scratch: relevant values in the scores' dtype, counts and multiplicities, candidate blocks, relevant positions."""
     g = scores.shape[1]
     return (np.empty(g, dtype=scores.dtype), np.empty(2 * g + 1, dtype=np.int64),
-            np.empty(2 * (g // BLOCK + 1), dtype=np.int64))
+            np.empty(2 * (g // BLOCK + 1), dtype=np.int64), np.empty(g + 8, dtype=np.int64))
 
 
 @njit(nogil=True)
 def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with the relevance mask as bytes (uint8); returns True if a relevant score is NaN."""
-    u, hist, bc = _scratch(scores)
+    u, hist, bc, pos = _scratch(scores)
     bad = False
     for i in range(start, end):
-        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist, bc)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist, bc, pos)
         bad |= b
     return bad
 
@@ -353,7 +386,7 @@ def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, en
 def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, n_rel, apk, rprec, start, end):
     """Rows [start, end) with relevance = equal label codes: the relevant columns of label c are
     ``g_order[g_start[c]:g_start[c] + g_count[c]]`` (gallery rows sorted by label)."""
-    u, hist, bc = _scratch(scores)
+    u, hist, bc, _ = _scratch(scores)
     bad = False
     for i in range(start, end):
         c = q_codes[i]
