@@ -1,4 +1,4 @@
-"""Compiled per-query kernels of the metric engine (numba), one pass over each row.
+"""Compiled per-query kernels of the metric engine (numba): one pass over each row from memory, the others in cache.
 
 For one query with relevant scores sorted into distinct values u_1 > ... > u_m
 (multiplicities c_t), AP with scikit-learn's tie rule is
@@ -11,12 +11,17 @@ u_t <= score: O(G log R) with no sort of the row. First hit rank = N_1, last hit
 rank = N_m (pessimistic over ties, as the NumPy engine). AP@k and R-precision
 (:mod:`fpr.metrics.ranking`) come from the same counts: the relevant items of value u_t rank at N_t.
 
-The row is read in blocks of :data:`BLOCK` items, each first tested with one vectorised
-operation (does the block hold a relevant flag, its mask read as 8-byte words; how many of its scores reach the lowest
-relevant one), so that the scalar work -- collecting the relevant scores, binning the
-candidates -- touches only the blocks that hold something: on retrieval scores about
-three passes at SIMD speed per row (mask, block counts, the few candidate blocks), within
-a few times the time to stream the row (benchmarks/results/engine_floor.md).
+The row is read in blocks of :data:`BLOCK` items with vectorised loops of fixed trip count and
+32-bit lanes: the relevance mask as 8-byte words (one OR per block), then N_m counted per block
+(which blocks hold a candidate: an item at or above u_m, the lowest relevant score), then the other N_t
+counted over those blocks only, :data:`GROUP` thresholds per read of a block, a chunk of blocks at a
+time (kept in L1). A row whose first block is mostly candidates (i.i.d.-like scores) skips the list
+and counts every block at once. Per pair on AMD EPYC (5k x 5k float32, one thread;
+benchmarks/results/engine_floor.md): the mask and the relevant scores ~0.12-0.2 ns, the streaming
+count ~0.13 ns (the memory floor, ``scores.sum()``, is ~0.17), each further group of four
+thresholds ~0.11 ns over a dense row (~0.027 ns per item and threshold: compute-bound), a few
+hundredths over the fifth to third of the blocks that hold candidates on retrieval scores (~1% of
+the items).
 The kernels release the GIL; the caller runs ranges of rows on a thread pool (dynamic
 scheduling: numba's static ``prange`` split stalls on a machine whose cores are shared).
 """
@@ -27,22 +32,27 @@ import numpy as np
 from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
 from fpr.defaults import AP_AT_K
 
-LINEAR_MAX = 48  # up to this many distinct relevant values a linear count beats a binary search
 # A row is read in blocks of BLOCK items: one vectorised count per block of the scores at or above the
 # lowest relevant one, so that later work touches only the blocks that hold such a candidate (on retrieval
-# scores about 1% of a row's items are candidates, in a third of its blocks). 64 float32 are one cache line
-# pair; smaller blocks pay the per-block test more often, larger ones read more items again.
+# scores about 1% of a row's items are candidates, in a fifth to a third of its blocks). 64 float32 are one
+# cache line pair; smaller blocks pay the per-block work more often, larger ones read more items again.
 BLOCK = 64
-# The candidate blocks are then counted again against the other distinct relevant values, GROUP of them per
-# read of a block (GROUP_COST: about 3 ns per block and group, ~0.01 ns per item and threshold on AMD EPYC),
-# or, when there are many distinct values and few candidates, item by item: each candidate binned by a
-# linear or binary search (BIN_COST per candidate, SCAN_COST per block scanned: a branch per item).
+# The candidate blocks are then counted against the other distinct relevant values, GROUP per read of a
+# block (more gain nothing: the compares, not the reads, are the cost), CHUNK blocks at a time (16 x 64
+# float32 = 4 KB stays in L1 through every pass; a 20 KB row re-read pass after pass does not).
 GROUP = 4
-CHUNK = 16  # blocks counted against every threshold before the next ones (16 x 64 float32: 4 KB, in L1)
+CHUNK = 16
+# ... or, with many distinct values and candidates one or two per block, item by item: each candidate binned
+# by a binary search. Relative costs (AMD EPYC): a group's pass over one block ~7 ns (GROUP_COST), scanning a
+# block to its last candidate (SCAN_COST) and binning one candidate (BIN_COST) about 12 and 3 times that: the
+# item binning wins from about 60-100 distinct values with scattered candidates (R = 100 scattered over 3k
+# items: 5.5 against 6.4 ns per pair), never below 62 (so no linear search is needed there).
 GROUP_COST = 1
 SCAN_COST = 12
 BIN_COST = 3
-DENSE_MAX = 64  # a row with more distinct relevant values goes through the candidate blocks' list (and may be binned)
+# A row with at least a quarter of its first block at or above the lowest relevant score is counted over
+# every block at once (no list first) up to this many distinct relevant values; more go through the list.
+DENSE_MAX = 64
 INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort allocates a copy per row)
 
 
@@ -244,24 +254,18 @@ def count4(s, bc, i0, i1, tail, x0, x1, x2, x3):
 
 @njit(nogil=True)
 def bin_blocks(s, low, u, m, hist, bc, nb):
-    """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``),
-    reading only the blocks ``bc[:nb]``, each up to its last candidate (its count is known: a block
-    usually holds one, on average half of it is read)."""
+    """Add each item scoring >= ``low`` to the count of its distinct relevant value's bin (``hist[:m]``, by
+    binary search: this path is taken only for m > 61), reading only the blocks ``bc[:nb]``, each up to its
+    last candidate (its count is known: a block usually holds one, on average half of it is read)."""
     h = bc.shape[0] // 2
     for i in range(nb):
         left = bc[h + i]
-        k = bc[i] * BLOCK
+        k = max(bc[i], 0) * BLOCK
         while left:
             v = s[k]
             if v >= low:
                 left -= 1
-                if m <= LINEAR_MAX:
-                    a = 0
-                    for t in range(1, m):  # count of distinct relevant values <= v, minus one
-                        a += u[t] <= v
-                    hist[a] += 1
-                else:
-                    hist[bin_of(u, m, v)] += 1
+                hist[bin_of(u, m, v)] += 1
             k += 1
 
 
