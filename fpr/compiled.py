@@ -11,6 +11,9 @@ arguments, so the cache only saves compile time: here such a kernel is compiled 
 Every numba kernel in fpr is compiled through :func:`njit` (``tests/test_ownership.py`` holds every
 other module to that). numba's import stays inside the call: a module of kernels imports numba when
 it decorates, so ``ImportError`` still tells its caller that numba is missing (the NumPy engines).
+
+:func:`prefetch` gives kernels LLVM's prefetch hint, which numba does not expose: a kernel that streams one
+row while the next waits in memory asks for the next one's cache lines as it goes (no fault, no wait).
 """
 from __future__ import annotations
 
@@ -40,4 +43,30 @@ def njit(**options: Any) -> Callable[[Callable], Any]:
     return decorate
 
 
-__all__ = ["njit"]
+def prefetch() -> Any:
+    """A numba intrinsic ``prefetch(array, i)``: hint the cache line holding ``array[i]`` towards the core
+    (read, into L2 and up). ``i`` must be in range (the address is computed unchecked; a hint never faults)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def hint(typingctx, array, index):
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]], wraparound=False)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
+            # read (0), locality 2 (L2 and up: the current row keeps L1), data cache (1)
+            builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(2), i32(1)])
+            return context.get_dummy_value()
+
+        return types.void(array, index), codegen
+
+    return hint
+
+
+__all__ = ["njit", "prefetch"]

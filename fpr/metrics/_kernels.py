@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fpr.compiled import njit  # numba, cached where it can write (else in memory, said once)
+from fpr.compiled import njit, prefetch  # numba, cached where it can write (else in memory, said once)
 from fpr.defaults import AP_AT_K
 
 # A row is read in blocks of BLOCK items: one vectorised count per block of the scores at or above the
@@ -53,6 +53,7 @@ BIN_COST = 3
 # A row with at least a quarter of its first block at or above the lowest relevant score is counted over
 # every block at once (no list first) up to this many distinct relevant values; more go through the list.
 DENSE_MAX = 64
+hint = prefetch()  # LLVM's prefetch: the next row's cache lines asked for while this one is counted
 INSERTION_MAX = 32  # relevant scores sorted in place up to this many (np.sort allocates a copy per row)
 
 
@@ -109,26 +110,27 @@ def _load(s, pos, r, u):
 
 
 @njit(nogil=True)
-def _row(s, rel, u, hist, bc, pos):
+def _row(s, rel, u, hist, bc, pos, nxt, nrel):
     """(ap, first, last, n_rel, ap@k, r-precision, bad) of one row; ``u``/``hist``/``bc``/``pos`` are scratch arrays
-    (len(row), 2 len(row) + 1, 2 (len(row) / BLOCK + 1), len(row) + 8)."""
+    (len(row), 2 len(row) + 1, 2 (len(row) / BLOCK + 1), len(row) + 8); ``nxt``/``nrel``: the next row's
+    scores and mask, prefetched."""
     r = _gather(s, rel, u, pos)
     if r < 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, True
-    return _finish(s, u, r, hist, bc)
+    return _finish(s, u, r, hist, bc, nxt, nrel)
 
 
 @njit(nogil=True)
-def _row_idx(s, idx, u, hist, bc):
+def _row_idx(s, idx, u, hist, bc, nxt):
     """Same as :func:`_row` with the relevant columns given as indices (no pass to find them)."""
     r = _load(s, idx, idx.shape[0], u)
     if r < 0:
         return np.nan, 0, 0, 0, np.nan, np.nan, True
-    return _finish(s, u, r, hist, bc)
+    return _finish(s, u, r, hist, bc, nxt, nxt)
 
 
 @njit(nogil=True)
-def _finish(s, u, r, hist, bc):
+def _finish(s, u, r, hist, bc, nxt, nrel):
     """AP, ranks, AP@k and R-precision from the row ``s`` and its ``r`` relevant scores in ``u[:r]`` (``u`` in s's dtype, so
     every comparison is between two values of the row: exact)."""
     if r == 0:
@@ -137,7 +139,7 @@ def _finish(s, u, r, hist, bc):
     if m <= DENSE_MAX and dense(s, u[0]):
         count_blocks(s, u, m, 0, 0, hist, bc, all_blocks(s, bc))
     else:
-        c, nb = block_counts(s, u[0], bc)
+        c, nb = block_counts(s, u[0], bc, nxt, nrel)
         groups = (m + GROUP - 2) // GROUP  # the thresholds u[1:m] in groups of GROUP
         if groups * nb * GROUP_COST <= nb * SCAN_COST + c * BIN_COST:
             count_blocks(s, u, m, 1, c, hist, bc, nb)
@@ -149,12 +151,14 @@ def _finish(s, u, r, hist, bc):
 
 
 @njit(nogil=True)
-def block_counts(s, low, bc):
+def block_counts(s, low, bc, nxt, nrel):
     """The blocks of BLOCK items holding a score >= ``low``: their indices into ``bc[:nb]``, their counts
     into ``bc[h:h + nb]`` (h = len(bc) // 2), appended without a branch so that the later passes loop over
     a list (a test per block there mispredicts once per candidate block); returns (total count, nb). A
     fixed trip count and 32-bit lanes (a block holds at most BLOCK) keep the count one compare and one
-    subtract per vector; the partial last block has its own loop (one loop for both is 3x slower)."""
+    subtract per vector. Each block asks for the same block of the next row (``nxt``, and its mask ``nrel``):
+    the scattered reads of a row's relevant scores then find it in cache instead of stalling the hardware
+    prefetcher's stream (1.2x on a shuffled gallery; the dense path, compute-bound, gains nothing from it)."""
     g = s.shape[0]
     full = g // BLOCK
     h = bc.shape[0] // 2
@@ -167,6 +171,9 @@ def block_counts(s, low, bc):
             n = np.int32(n + (s[j + k] >= low))
         bc[nb] = b
         bc[h + nb] = n
+        for k in range(0, BLOCK, 16):  # 16 float32 per cache line (float64: every other line, then the stream)
+            hint(nxt, j + k)
+        hint(nrel, j)
         c += n
         nb += n != 0
     n = np.int32(0)
@@ -381,7 +388,9 @@ def metrics_mask(scores, relevant, ap, first, last, n_rel, apk, rprec, start, en
     u, hist, bc, pos = _scratch(scores)
     bad = False
     for i in range(start, end):
-        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist, bc, pos)
+        n = min(i + 1, end - 1)
+        ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row(scores[i], relevant[i], u, hist, bc, pos,
+                                                                        scores[n], relevant[n])
         bad |= b
     return bad
 
@@ -395,6 +404,6 @@ def metrics_labels(scores, q_codes, g_order, g_start, g_count, ap, first, last, 
     for i in range(start, end):
         c = q_codes[i]
         ap[i], first[i], last[i], n_rel[i], apk[i], rprec[i], b = _row_idx(
-            scores[i], g_order[g_start[c]:g_start[c] + g_count[c]], u, hist, bc)
+            scores[i], g_order[g_start[c]:g_start[c] + g_count[c]], u, hist, bc, scores[min(i + 1, end - 1)])
         bad |= b
     return bad
