@@ -99,8 +99,8 @@ def _take(rel, pos, r, j, e):
 
 @njit(nogil=True)
 def _load(s, pos, r, u):
-    """``u[:r] = s[pos[:r]]``; r, or -1 if one is NaN. Without a branch: the row is not in cache yet and
-    the reads, all issued at once, wait for memory together rather than one after the other."""
+    """``u[:r] = s[pos[:r]]``; r, or -1 if one is NaN. Without a branch per score: the row is not in cache
+    yet, and no read waits for the test of the one before."""
     bad = False
     for k in range(r):
         v = s[pos[k]]
@@ -193,9 +193,7 @@ def count_blocks(s, u, m, t0, c, hist, bc, nb):
     before the next: a chunk stays in L1 for all its passes (a whole row of 20 KB does not)."""
     full = s.shape[0] // BLOCK
     nf = nb - (nb > 0 and bc[nb - 1] == full)  # the whole blocks; the partial last one is read to the end
-    for t in range(t0, m):
-        hist[t] = 0
-    hist[0] += c
+    hist[0] = c  # distinct() left hist[:m] zero; N_0 is counted below when t0 = 0
     for i0 in range(0, max(nf, 1), CHUNK):
         i1 = min(i0 + CHUNK, nf)
         tail = full * BLOCK if i1 == nf else s.shape[0]  # the items after the last whole block, once
