@@ -12,7 +12,7 @@ Every numba kernel in fpr is compiled through :func:`njit` (``tests/test_ownersh
 other module to that). numba's import stays inside the call: a module of kernels imports numba when
 it decorates, so ``ImportError`` still tells its caller that numba is missing (the NumPy engines).
 
-:func:`prefetch` gives kernels LLVM's prefetch hint, which numba does not expose: a kernel that streams one
+:func:`prefetch` gives kernels LLVM's prefetch hint, which numba does not expose (a numba intrinsic): a kernel that streams one
 row while the next waits in memory asks for the next one's cache lines as it goes (no fault, no wait).
 """
 from __future__ import annotations
@@ -44,8 +44,9 @@ def njit(**options: Any) -> Callable[[Callable], Any]:
 
 
 def prefetch() -> Any:
-    """A numba intrinsic ``prefetch(array, i)``: hint the cache line holding ``array[i]`` towards the core
-    (read, into L2 and up). ``i`` must be in range (the address is computed unchecked; a hint never faults)."""
+    """A numba intrinsic ``hint(array, i)`` for kernels (``hint = prefetch()`` at import): asks for the cache
+    line holding ``array[i]`` (a read, into L2 and up) and goes on. ``i`` must be in range (the address is
+    computed unchecked; a hint never faults)."""
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.extending import intrinsic
