@@ -16,6 +16,9 @@ A set of kernels may be compiled ahead, by another process, into numba's cache (
 the core its own work leaves idle: :mod:`fpr.workflows.kernels`): :func:`compile_ahead` registers that
 process, and the set's first use here calls :func:`wait_ahead`, which waits for it and then loads the
 set from the cache instead of compiling the same kernels a second time beside it.
+
+:func:`prefetch` gives kernels LLVM's prefetch hint, which numba does not expose (a numba intrinsic): a kernel that streams one
+row while the next waits in memory asks for the next one's cache lines as it goes (no fault, no wait).
 """
 from __future__ import annotations
 
@@ -95,4 +98,31 @@ def forget_ahead(names: Iterable[str] | None = None) -> None:
         _AHEAD.pop(name, None)
 
 
-__all__ = ["cacheable", "compile_ahead", "forget_ahead", "njit", "wait_ahead"]
+def prefetch() -> Any:
+    """A numba intrinsic ``hint(array, i)`` for kernels (``hint = prefetch()`` at import): asks for the cache
+    line holding ``array[i]`` (a read, into L2 and up) and goes on. ``i`` must be in range (the address is
+    computed unchecked; a hint never faults)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def hint(typingctx, array, index):
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]], wraparound=False)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0i8")
+            # read (0), locality 2 (L2 and up: the current row keeps L1), data cache (1)
+            builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(2), i32(1)])
+            return context.get_dummy_value()
+
+        return types.void(array, index), codegen
+
+    return hint
+
+
+__all__ = ["cacheable", "compile_ahead", "forget_ahead", "njit", "prefetch", "wait_ahead"]
