@@ -39,9 +39,12 @@ $(VENV)/.pip-ready:
 # What the demo imports: torch (PyPI's Linux wheel brings its CUDA libraries, nvidia-* and triton: most of
 # the size and of the time), numba, numpy, scipy, pandas, pyarrow, duckdb, faiss-cpu and the rest of fpr's
 # dependencies (README, Set-up).
+# Then fpr's numba kernels into numba's cache, as pip compiles .pyc files: a first demo loads them instead of
+# compiling them (about 30 CPU seconds; it prints one line).
 $(VENV)/.installed-demo: pyproject.toml $(VENV)/.pip-ready
 	@echo "make: set-up step 2: fpr and what the demo uses: $(DEMO_SPEC) (about 6 GiB unpacked, torch and its CUDA libraries 5.2 GiB of it)"
 	$(call pip_retry,--resume-retries 20 $(DEMO_SPEC))
+	$(PY) -m fpr.workflows.kernels
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-demo

@@ -1,13 +1,14 @@
 """The demo figures the docs quote, measured once and rendered into the docs from one file.
 
-    PYTHONPATH=. python benchmarks/docs_figures.py            # runs fpr demo (full, then --quick), writes the
-                                                              # JSON and re-renders the docs sections
+    PYTHONPATH=. python benchmarks/docs_figures.py            # runs fpr demo --full, then fpr demo (the quick
+                                                              # default), writes the JSON, re-renders the docs
     PYTHONPATH=. python benchmarks/docs_figures.py --render   # only re-renders the docs from the stored JSON
     PYTHONPATH=. python benchmarks/docs_figures.py --only quick   # one demo; the other's stored entry is kept
 
-``fpr demo --format json`` (seed 0, the shipped encoder, copy-paste on) and ``fpr demo --quick`` run as
-subprocesses, each twice with one fresh cache folder (a first run, then a second from the cache), in temporary
-workspaces; the first run's JSON, both wall times and the load average around them go to
+``fpr demo --full --format json`` (seed 0, the shipped encoder, copy-paste on) and ``fpr demo`` (the quick
+demo, the default) run as subprocesses, each twice with one fresh pair of cache folders (``FPR_CACHE_DIR`` and
+``NUMBA_CACHE_DIR``: a first run as on a new machine, kernels compiled too, then a second from the caches), in
+temporary workspaces; the first run's JSON, both wall times and the load average around them go to
 benchmarks/results/demo_figures.json. Every demo figure in README.md, docs/reproduce-paper.md and
 docs/world.md (and docs/world.md's table of world version 2's paired queries, rendered from the per-query CSVs of
 benchmarks/world_contexts.py in benchmarks/results/world_contexts/) sits between ``<!-- figures: NAME -->`` and ``<!-- /figures -->`` and is rendered here from
@@ -42,26 +43,28 @@ SECTION = re.compile(r"(<!-- figures: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- 
 def _timed_demo(cmd: list[str], cache: Path) -> tuple[subprocess.CompletedProcess, float, float, float]:
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     r = subprocess.run(cmd, check=False, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "FPR_CACHE_DIR": str(cache)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "FPR_CACHE_DIR": str(cache),
+                            "NUMBA_CACHE_DIR": str(cache / "numba")})
     return r, time.perf_counter() - t0, load0, os.getloadavg()[0]
 
 
 def measure(quick: bool) -> dict:
     """``fpr demo`` twice with one fresh cache folder, each in a fresh workspace: a first run (empty
-    ``FPR_CACHE_DIR``: worlds rendered, images embedded, copy-paste matched, as on a new machine) and a second
-    (worlds, embeddings and copy-paste scores from the cache). The JSON is the first run's (the second's equals
+    ``FPR_CACHE_DIR`` and ``NUMBA_CACHE_DIR``: worlds rendered, images embedded, copy-paste matched, kernels
+    compiled, as on a new machine) and a second (worlds, embeddings, copy-paste scores and kernels from the
+    caches). The JSON is the first run's (the second's equals
     it: tests/test_demo_speed.py); wall seconds and the 1-minute load before and after of both."""
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in (1, 2):
             cmd = [sys.executable, "-m", "fpr", "--workspace", str(Path(tmp) / f"ws{n}"), "demo", "--format", "json"]
-            r, wall, load0, load1 = _timed_demo(cmd + (["--quick"] if quick else []), Path(tmp) / "cache")
+            r, wall, load0, load1 = _timed_demo(cmd + ([] if quick else ["--full"]), Path(tmp) / "cache")
             if r.returncode != 0:
-                sys.exit(f"fpr demo{' --quick' if quick else ''} failed: {r.stderr.strip().splitlines()[-1:]}")
+                sys.exit(f"fpr demo{'' if quick else ' --full'} failed: {r.stderr.strip().splitlines()[-1:]}")
             runs.append((json.loads(r.stdout), wall, load0, load1))
     (out, wall, load0, load1), (_, warm, warm0, warm1) = runs
     out.pop("images", None)  # a temporary folder
-    return {"command": "fpr demo --format json" + (" --quick" if quick else ""), "wall_s": round(wall, 1),
+    return {"command": "fpr demo --format json" + ("" if quick else " --full"), "wall_s": round(wall, 1),
             "load_before": round(load0, 1), "load_after": round(load1, 1), "cores": os.cpu_count(), "demo": out,
             "warm_wall_s": round(warm, 1), "warm_load_before": round(warm0, 1), "warm_load_after": round(warm1, 1)}
 
@@ -71,7 +74,7 @@ def _warm(run: dict) -> str:
     if "warm_wall_s" not in run:
         return ""
     load = _span([run["warm_load_before"], run["warm_load_after"]], lambda x: f"{x:.0f}")
-    return f"; a second run, from the cache, {run['warm_wall_s']:.0f} s (load {load})"
+    return f"; a second run, from the caches, {run['warm_wall_s']:.0f} s (load {load})"
 
 
 def _overall(demo: dict, metric: str) -> dict[str, dict]:
@@ -144,9 +147,11 @@ def readme_demo(fig: dict) -> str:
     return (
         f"Measured by `benchmarks/docs_figures.py` (results: `benchmarks/results/demo_figures.json`) on the shared "
         f"{full['cores']}-core development machine, world version 3, seed 0, shipped encoder `{d['encoder']}`: "
-        f"`fpr demo` took {full['wall_s']:.0f} s on a first run (empty cache) under a load average of {_load(full)} "
+        f"`fpr demo --full` took {full['wall_s']:.0f} s on a first run (both caches empty: worlds, embeddings, "
+        f"copy-paste scores and numba's compiled kernels) under a load average of {_load(full)} "
         f"(rendering {t['render_s']:.0f} s, the queries with copy-paste matching "
-        f"{t['query_s']:.0f} s, the verdicts' seeds {t['claims_s']:.0f} s){_warm(full)}; `fpr demo --quick` "
+        f"{t['query_s']:.0f} s, the verdicts' seeds {t['claims_s']:.0f} s){_warm(full)}; `fpr demo` (the quick demo, "
+        f"the default) "
         f"{quick['wall_s']:.0f} s (load {_load(quick)}){_warm(quick)}.\n"
         f"oracle {m['oracle']:.3f}; mAP {_chain(m, LADDER)} (chance); {POSE} (another animal in the reference's "
         f"pose) {m[POSE]:.3f}; the reference's whole scene with a quarter of the markings redrawn ({SCENE}) scores "
@@ -165,7 +170,7 @@ def readme_demo(fig: dict) -> str:
         f"queries), Sim's {gen_sim['ppa']:.2f}; with the copies at their declared drift mAP's is "
         f"{_agreement(d, 'with copies', 'mAP')['ppa']:.2f}.\n"
         f"Last, the paper's two claims with the general-purpose stand-in `{info['general']}` (not CLIP or DINOv2), "
-        f"pooled over world seeds {', '.join(map(str, info['seeds']))}{_worlds_phrase(d)}, as `fpr demo` prints "
+        f"pooled over world seeds {', '.join(map(str, info['seeds']))}{_worlds_phrase(d)}, as `fpr demo --full` prints "
         "them:\n\n"
         "```text\n" + "\n".join(verdict_lines(d)) + "\n```\n")
 
@@ -178,7 +183,7 @@ def paper_demo(fig: dict) -> str:
     cell = lambda r, k: f"{r[k]:.3f} [{r[k + '_lo']:.2f},{r[k + '_hi']:.2f}]"
     rows = "".join(f"| {k} | {'-' if k == 'oracle' else format(METHOD_DRIFT[k], '.2f')} | {cell(maps[k], 'map')} | "
                    f"{cell(sims[k], 'sim')} |\n" for k in ("oracle", *generations(d), "paste"))
-    return (f"{full['wall_s']:.0f} s on a first run (empty cache) under a load average of {_load(full)} on "
+    return (f"{full['wall_s']:.0f} s on a first run (both caches empty) under a load average of {_load(full)} on "
             f"{full['cores']} cores (the queries with copy-paste matching {t['query_s']:.0f} s of it, "
             f"`--no-copy-paste` skips that){_warm(full)} (`benchmarks/results/demo_figures.json`). "
             f"With the shipped encoder "
@@ -192,10 +197,10 @@ def paper_demo(fig: dict) -> str:
 def world_timing(fig: dict) -> str:
     full, quick = fig["full"], fig["quick"]
     return (f"Wall time (world version 3, `benchmarks/results/demo_figures.json`, the shared {full['cores']}-core "
-            f"machine): `fpr demo` "
-            f"{full['wall_s']:.0f} s on a first run (empty cache) under a load average of {_load(full)} "
+            f"machine): `fpr demo --full` "
+            f"{full['wall_s']:.0f} s on a first run (both caches empty) under a load average of {_load(full)} "
             f"(the queries with the copy-paste scorer {full['demo']['timings']['query_s']:.0f} s of it){_warm(full)}, "
-            f"`fpr demo --quick` {quick['wall_s']:.0f} s (load {_load(quick)}){_warm(quick)}.\n")
+            f"`fpr demo` (the quick default) {quick['wall_s']:.0f} s (load {_load(quick)}){_warm(quick)}.\n")
 
 
 def world_demo(fig: dict) -> str:

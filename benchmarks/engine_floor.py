@@ -9,7 +9,7 @@ loaded machine the wall times follow the process's share of the cores; the CPU s
 - kernel-1t / kernel-2t: ``retrieval_metrics(scores, rel)`` (the path ``run_query`` uses) on one and two
   threads (``fpr.metrics.ranking.THREADS``);
 - anchor-1t: the kernel of ``--anchor`` (``git show <anchor>:fpr/metrics/_kernels.py``, compiled beside a
-  copy in the temporary directory) on one thread; its AP, ranks and R must be the same bits;
+  copy in the temporary directory) on one thread; its AP, ranks, R, AP@10 and R-precision must be the same bits;
 - loop: the paper-style per-query argsort loop (``bench_map.per_query_loop``), one thread.
 
 ``--compete`` starts one ``python -c 'while 1: pass'`` for the whole run (a competing process on a core).
@@ -53,8 +53,8 @@ def anchor_kernel(commit: str, tmp: Path):
 
 def run_kernel(kernel, scores: np.ndarray, rel) -> tuple:
     q = scores.shape[0]
-    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64))
-    kernel(scores, rel, *out, 0, q)
+    out = (np.empty(q), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q, np.int64), np.empty(q), np.empty(q))
+    kernel(scores, rel.view(np.uint8), *out, 0, q)
     return out
 
 
@@ -91,9 +91,9 @@ def measure(kind: str, n: int, rounds: int, anchor) -> None:
         fns["anchor-1t"] = lambda: run_kernel(anchor.metrics_mask, scores, rel)
     ref = engine(scores, rel, 1)
     if anchor is not None:
-        for a, b in zip(run_kernel(anchor.metrics_mask, scores, rel), (ref.ap, ref.first_hit_rank,
-                                                                        ref.last_hit_rank, ref.n_relevant)):
-            np.testing.assert_array_equal(a, b)  # the same bits as the anchor's kernel
+        mine = (ref.ap, ref.first_hit_rank, ref.last_hit_rank, ref.n_relevant, ref.ap_at_k, ref.r_precision)
+        for a, b in zip(run_kernel(anchor.metrics_mask, scores, rel), mine):
+            np.testing.assert_array_equal(a, b)  # the same bits as the anchor's kernel, AP@k and R-precision too
     np.testing.assert_array_equal(engine(scores, rel, 2).ap, ref.ap)
     loop_d = float(np.abs(per_query_loop(scores, rel) - ref.ap).max())
     wall: dict[str, list[float]] = {k: [] for k in fns}

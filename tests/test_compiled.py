@@ -25,11 +25,12 @@ import numpy as np
 from fpr.index.exact import exact_scores
 from fpr.metrics.ranking import retrieval_metrics
 from fpr.eval import _recheck_kernels  # decorated at import: refused there on the base commit
+from fpr.compiled import cacheable
 
 scores = exact_scores(np.array([[1, 2], [3, 4]], np.float32), np.array([[1, 0], [0, 1], [1, 1]], np.float32),
                       engine="numba")
 ap = retrieval_metrics(np.array([[0.9, 0.8, 0.1]]), np.array([[False, True, True]])).ap
-print(json.dumps({"scores": scores.tolist(), "ap": ap.tolist()}))
+print(json.dumps({"scores": scores.tolist(), "ap": ap.tolist(), "cacheable": cacheable()}))
 """
 # exact scores are the integer dot products; AP: relevant items at ranks 2 and 3 -> (1/2 + 2/3) / 2
 WANT = {"scores": [[1.0, 2.0, 3.0], [3.0, 4.0, 7.0]], "ap": [(1 / 2 + 2 / 3) / 2]}
@@ -73,6 +74,7 @@ def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once
     _values(proc)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     said = [ln for ln in lines if "numba kernel cache" in ln]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["cacheable"] is False  # nothing is compiled ahead
     assert len(said) == 1 and "compiling the kernels in memory" in said[0] and "NUMBA_CACHE_DIR" in said[0], lines
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
 
@@ -80,7 +82,50 @@ def test_a_read_only_install_without_a_cache_folder_compiles_in_memory_said_once
 @pytest.mark.slow
 def test_a_writable_numba_cache_dir_is_used_and_nothing_is_said(tmp_path, blocker):
     proc = _run(_install(tmp_path), tmp_path / "numba-cache", blocker / "xdg")
-    _values(proc)
+    assert _values(proc)["cacheable"] is True
     assert "numba kernel cache" not in proc.stderr
     kept = {p.name.split(".")[0] for p in (tmp_path / "numba-cache").rglob("*.nbi")}
     assert {"_exact_kernels", "_kernels"} <= kept  # the kernels that ran are kept between runs
+
+
+def _wait_for(release) -> None:
+    """A child compiling ahead, as the test drives it: done when released (module level: forked by reference)."""
+    release.wait(60)
+
+
+def test_wait_ahead_waits_for_its_own_child_once_and_a_forked_process_for_no_one(monkeypatch):
+    """The set's first use in the process that started the child waits for the child's end (then loads the
+    set from numba's cache); a process forked from it (the demo's verdict seeds, copy-paste's workers) inherits
+    the table but waits for no one; a set is waited for once."""
+    import multiprocessing as mp
+
+    from fpr import compiled
+
+    ctx = mp.get_context("fork")
+    release = ctx.Event()
+    child = ctx.Process(target=_wait_for, args=(release,), daemon=True)
+    child.start()
+    try:
+        compiled.compile_ahead("test-set", child)
+        with monkeypatch.context() as m:
+            m.setattr(compiled.os, "getpid", lambda: -1)  # another process than the child's parent
+            compiled.wait_ahead("test-set")
+        assert child.exitcode is None and child.is_alive()  # not waited for, and the set forgotten
+        compiled.wait_ahead("test-set")
+        assert child.is_alive()
+        compiled.compile_ahead("test-set", child)
+        release.set()
+        compiled.wait_ahead("test-set")
+        assert child.exitcode == 0  # joined: the wait returned when the child had ended
+        compiled.compile_ahead("other-set", child)
+        compiled.forget_ahead(["other-set"])
+        compiled.wait_ahead("other-set")  # forgotten: nothing to wait for
+    finally:
+        release.set()
+        child.join(60)
+
+
+def test_cacheable_here_where_numba_can_write():
+    from fpr import compiled
+
+    assert compiled.cacheable() is True  # the test environment's numba cache (beside the sources, or its dir)

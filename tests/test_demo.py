@@ -1,4 +1,4 @@
-"""``fpr demo --quick`` end to end on the shipped encoder: ordering by drift, oracle and copy-paste reported, the
+"""``fpr demo`` (the quick demo, its default) end to end on the shipped encoder: ordering by drift, oracle and copy-paste reported, the
 keep-rule keeps new-scene@0 over drifted and no copies, run stored."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ LADDER = ("new-scene@0", "new-scene@0.1", "new-scene@0.25", "new-scene@0.5", "ne
 @pytest.fixture(scope="module")
 def quick_demo(tmp_path_factory):
     ws = tmp_path_factory.mktemp("demo") / "ws"
-    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick", "--format", "json"], obj={})
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--format", "json"], obj={})
     assert r.exit_code == 0, r.output
     return ws, json.loads(r.stdout)
 
@@ -289,11 +289,18 @@ def test_demo_text_ends_with_the_verdicts_and_meta_prints_the_same(quick_demo, m
                           out["validity"], out["timings"], out["world"], out["claims"],
                           {int(k): tuple(v) for k, v in out["general_runs"].items()})
     monkeypatch.setattr(demo, "run_demo", lambda **kw: res)
-    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--quick"], obj={})
+    from fpr.cli.demo import FULL_HINT
+
+    full = CliRunner().invoke(cli, ["--workspace", str(ws), "demo", "--full"], obj={})
+    assert full.exit_code == 0 and "fpr demo --full" not in full.output, full.output
+    assert full.output.rstrip().splitlines()[-1].startswith("  regime, general fpr-general-v2: oracle mAP")
+    r = CliRunner().invoke(cli, ["--workspace", str(ws), "demo"], obj={})
     assert r.exit_code == 0, r.output
-    demo_text = r.stdout
+    demo_text = full.stdout  # ends with the verdicts
     claim_lines = [line for line in r.output.splitlines() if line.startswith("  claim ")]
-    assert r.output.rstrip().splitlines()[-1].startswith("  regime, general fpr-general-v2: oracle mAP")
+    # the default (quick) demo: the verdicts, then the newcomer's next step
+    assert r.output.rstrip().splitlines()[-3:] == full.output.rstrip().splitlines()[-1:] + ["", f"next: {FULL_HINT}"]
+    assert r.output.replace(f"\n\nnext: {FULL_HINT}", "") == full.output
     for line, v in zip(claim_lines, out["claims"]["verdicts"], strict=True):
         assert line.startswith(f"  claim {v['claim']}:") and line.endswith(v["verdict"].upper())
         assert f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]" in line

@@ -94,7 +94,7 @@ def test_named_world_options_override_in_order(monkeypatch, tmp_path):
     seen = []
     monkeypatch.setattr(demo, "_background_seeds", no_background)
     monkeypatch.setattr(demo, "_run_demo", lambda ws, config, **kw: seen.append((config, kw["extra"])))
-    demo.run_demo(workspace=tmp_path / "ws", world="paper", lookalikes=0.5)
+    demo.run_demo(workspace=tmp_path / "ws", world="paper", lookalikes=0.5, quick=False)
     config, extra = seen[-1]
     assert (config.identities, config.gallery, config.lookalikes, config.family_size) == (10, 10, 0.5, 2)
     # its own seeds 1, 2 (the run is seed 0), then the easy world's 0, 1, 2, generations only
@@ -103,6 +103,9 @@ def test_named_world_options_override_in_order(monkeypatch, tmp_path):
     assert all("paste" not in c.methods for _, c in extra)
     demo.run_demo(workspace=tmp_path / "ws", quick=True)
     assert seen[-1][1] == []  # quick: one seed, the demo's world only
+    demo.run_demo(workspace=tmp_path / "ws")  # the default: quick (fpr demo's; --full is quick=False)
+    config, extra = seen[-1]
+    assert (config.identities, config.gallery, config.references, config.queries, extra) == (5, 6, 2, 2, [])
     assert demo._stress_tag(WorldConfig(**{**demo.FULL, **demo.PAPER})) == "-look0.9x2"
 
 

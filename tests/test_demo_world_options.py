@@ -45,6 +45,11 @@ def test_cli_flags_reach_the_python_function_unchanged(monkeypatch, tmp_path):
     seen.clear()
     assert CliRunner().invoke(cli, ["--workspace", str(tmp_path), "demo", "--format", "json"], obj={}).exit_code == 0
     assert (seen["profiles"], seen["home_background"], seen["occlusion"], seen["siblings"]) == ((), 0.0, False, 0.0)
+    assert seen["quick"] is True  # fpr demo is the quick demo; --full the full one, --quick still accepted
+    for flag, quick in (("--full", False), ("--quick", True)):
+        seen.clear()
+        r = CliRunner().invoke(cli, ["--workspace", str(tmp_path), "demo", flag, "--format", "json"], obj={})
+        assert r.exit_code == 0 and seen["quick"] is quick, r.output
 
 
 @pytest.mark.parametrize("args, says", [

@@ -1,4 +1,4 @@
-"""``fpr demo``: the whole protocol on the built-in world, offline, on a CPU, in minutes.
+"""``fpr demo``: the whole protocol on the built-in world, offline, on a CPU, in seconds (``--full``: minutes).
 
 1. render a world (per species a group of identities with gallery and reference
    images) and each simulated method's queries, whose identity drift is known;
@@ -36,6 +36,7 @@ import pandas as pd
 from fpr import progress
 from fpr.metrics.headroom import ap_one_share, headroom
 from fpr.registry import import_module
+from fpr.workflows.kernels import COPY_PASTE, compiling_ahead, stop_with_parent
 
 DEMO_ENCODER = "fpr-world-v3"
 # The general-purpose stand-in (a stand-in for CLIP/DINOv2, not them: docs/world.md) whose Sim and mAP fill the
@@ -331,17 +332,10 @@ def _background_init() -> None:
     The seed's numbers do not change: the CPU embedding protocol's bits do not depend on the thread count.
     Stopped with the parent (killed by a time limit, say) instead of finishing a seed nobody waits for:
     Linux only (prctl); elsewhere it runs to its end."""
-    import ctypes
-    import signal
-    import sys
-
     import torch
 
     torch.set_num_threads(1)
-
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    stop_with_parent()
 
 
 def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str, render_workers: int = 0,
@@ -370,7 +364,7 @@ def _claims_seed(ws_root: Path, config, encoder: str, general: str, device: str,
     return claims_frame(spec.per_query, gen.per_query, seed=config.seed), (spec.run_id, gen.run_id)
 
 
-def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool = False, out: str | Path | None = None,
+def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool = True, out: str | Path | None = None,
              encoder: str = DEMO_ENCODER, siblings: float = 0.0, device: str = "auto", size: int = 96,
              run: str | None = None, copy_paste: bool = True, config: dict | None = None,
              general: str | None = GENERAL_ENCODER, claim_seeds: int | None = None, profiles: Sequence[str] = (),
@@ -380,6 +374,9 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
              verdict_worlds: Sequence[str] | None = None) -> DemoResult:
     """Render the world, import it, index it, query every method and the oracle, and compute the validity figures.
 
+    ``quick`` (the default, as ``fpr demo``'s): the smaller world (:data:`QUICK`) and the easy world's verdicts on
+    one seed; False (``fpr demo --full``): :data:`FULL`'s world and the verdicts on both named worlds over
+    :data:`CLAIM_SEEDS` seeds;
     ``world``: a named world (:data:`WORLDS`: ``easy``, or ``paper``, whose specialist oracle mAP sits in the
     paper's range by look-alikes); ``identities`` (per species), ``gallery`` (images per identity),
     ``lookalikes`` and ``family_size`` (look-alike families: :class:`~fpr.galleries.world.WorldConfig`)
@@ -420,8 +417,10 @@ def run_demo(*, workspace: str | Path | None = None, seed: int = 0, quick: bool 
     extra = ([(world, _claims_config(config, s)) for s in range(seed + 1, seed + n_seeds)]
              + [(w, _claims_config(WorldConfig(**{**base, **WORLDS[w]}), s)) for w in others
                 for s in range(seed, seed + n_seeds)]) if general else []
-    # forked first, before this process loads a model or starts a thread
-    with _background_seeds(ws.root, extra, encoder, general, device, world_cache) as pending:
+    # forked first, before this process loads a model, starts a thread or compiles a kernel: copy-paste's kernels
+    # compiled into numba's cache on the core the demo's own work leaves idle, then the verdict seeds
+    with compiling_ahead([COPY_PASTE] if copy_paste else []), \
+            _background_seeds(ws.root, extra, encoder, general, device, world_cache) as pending:
         return _run_demo(ws, config, quick=quick, out=out, encoder=encoder, device=device, run=run,
                          copy_paste=copy_paste, general=general, extra=extra, pending=pending, t0=t0,
                          world_cache=world_cache, label=world)
@@ -458,13 +457,19 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     import_gallery(name, build.records, GallerySpec(seed=seed), workspace=ws.root, source="world",
                        overwrite=True)
     timings["import_s"] = round(time.perf_counter() - t, 2)
+    queries = pd.DataFrame(build.queries)
+    gen, general_s = None, 0.0
+    if general:  # first: it needs none of copy-paste's kernels, which meanwhile compile in the background
+        with _speaking(f"world seed {seed}: the general-purpose encoder's index and queries ({name})"):
+            t = time.perf_counter()
+            gen = _general_run(ws.root, name, queries, general, seed, device)
+            general_s = time.perf_counter() - t
     with _speaking(f"world seed {seed}: index and queries ({name})"):
         t = time.perf_counter()
         index_name = f"{name}-{encoder}"
         idx = build_index(name, encoder, name=index_name, workspace=ws.root, device=device, overwrite=True)
         timings["index_s"] = round(time.perf_counter() - t, 2)
         t = time.perf_counter()
-        queries = pd.DataFrame(build.queries)
         res = run_query(idx.name, queries, run=run, workspace=ws.root, seed=seed, device=device,
                             overwrite=run is not None, oracle=True, scorers=["copy-paste"] if copy_paste else [])
         timings["query_s"] = round(time.perf_counter() - t, 2)
@@ -475,8 +480,7 @@ def _run_demo(ws, config, *, quick: bool, out, encoder: str, device: str, run: s
     if general:
         from fpr.workflows.meta import claims_frame, encoder_claims
 
-        t = time.perf_counter()
-        gen = _general_run(ws.root, name, queries, general, seed, device)
+        t = time.perf_counter() - general_s  # the general run's time counts with the verdicts'
         frames = {label: [claims_frame(res.per_query, gen.per_query, seed=seed)]}
         runs = {label: {seed: (res.run_id, gen.run_id)}}
         configs = {label: config}

@@ -1,8 +1,7 @@
 """The prepared workspace the documented examples run in, built once per session.
 
 ``fpr demo --quick --run demo-quick --no-copy-paste`` into ``fpr-workspace/`` (the default workspace name), with
-the index the full demo leaves (``world-demo-s0-fpr-world-v3``, built over the quick gallery: README's serve
-example names it),
+the index ``make demo`` leaves (``world-demo-s0-quick-fpr-world-v3``: README's serve example names it),
 beside it the files the docs name, written by the documented command a reader runs too, ``fpr examples .``
 (:mod:`fpr.workflows.examples`): ``data/animals/<group>/<identity>/*.png``, ``generations/<method>/<group>/
 <identity>/*.png``, ``generated.csv``, ``textual-inversion.csv`` and ``queries.csv`` with ``a.png``/``b.png``.
@@ -23,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_RUN = "demo-quick"
 DEMO_GALLERY = "world-demo-s0-quick"
-DEMO_INDEX = "world-demo-s0-fpr-world-v3"  # the full demo's index name, which README.md's serve example uses
+DEMO_INDEX = "world-demo-s0-quick-fpr-world-v3"  # the demo's index, which README.md's serve example uses
 FIRST_DOC = "README.md"
 
 
@@ -68,11 +67,6 @@ def docs_world(tmp_path_factory) -> DocsWorld:
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     r = subprocess.run(["fpr", "examples", "."], cwd=world.base, env=world.env(world.base), capture_output=True,
                        text=True, timeout=480, check=False)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    # the index `make demo` leaves (README's serve example names it), here over the quick demo's gallery
-    r = subprocess.run(["fpr", "--workspace", str(ws), "index", "build", "--gallery", DEMO_GALLERY, "--encoder",
-                        "fpr-world-v3", "--name", DEMO_INDEX, "--no-difficulty"], cwd=world.base,
-                       env=world.env(world.base), capture_output=True, text=True, timeout=480, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # a reader runs the docs' `python benchmarks/...` lines from a checkout: the scripts are where they would be
     (world.base / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)

@@ -289,23 +289,41 @@ def test_dense_blocks_are_counted_in_sorted_rows_with_the_same_bits(engine, monk
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_counting_passes_and_item_binning_give_the_same_bits(dtype):
-    """Rows where many items score at or above the lowest relevant score are counted with one pass per
-    distinct relevant value; appending many items far below every relevant score changes neither AP nor
-    the ranks but sends the row to the item-by-item binning, so both counts must give the same bits."""
+def test_dense_rows_listed_blocks_and_item_binning_give_the_same_bits(dtype):
+    """The kernel counts a row one of three ways, chosen by its layout: every block at once (the row's first
+    block mostly at or above the lowest relevant score), only the listed blocks holding such a candidate, or
+    item by item (more than 61 distinct relevant values, candidates one per block). Items far below every
+    relevant score change neither AP nor any rank, so the same rows with 64 of them in front (never dense)
+    and with 63 after each item (one candidate per block) must give the same bits on every path, for 1 to
+    ~130 distinct relevant values (every group of four thresholds and remainder) and non-relevant NaN; the
+    loop written out pins the values."""
     rng = np.random.default_rng(5)
-    g, q = 300, 40
-    s = (rng.integers(-6, 7, (q, g)) / 4).astype(dtype)  # ties everywhere
+    g, q = 160, 48
+    s = (rng.integers(-400, 400, (q, g)) / 16).astype(dtype)  # ties, and up to ~150 distinct values in a row
     s[rng.random((q, g)) < 0.05] = -0.0
-    rel = rng.random((q, g)) < rng.choice([0.01, 0.05, 0.2], (q, 1))
-    s[(rng.random((q, g)) < 0.02) & ~rel] = np.nan  # non-relevant NaN never counts
-    pad = np.full((q, 20 * g), -1e30, dtype)  # more than 7/8 of the row below the lowest relevant score
-    wide = retrieval_metrics(s, rel)
-    narrow = retrieval_metrics(np.hstack([s, pad]), np.hstack([rel, np.zeros(pad.shape, bool)]))
-    np.testing.assert_array_equal(wide.ap.view(np.int64), narrow.ap.view(np.int64))
-    np.testing.assert_array_equal(wide.first_hit_rank, narrow.first_hit_rank)
-    np.testing.assert_array_equal(wide.last_hit_rank, narrow.last_hit_rank)
-    assert np.isfinite(wide.ap).sum() > 30
+    rel = rng.random((q, g)) < np.linspace(0.004, 0.9, q)[:, None]
+    s[(rng.random((q, g)) < 0.02) & ~rel] = np.nan  # a non-relevant NaN never counts
+    low = np.full((q, 64), -1e30, dtype)
+    front = np.hstack([low, s]), np.hstack([np.zeros(low.shape, bool), rel])
+    spread = np.dstack([s[:, :, None], np.full((q, g, 63), -1e30, dtype)]).reshape(q, -1), \
+        np.dstack([rel[:, :, None], np.zeros((q, g, 63), bool)]).reshape(q, -1)
+    m = np.array([len(set(s[i][rel[i]].tolist())) for i in range(q)])
+    assert m.min() <= 4 and (m > 61).sum() >= 10 and len(set(m % 4)) == 4
+    base = retrieval_metrics(s, rel)
+    for other in (retrieval_metrics(*front), retrieval_metrics(*spread)):
+        for f in ("ap", "ap_at_k", "r_precision"):
+            np.testing.assert_array_equal(getattr(base, f).view(np.int64), getattr(other, f).view(np.int64))
+        for f in ("first_hit_rank", "last_hit_rank", "n_relevant"):
+            np.testing.assert_array_equal(getattr(base, f), getattr(other, f))
+    for i in range(0, q, 5):
+        if rel[i].any():
+            assert base.ap[i] == pytest.approx(loop_ap_with_ties(s[i], rel[i]), abs=1e-12)
+            assert base.last_hit_rank[i] == int(np.sum(s[i] >= s[i][rel[i]].min()))
+    assert np.isnan(base.ap).sum() <= 2
+    bad = s.copy()
+    bad[7, np.flatnonzero(rel[7])[0]] = np.nan
+    with pytest.raises(ValueError, match="NaN"):  # the labels path reads the relevant scores by index
+        retrieval_metrics_labels(bad, np.arange(q) % 3, np.where(rel[7], 7 % 3, 5))
 
 
 @pytest.mark.parametrize("g", [1, 7, 8, 9, 63, 64, 65, 129, 200])

@@ -162,8 +162,10 @@ def compiled(name: str):
     """The numba-compiled version of one of this module's functions (compiled with its callees on first use)."""
     global fma, cdiv, cmul, cabs, hypot_le, near
     if not _COMPILED:
-        from fpr.compiled import njit
+        from fpr.compiled import njit, wait_ahead
+        from fpr.scorers.copy_paste.kernels import KERNEL_SET
 
+        wait_ahead(KERNEL_SET)  # a process compiling them into numba's cache: load them from there
         fma = _fma_intrinsic()
         for f in ("cdiv", "cmul", "cabs", "hypot_le", "near"):  # callees first: the kernels bind the compiled ones
             _COMPILED[f] = njit(nogil=True, error_model="numpy")(globals()[f])

@@ -432,14 +432,16 @@ _CALLEES = ("_offset32", "_fixed_dot", "_local_ncc_band", "_local_ncc_blocked", 
 for _name in _CALLEES:
     globals()[_name + "_compiled"] = globals()[_name]
 _COMPILED: dict = {}  # numba's import and compile stay out of the module import: compiled on first use
+KERNEL_SET = "copy-paste"  # this module's, exact's and align's kernels (fpr.compiled.wait_ahead)
 
 
 def kernel(name: str):
     """The compiled version of one of this module's kernels (compiled, or loaded from numba's cache, on first use)."""
     if name not in _COMPILED:
-        from fpr.compiled import njit
+        from fpr.compiled import njit, wait_ahead
 
         if not _COMPILED:
+            wait_ahead(KERNEL_SET)  # a process compiling them into numba's cache: load them from there
             for callee in _CALLEES:
                 _COMPILED[callee] = globals()[callee + "_compiled"] = njit(nogil=True)(globals()[callee])
         if name not in _COMPILED:

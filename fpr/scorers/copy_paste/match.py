@@ -290,3 +290,11 @@ def pixel_match(query: QueryWindows, ref: ReferencePatches) -> tuple[float, int,
             best = (frac, count, mirrored)
     return best
 
+
+def compile_kernels() -> None:
+    """Compile every kernel with the argument types matching uses (or load them from numba's cache): match a
+    noise image against itself."""
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 48), dtype=np.uint8)).convert("RGB")
+    pixel_match(QueryWindows.of(image), ReferencePatches.of(image))

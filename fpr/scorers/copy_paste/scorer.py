@@ -115,7 +115,7 @@ from fpr.scorers.encoding import cached_encoder
 from fpr.scorers.options import Option
 from fpr.scorers.copy_paste.patches import (DEFAULTS, DEFAULT_ENCODER, Domain, EARLY_STOP, NO_QUERY_TEXTURE,
     QueryWindows, ReferencePatches, WORK_SIDE, _grey)
-from fpr.scorers.copy_paste.match import pixel_match
+from fpr.scorers.copy_paste.match import compile_kernels, pixel_match
 
 
 class CopyPaste(Scorer):
@@ -254,17 +254,11 @@ def _match_processes(n_jobs: int) -> int:
     return max(1, min(os.cpu_count() or 1, 8, n_jobs // CHUNK))
 
 
-def _compile_kernels() -> None:
-    """Compile every kernel with the argument types matching uses: match a noise image against itself."""
-    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (48, 48), dtype=np.uint8)).convert("RGB")
-    pixel_match(QueryWindows.of(image), ReferencePatches.of(image))
-
-
 def _run_jobs(jobs: list[_Job], settings: _Settings) -> list[list[tuple]]:
     n = _match_processes(len(jobs))
     if n <= 1:
         return _match_chunk(jobs, settings, _ReferenceCache(), desc="copy-paste: matching")
-    _compile_kernels()  # before forking: the workers inherit them instead of each loading or compiling its own
+    compile_kernels()  # before forking: the workers inherit them instead of each loading or compiling its own
     # tasks of queries that share their first reference, so a worker computes its patches once
     order = sorted(range(len(jobs)), key=lambda k: (jobs[k].refs[:1], k))
     chunks = [order[c:c + CHUNK] for c in range(0, len(order), CHUNK)]
